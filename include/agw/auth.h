@@ -1,0 +1,29 @@
+/* Bearer authentication (SPEC §7): tokens are compared by their SHA-256 digest, in constant time, against the
+ * configured keys. Pure. */
+#ifndef AGW_AUTH_H
+#define AGW_AUTH_H
+
+#include "agw/config.h"
+
+enum agw_auth_result {
+    AGW_AUTH_OK = 0,
+    AGW_AUTH_MISSING,   /* no or malformed Authorization header → 401 */
+    AGW_AUTH_UNKNOWN,   /* no key with that digest → 401 */
+    AGW_AUTH_FORBIDDEN, /* valid key, agent not in its list → 403 */
+};
+
+/* Checks <authorization> (the header value or NULL) for <agent_id> (NULL: any agent will do).
+ * On AGW_AUTH_OK and AGW_AUTH_FORBIDDEN, *<key> points at the matching key (borrowed from <auth>); in mode
+ * "none" every request is AGW_AUTH_OK with *<key> = NULL. */
+enum agw_auth_result agw_auth_check(const struct agw_auth_config *auth, const char *authorization,
+                                    const char *agent_id, const struct agw_auth_key **key);
+
+/* True when <key> may use <agent_id>. */
+bool agw_auth_key_allows(const struct agw_auth_key *key, const char *agent_id);
+
+/* SHA-256 of <token> as 64 lowercase hex characters + NUL in <hex>. */
+void agw_auth_hash_hex(const char *token, size_t len, char hex[65]);
+/* Parses 64 hex characters. Returns 0 or -AGW_EINVAL. */
+int agw_auth_parse_hex(const char *hex, uint8_t out[32]);
+
+#endif

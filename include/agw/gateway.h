@@ -1,0 +1,3 @@
+#ifndef AGW_GATEWAY_H
+#define AGW_GATEWAY_H
+#endif

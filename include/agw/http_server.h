@@ -1,0 +1,85 @@
+/* The HTTP server side: the only module that calls libevhtp (so the server could move to another library
+ * without touching the rest). It parses requests, enforces the request limits (413 from headers, 505 for
+ * HTTP/1.0, a header+body read timeout against slow clients) and hands complete requests to one handler.
+ * Responses are either a whole body or a chunked stream with backpressure callbacks.
+ *
+ * Lifetime: a struct agw_req is created when a request's headers arrive and freed by this module after its
+ * response ended or its client went away. A handler that streams registers callbacks; the close callback is
+ * the last one, and the request must not be touched after it returns. */
+#ifndef AGW_HTTP_SERVER_H
+#define AGW_HTTP_SERVER_H
+
+#include "agw/common.h"
+#include "agw/router.h"
+
+struct event_base;
+struct evbuffer;
+struct agw_server;
+struct agw_req;
+
+struct agw_server_options {
+    size_t max_body_bytes; /* larger bodies get 413 */
+    uint32_t request_ms;   /* a connection must deliver a request's headers and body within this (0 = no limit) */
+};
+
+/* Called once per complete request (headers and body). The handler must eventually answer: agw_req_reply*()
+ * or agw_req_stream_*(). */
+typedef void agw_req_fn(struct agw_req *req, void *arg);
+/* Stream callbacks: see agw_req_stream_start(). */
+typedef void agw_req_event_fn(struct agw_req *req, void *arg);
+
+/* One server per event loop; owned by the caller. */
+struct agw_server *agw_server_new(struct event_base *base, const struct agw_server_options *opts,
+                                  agw_req_fn *handler, void *arg);
+void agw_server_free(struct agw_server *srv);
+/* Binds a listener with SO_REUSEPORT (so each worker loop can bind the same address). Port 0 picks a free
+ * port; *<bound_port> receives the port actually bound. Returns 0 or -AGW_EIO. */
+int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port, uint16_t *bound_port);
+/* Closes the listening sockets (drain): running requests go on. */
+void agw_server_stop_listening(struct agw_server *srv);
+/* Requests currently alive on this server. */
+size_t agw_server_active_requests(const struct agw_server *srv);
+
+/* ---- reading the request ---- */
+enum agw_method agw_req_method(const struct agw_req *req);
+const char *agw_req_method_name(const struct agw_req *req);
+const char *agw_req_path(const struct agw_req *req);  /* without the query, still percent-encoded */
+const char *agw_req_query(const struct agw_req *req); /* raw query string or NULL */
+const char *agw_req_header(const struct agw_req *req, const char *name); /* case-insensitive; NULL if absent */
+typedef void agw_header_fn(const char *name, const char *value, void *arg);
+void agw_req_foreach_header(const struct agw_req *req, agw_header_fn *fn, void *arg);
+/* The request body (complete when the handler runs); borrowed. */
+struct evbuffer *agw_req_body(const struct agw_req *req);
+/* X-Request-Id from the client when it is sane, else a generated one. */
+const char *agw_req_id(const struct agw_req *req);
+/* "address:port" of the client. */
+const char *agw_req_peer(const struct agw_req *req);
+/* Monotonic ms at which the request's headers arrived. */
+uint64_t agw_req_start_ms(const struct agw_req *req);
+
+/* ---- answering with a whole body ---- */
+/* Adds a response header (copied). Before the reply or stream start only. */
+void agw_req_add_header(struct agw_req *req, const char *name, const char *value);
+void agw_req_reply(struct agw_req *req, int status, const char *content_type, const char *body, size_t len);
+/* Answers {"error":"<message>"} as application/json. */
+void agw_req_reply_error(struct agw_req *req, int status, const char *fmt, ...) AGW_PRINTF(3, 4);
+/* Status sent, or 0 while unanswered. */
+int agw_req_status(const struct agw_req *req);
+
+/* ---- answering with a stream (chunked transfer coding) ---- */
+/* Sends the status line and headers now. From then on:
+ * - <on_drain> runs when the bytes queued toward the client fall to <low_watermark> or below;
+ * - <on_close> runs once, when the request is gone (client disconnect, or after agw_req_stream_end() was
+ *   flushed, or server shutdown); the request is freed right after it returns. */
+void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark, agw_req_event_fn *on_drain,
+                          agw_req_event_fn *on_close, void *arg);
+/* Moves every byte of <buf> to the client as one chunk (no-op when <buf> is empty). */
+void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf);
+/* Ends the chunked body. The request is freed (and on_close runs) once the client took it. */
+void agw_req_stream_end(struct agw_req *req);
+/* Bytes queued toward the client and not yet written to the socket. */
+size_t agw_req_out_pending(const struct agw_req *req);
+/* Detaches the stream callbacks (the caller is going away first). */
+void agw_req_stream_detach(struct agw_req *req);
+
+#endif

@@ -1,0 +1,29 @@
+/* RunAgentInput validation (SPEC §3) and request classification (SPEC §5). Pure: reads the body, never
+ * rewrites it. */
+#ifndef AGW_INPUT_H
+#define AGW_INPUT_H
+
+#include "agw/common.h"
+
+/* What the gateway needs to know about a valid request. Owns its strings; clear with agw_input_clear(). */
+struct agw_input {
+    char *thread_id;
+    char *run_id;
+    bool has_user_input; /* a "user" message with non-blank content */
+    bool has_decision;   /* a "tool" message with a toolCallId */
+    bool decision_only;  /* !has_user_input && has_decision */
+};
+
+#define AGW_INPUT_ERR_MAX 256
+
+/* True when <content_type> is application/json, optionally with parameters (case-insensitive). */
+bool agw_input_content_type_ok(const char *content_type);
+
+/* Validates <body> (<len> bytes, not necessarily NUL-terminated). Returns 0 and fills <in>, or an HTTP status
+ * (400, 422) with the error message in <err>, e.g. "bad request: threadId cannot be empty" or
+ * "messages[2].toolCallId is required". JSON nested deeper than <max_depth> is a 400. */
+int agw_input_parse(const char *body, size_t len, unsigned max_depth, struct agw_input *in, char *err,
+                    size_t errlen);
+void agw_input_clear(struct agw_input *in);
+
+#endif

@@ -1,0 +1,3 @@
+#ifndef AGW_RELAY_H
+#define AGW_RELAY_H
+#endif

@@ -1,0 +1,52 @@
+/* Routing: method + path → route (SPEC §2). Exact matches only (no prefix matching); path ids are
+ * percent-decoded and validated here. Pure. */
+#ifndef AGW_ROUTER_H
+#define AGW_ROUTER_H
+
+#include "agw/common.h"
+
+enum agw_route_id {
+    AGW_ROUTE_NONE = 0,
+    AGW_ROUTE_HEALTHZ,         /* GET /healthz */
+    AGW_ROUTE_METRICS,         /* GET /metrics */
+    AGW_ROUTE_RUNS,            /* POST /v1/ag-ui/agents/{agent_id}/runs */
+    AGW_ROUTE_CANCEL,          /* POST /v1/ag-ui/agents/{agent_id}/runs/{run_id}/cancel */
+    AGW_ROUTE_THREAD_MESSAGES, /* GET /v1/ag-ui/threads/{thread_id}/messages */
+};
+
+enum agw_method {
+    AGW_METHOD_OTHER = 0,
+    AGW_METHOD_GET,
+    AGW_METHOD_HEAD,
+    AGW_METHOD_POST,
+    AGW_METHOD_OPTIONS,
+};
+
+#define AGW_ID_MAX 256 /* decoded bytes of one path id */
+
+struct agw_route {
+    enum agw_route_id id;
+    bool method_allowed; /* false → 405 with agw_route_allow() */
+    char agent_id[AGW_ID_MAX + 1];  /* decoded, for RUNS and CANCEL */
+    char run_id[AGW_ID_MAX + 1];    /* decoded, for CANCEL */
+    char thread_id[AGW_ID_MAX + 1]; /* decoded, for THREAD_MESSAGES */
+};
+
+/* Matches <path> (the request target without query string, still percent-encoded). Returns 0 with <r> filled
+ * (check r->method_allowed), -AGW_ENOTFOUND for an unknown path, -AGW_EINVAL when an id is badly encoded
+ * or invalid (empty, too long, control characters, invalid UTF-8, a '/' once decoded). */
+int agw_router_match(const char *path, enum agw_method method, struct agw_route *r);
+
+/* The Allow header value for a route, e.g. "POST, OPTIONS". */
+const char *agw_route_allow(enum agw_route_id id);
+/* "GET" → AGW_METHOD_GET, … */
+enum agw_method agw_method_parse(const char *s);
+
+/* Percent-decodes <in> (<len> bytes) into <out> (at most <outlen>-1 bytes plus NUL) and validates it as a path
+ * id. Returns the decoded length or -AGW_EINVAL. */
+int agw_path_id_decode(const char *in, size_t len, char *out, size_t outlen);
+
+/* Agent ids in config and paths: 1..64 of [A-Za-z0-9._-]. */
+bool agw_agent_id_valid(const char *id);
+
+#endif

@@ -1,0 +1,3 @@
+#ifndef AGW_UPSTREAM_H
+#define AGW_UPSTREAM_H
+#endif

@@ -1,0 +1,6 @@
+#include "config.h"
+
+int main(void)
+{
+    return 0;
+}

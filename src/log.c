@@ -1,0 +1,136 @@
+/* Logging to stderr and the JSON access log. Each line is formatted into one buffer and written with a single
+ * write(2), so lines from several threads never interleave. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agw/log.h"
+
+static volatile int log_level = AGW_LOG_INFO;
+static int access_fd = 2; /* -1 = off */
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+void agw_log_set_level(enum agw_log_level level)
+{
+    log_level = (int)level;
+}
+
+enum agw_log_level agw_log_get_level(void)
+{
+    return (enum agw_log_level)log_level;
+}
+
+int agw_log_level_parse(const char *s, enum agw_log_level *out)
+{
+    for (size_t i = 0; i < AGW_ARRAY_LEN(level_names); i++) {
+        if (strcmp(s, level_names[i]) == 0) {
+            *out = (enum agw_log_level)i;
+            return 0;
+        }
+    }
+    return -AGW_EINVAL;
+}
+
+static size_t format_time(char *buf, size_t len)
+{
+    struct timespec ts;
+    struct tm tm;
+    size_t n;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
+    n += (size_t)snprintf(buf + n, len - n, ".%03ldZ", ts.tv_nsec / 1000000L);
+    return n;
+}
+
+static void write_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, buf, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return;
+        }
+        buf += w;
+        len -= (size_t)w;
+    }
+}
+
+void agw_log(enum agw_log_level level, const char *fmt, ...)
+{
+    char line[4096];
+    size_t n;
+    int m;
+    va_list ap;
+
+    if ((int)level > log_level)
+        return;
+    n = format_time(line, sizeof(line));
+    n += (size_t)snprintf(line + n, sizeof(line) - n, " %-5s ", level_names[level]);
+    va_start(ap, fmt);
+    m = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+    va_end(ap);
+    if (m < 0)
+        m = 0;
+    n += (size_t)m;
+    if (n > sizeof(line) - 2) {
+        /* Say that the line was cut rather than cutting it silently. */
+        n = sizeof(line) - 5;
+        memcpy(line + n, "...", 3);
+        n += 3;
+    }
+    line[n++] = '\n';
+    write_all(2, line, n);
+}
+
+int agw_log_access_open(const char *where)
+{
+    int fd;
+
+    if (where == NULL || strcmp(where, "stderr") == 0) {
+        fd = 2;
+    } else if (strcmp(where, "off") == 0) {
+        fd = -1;
+    } else {
+        fd = open(where, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+        if (fd < 0)
+            return -AGW_EIO;
+    }
+    agw_log_access_close();
+    access_fd = fd;
+    return 0;
+}
+
+void agw_log_access(const char *json_line)
+{
+    size_t len;
+    char buf[2048];
+
+    if (access_fd < 0)
+        return;
+    len = strlen(json_line);
+    if (len + 1 <= sizeof(buf)) {
+        memcpy(buf, json_line, len);
+        buf[len] = '\n';
+        write_all(access_fd, buf, len + 1);
+    } else {
+        write_all(access_fd, json_line, len);
+        write_all(access_fd, "\n", 1);
+    }
+}
+
+void agw_log_access_close(void)
+{
+    if (access_fd > 2)
+        close(access_fd);
+    access_fd = 2;
+}
