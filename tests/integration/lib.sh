@@ -1,0 +1,123 @@
+# Shared helpers for the integration tests (sourced, POSIX sh + bash features used: local).
+# Every test runs on 127.0.0.1 with ephemeral ports, in its own temporary directory, bounded in time, and
+# stops every process it started (trap on EXIT).
+set -u
+
+: "${AGW_GATEWAY:?run through make check}"
+: "${AGW_DEMO:?run through make check}"
+: "${AGW_SRCDIR:?run through make check}"
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/agw-test.XXXXXX")
+PIDS=""
+FAILS=0
+CHECKS=0
+
+cleanup() {
+    for p in $PIDS; do
+        kill "$p" 2>/dev/null
+    done
+    for p in $PIDS; do
+        # Give each process 5 s to exit, then kill it hard.
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$p" 2>/dev/null
+    done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*" >&2
+    FAILS=$((FAILS + 1))
+}
+
+ok() {
+    echo "ok: $*"
+}
+
+# check DESCRIPTION EXPECTED ACTUAL
+check_eq() {
+    CHECKS=$((CHECKS + 1))
+    if [ "$2" = "$3" ]; then ok "$1"; else fail "$1: expected '$2', got '$3'"; fi
+}
+
+# check_contains DESCRIPTION NEEDLE HAYSTACK
+check_contains() {
+    CHECKS=$((CHECKS + 1))
+    case "$3" in
+    *"$2"*) ok "$1" ;;
+    *) fail "$1: '$2' not found in: $(printf %s "$3" | head -c 600)" ;;
+    esac
+}
+
+check_not_contains() {
+    CHECKS=$((CHECKS + 1))
+    case "$3" in
+    *"$2"*) fail "$1: '$2' unexpectedly found in: $(printf %s "$3" | head -c 600)" ;;
+    *) ok "$1" ;;
+    esac
+}
+
+# wait_port_file FILE [LINES]: waits (10 s max) until FILE has LINES lines; prints nothing.
+wait_port_file() {
+    local f=$1 n=${2:-1}
+    for _ in $(seq 100); do
+        if [ -s "$f" ] && [ "$(wc -l <"$f")" -ge "$n" ]; then return 0; fi
+        sleep 0.1
+    done
+    echo "timeout waiting for $f" >&2
+    return 1
+}
+
+# start_demo NAME [ARGS...]: starts the demo agent on an ephemeral port; sets DEMO_PORT and DEMO_PID.
+start_demo() {
+    local name=$1
+    shift
+    rm -f "$T/$name.port"
+    "$AGW_DEMO" --listen 127.0.0.1:0 --port-file "$T/$name.port" "$@" >"$T/$name.log" 2>&1 &
+    DEMO_PID=$!
+    PIDS="$PIDS $DEMO_PID"
+    wait_port_file "$T/$name.port" || { cat "$T/$name.log" >&2; return 1; }
+    DEMO_PORT=$(head -n1 "$T/$name.port")
+}
+
+# start_gateway CONFIG [ARGS...]: starts the daemon; sets GW_PORT (first listener), GW_PID, GW_LOG.
+start_gateway() {
+    local cfg=$1
+    shift
+    rm -f "$T/gw.port"
+    GW_LOG="$T/gw.log"
+    "$AGW_GATEWAY" -c "$cfg" --port-file "$T/gw.port" "$@" >"$GW_LOG" 2>&1 &
+    GW_PID=$!
+    PIDS="$PIDS $GW_PID"
+    wait_port_file "$T/gw.port" || { cat "$GW_LOG" >&2; return 1; }
+    GW_PORT=$(head -n1 "$T/gw.port")
+}
+
+# stop_pid PID: SIGTERM, wait up to 10 s; prints the exit status.
+stop_pid() {
+    local p=$1 st
+    kill -TERM "$p" 2>/dev/null
+    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$p" 2>/dev/null; then
+        kill -9 "$p"
+        echo killed
+        return
+    fi
+    wait "$p" 2>/dev/null
+    st=$?
+    echo "$st"
+}
+
+# http METHOD URL [curl args...]: prints "STATUS\nBODY" (bounded to 10 s).
+http() {
+    local m=$1 u=$2
+    shift 2
+    curl -sS -m 10 -o "$T/body" -w '%{http_code}' -X "$m" "$u" "$@" >"$T/status" 2>"$T/curl.err" || true
+    STATUS=$(cat "$T/status")
+    BODY=$(cat "$T/body" 2>/dev/null)
+}
+
+finish() {
+    echo "$((CHECKS - FAILS)) passed, $FAILS failed"
+    [ "$FAILS" -eq 0 ]
+}
