@@ -1,8 +1,652 @@
-/* gateway: not written yet. */
+/* The gateway: configuration → event loop, listeners, upstream pools, relays; and the request handler that
+ * answers every route of SPEC §2 (auth, validation, routing, relaying). */
 #include "config.h"
 
-int agw_gateway_placeholder_(void);
-int agw_gateway_placeholder_(void)
+#include <assert.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <jansson.h>
+#include <openssl/sha.h>
+
+#include "agw/auth.h"
+#include "agw/gateway.h"
+#include "agw/http_server.h"
+#include "agw/input.h"
+#include "agw/log.h"
+#include "agw/relay.h"
+#include "agw/router.h"
+#include "agw/upstream.h"
+
+#define MAX_PORTS 17
+#define MAX_UPSTREAM_HEADERS 64
+#define DRAIN_POLL_MS 100
+#define DRAIN_GRACE_MS 2000 /* after SHUTDOWN events are written, time for clients to take them */
+
+/* Per-agent runtime state: its backends' pools on this loop and the round-robin cursor. */
+struct agent_rt {
+    const struct agw_agent_config *cfg;
+    struct agw_upstream_pool **pools;
+    size_t rr;
+};
+
+/* Counters for /metrics (one loop, no locking needed). */
+struct status_count {
+    char agent[65];
+    int status;
+    uint64_t n;
+};
+
+struct metrics {
+    struct status_count *requests;
+    size_t n_requests, cap_requests;
+    uint64_t events, bytes, runs_started, auth_failures;
+    uint64_t upstream_failures[8];
+};
+
+static const char *const failure_kinds[] = {"connect", "connect_timeout", "first_byte_timeout", "idle_timeout",
+                                            "protocol", "closed", "tls", "status"};
+
+struct agw_gateway {
+    const struct agw_config *cfg;
+    struct event_base *base;
+    struct evdns_base *dns;
+    struct agw_server *srv;
+    struct agw_server *admin;
+    struct agw_relay_set *relays;
+    struct agent_rt *agents; /* parallel to cfg->agents */
+    uint16_t ports[MAX_PORTS];
+    size_t n_ports;
+    struct event *sig_term, *sig_int, *sig_hup, *drain_poll;
+    bool draining;
+    bool shutdown_sent;
+    uint64_t drain_start_ms;
+    struct metrics m;
+};
+
+/* ---- metrics ---------------------------------------------------------------------------------- */
+
+static void count_request(struct agw_gateway *gw, const char *agent, int status)
 {
+    struct metrics *m = &gw->m;
+
+    if (agent == NULL)
+        agent = "";
+    for (size_t i = 0; i < m->n_requests; i++) {
+        if (m->requests[i].status == status && strcmp(m->requests[i].agent, agent) == 0) {
+            m->requests[i].n++;
+            return;
+        }
+    }
+    /* Agents come from the config (bounded); unknown agent ids are counted under "" so a client cannot grow
+     * this table. */
+    if (agent[0] != '\0' && agw_config_find_agent(gw->cfg, agent) == NULL)
+        agent = "";
+    if (m->n_requests == m->cap_requests) {
+        m->cap_requests = m->cap_requests ? 2 * m->cap_requests : 16;
+        m->requests = agw_xrealloc(m->requests, m->cap_requests * sizeof(*m->requests));
+    }
+    snprintf(m->requests[m->n_requests].agent, sizeof(m->requests[0].agent), "%s", agent);
+    m->requests[m->n_requests].status = status;
+    m->requests[m->n_requests].n = 1;
+    m->n_requests++;
+}
+
+static void count_failure(struct agw_gateway *gw, const char *kind)
+{
+    for (size_t i = 0; i < AGW_ARRAY_LEN(failure_kinds); i++) {
+        if (kind != NULL && strcmp(kind, failure_kinds[i]) == 0) {
+            gw->m.upstream_failures[i]++;
+            return;
+        }
+    }
+}
+
+static void serve_metrics(struct agw_gateway *gw, struct agw_req *req)
+{
+    struct evbuffer *b = evbuffer_new();
+    struct metrics *m = &gw->m;
+    size_t len;
+
+    evbuffer_add_printf(b, "# HELP agw_requests_total Requests answered, by agent and HTTP status.\n"
+                           "# TYPE agw_requests_total counter\n");
+    for (size_t i = 0; i < m->n_requests; i++)
+        evbuffer_add_printf(b, "agw_requests_total{agent=\"%s\",status=\"%d\"} %" PRIu64 "\n",
+                            m->requests[i].agent, m->requests[i].status, m->requests[i].n);
+    evbuffer_add_printf(b,
+                        "# HELP agw_active_runs Runs currently relayed.\n# TYPE agw_active_runs gauge\n"
+                        "agw_active_runs %zu\n"
+                        "# HELP agw_runs_started_total Runs handed to an upstream.\n"
+                        "# TYPE agw_runs_started_total counter\nagw_runs_started_total %" PRIu64 "\n"
+                        "# HELP agw_events_relayed_total AG-UI events written to clients.\n"
+                        "# TYPE agw_events_relayed_total counter\nagw_events_relayed_total %" PRIu64 "\n"
+                        "# HELP agw_bytes_relayed_total Stream body bytes written to clients.\n"
+                        "# TYPE agw_bytes_relayed_total counter\nagw_bytes_relayed_total %" PRIu64 "\n"
+                        "# HELP agw_auth_failures_total Requests refused with 401 or 403.\n"
+                        "# TYPE agw_auth_failures_total counter\nagw_auth_failures_total %" PRIu64 "\n"
+                        "# HELP agw_upstream_failures_total Upstream failures, by kind.\n"
+                        "# TYPE agw_upstream_failures_total counter\n",
+                        agw_relay_set_count(gw->relays), m->runs_started, m->events, m->bytes, m->auth_failures);
+    for (size_t i = 0; i < AGW_ARRAY_LEN(failure_kinds); i++)
+        evbuffer_add_printf(b, "agw_upstream_failures_total{kind=\"%s\"} %" PRIu64 "\n", failure_kinds[i],
+                            m->upstream_failures[i]);
+    len = evbuffer_get_length(b);
+    agw_req_reply(req, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1), len);
+    evbuffer_free(b);
+}
+
+/* ---- access log ------------------------------------------------------------------------------ */
+
+static void access_log(const struct agw_req *req, const char *agent, const char *thread, const char *run,
+                       const char *key_id, int status, uint64_t events, uint64_t bytes, uint64_t duration_ms,
+                       const char *upstream, const char *outcome)
+{
+    json_t *o = json_object();
+    char *line;
+
+    json_object_set_new(o, "time", json_integer((json_int_t)agw_wall_ms()));
+    json_object_set_new(o, "request_id", json_string(agw_req_id(req)));
+    json_object_set_new(o, "client", json_string(agw_req_peer(req)));
+    json_object_set_new(o, "method", json_string(agw_req_method_name(req)));
+    /* The path may hold ids a client chose: jansson refuses invalid UTF-8, so it is logged only when valid. */
+    json_object_set_new(o, "path", json_string(agw_req_path(req)) ?: json_string("(invalid utf-8)"));
+    if (agent != NULL)
+        json_object_set_new(o, "agent", json_string(agent));
+    if (thread != NULL)
+        json_object_set_new(o, "thread", json_string(thread));
+    if (run != NULL)
+        json_object_set_new(o, "run", json_string(run));
+    if (key_id != NULL)
+        json_object_set_new(o, "key", json_string(key_id));
+    json_object_set_new(o, "status", json_integer(status));
+    json_object_set_new(o, "events", json_integer((json_int_t)events));
+    json_object_set_new(o, "bytes", json_integer((json_int_t)bytes));
+    json_object_set_new(o, "duration_ms", json_integer((json_int_t)duration_ms));
+    if (upstream != NULL)
+        json_object_set_new(o, "upstream", json_string(upstream));
+    if (outcome != NULL)
+        json_object_set_new(o, "outcome", json_string(outcome));
+    line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (line != NULL)
+        agw_log_access(line);
+    free(line);
+    json_decref(o);
+}
+
+/* Answers an error, logs and counts it. */
+static void reply_error(struct agw_gateway *gw, struct agw_req *req, const char *agent, int status,
+                        const char *msg)
+{
+    agw_req_reply_error(req, status, "%s", msg);
+    count_request(gw, agent, status);
+    access_log(req, agent, NULL, NULL, NULL, status, 0, 0, agw_now_ms() - agw_req_start_ms(req), NULL, "error");
+}
+
+/* ---- runs -------------------------------------------------------------------------------------- */
+
+struct run_ctx {
+    struct agw_gateway *gw;
+    struct agw_req *req;
+    const char *key_id; /* borrowed from the config */
+};
+
+static void run_ended(void *arg, const struct agw_relay_summary *s)
+{
+    struct run_ctx *rc = arg;
+    struct agw_gateway *gw = rc->gw;
+
+    gw->m.events += s->events;
+    gw->m.bytes += s->bytes;
+    count_request(gw, s->agent_id, s->status ? s->status : 499);
+    if (s->upstream_error != NULL)
+        count_failure(gw, s->upstream_error);
+    /* The request is still alive while the relay reports (the relay ends from the request's close). */
+    access_log(rc->req, s->agent_id, s->thread_id, s->run_id, rc->key_id, s->status, s->events, s->bytes,
+               s->duration_ms, s->upstream, s->outcome);
+    free(rc);
+}
+
+/* Rendezvous hashing: each backend's weight is a hash of (thread, backend URL); the heaviest wins and the
+ * others follow in weight order for retries. Adding or removing a backend moves only the threads that hashed
+ * to it, so backends that keep per-thread state keep their threads. */
+static uint64_t fnv1a(const char *a, const char *b)
+{
+    uint64_t h = 1469598103934665603ULL;
+
+    for (; *a; a++)
+        h = (h ^ (unsigned char)*a) * 1099511628211ULL;
+    h = (h ^ 0xff) * 1099511628211ULL;
+    for (; *b; b++)
+        h = (h ^ (unsigned char)*b) * 1099511628211ULL;
+    /* final avalanche (splitmix64) */
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+    return h;
+}
+
+static void order_backends(struct agent_rt *a, const char *thread_id, struct agw_upstream_pool **out)
+{
+    size_t n = a->cfg->n_upstreams;
+
+    if (a->cfg->balance == AGW_BALANCE_ROUND_ROBIN) {
+        size_t first = a->rr++ % n;
+        for (size_t i = 0; i < n; i++)
+            out[i] = a->pools[(first + i) % n];
+        return;
+    }
+    uint64_t w[64];
+    for (size_t i = 0; i < n; i++) {
+        out[i] = a->pools[i];
+        w[i] = fnv1a(thread_id, a->cfg->upstreams[i].text);
+    }
+    for (size_t i = 1; i < n; i++) { /* insertion sort, descending weight; n is small */
+        for (size_t j = i; j > 0 && w[j] > w[j - 1]; j--) {
+            uint64_t tw = w[j];
+            struct agw_upstream_pool *tp = out[j];
+            w[j] = w[j - 1];
+            out[j] = out[j - 1];
+            w[j - 1] = tw;
+            out[j - 1] = tp;
+        }
+    }
+}
+
+static bool traceparent_ok(const char *v)
+{
+    /* version "00" - 32 hex trace id - 16 hex parent id - 2 hex flags */
+    static const char shape[] = "xx-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx-xxxxxxxxxxxxxxxx-xx";
+
+    if (v == NULL || strlen(v) != sizeof(shape) - 1)
+        return false;
+    for (size_t i = 0; shape[i]; i++) {
+        char c = v[i];
+        if (shape[i] == '-' ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return false;
+    }
+    return strncmp(v, "ff", 2) != 0;
+}
+
+struct fwd_ctx {
+    const struct agw_agent_config *agent;
+    struct agw_upstream_header *h;
+    size_t *n;
+};
+
+static void forward_header(const char *name, const char *value, void *arg)
+{
+    struct fwd_ctx *fc = arg;
+
+    for (size_t i = 0; i < fc->agent->n_forward_headers; i++) {
+        if (*fc->n < MAX_UPSTREAM_HEADERS && agw_strieq_n(name, strlen(name), fc->agent->forward_headers[i])) {
+            fc->h[*fc->n].name = name;
+            fc->h[*fc->n].value = value;
+            (*fc->n)++;
+            return;
+        }
+    }
+}
+
+static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct agw_route *route)
+{
+    const struct agw_config *cfg = gw->cfg;
+    const struct agw_agent_config *agent;
+    const struct agw_auth_key *key = NULL;
+    struct agent_rt *art;
+    struct agw_input in = {0};
+    struct evbuffer *body = agw_req_body(req);
+    size_t body_len = evbuffer_get_length(body);
+    const char *body_data;
+    char err[AGW_INPUT_ERR_MAX], msg[AGW_INPUT_ERR_MAX + 80];
+    int status;
+
+    switch (agw_auth_check(&cfg->auth, agw_req_header(req, "Authorization"), route->agent_id, &key)) {
+    case AGW_AUTH_OK:
+        break;
+    case AGW_AUTH_FORBIDDEN:
+        gw->m.auth_failures++;
+        snprintf(msg, sizeof(msg), "forbidden: this key may not use agent '%s'", route->agent_id);
+        reply_error(gw, req, route->agent_id, 403, msg);
+        return;
+    default:
+        gw->m.auth_failures++;
+        agw_req_add_header(req, "WWW-Authenticate", "Bearer realm=\"agui-gateway\"");
+        reply_error(gw, req, route->agent_id, 401, "unauthorized: a valid bearer token is required");
+        return;
+    }
+    agent = agw_config_find_agent(cfg, route->agent_id);
+    if (agent == NULL) {
+        snprintf(msg, sizeof(msg), "agent not found: %s", route->agent_id);
+        reply_error(gw, req, NULL, 404, msg);
+        return;
+    }
+    if (!agw_input_content_type_ok(agw_req_header(req, "Content-Type"))) {
+        reply_error(gw, req, agent->id, 415, "unsupported media type: Content-Type must be application/json");
+        return;
+    }
+    if (body_len > cfg->limits.max_body_bytes) {
+        snprintf(msg, sizeof(msg), "payload too large: the limit is %zu bytes", cfg->limits.max_body_bytes);
+        reply_error(gw, req, agent->id, 413, msg);
+        return;
+    }
+    body_data = (const char *)evbuffer_pullup(body, -1);
+    status = agw_input_parse(body_data, body_len, cfg->limits.max_json_depth, &in, err, sizeof(err));
+    if (status != 0) {
+        reply_error(gw, req, agent->id, status, err);
+        return;
+    }
+
+    /* Upstream request headers (SPEC §4, §7): never the client's Authorization. */
+    struct agw_upstream_header h[MAX_UPSTREAM_HEADERS];
+    size_t n = 0;
+    char traceparent[64], trace_id[33], span_id[17];
+    const char *tp = agw_req_header(req, "traceparent");
+    h[n++] = (struct agw_upstream_header){"Content-Type", "application/json"};
+    h[n++] = (struct agw_upstream_header){"Accept", "text/event-stream"};
+    h[n++] = (struct agw_upstream_header){"X-Request-Id", agw_req_id(req)};
+    if (traceparent_ok(tp)) {
+        snprintf(traceparent, sizeof(traceparent), "%s", tp);
+    } else {
+        agw_random_hex(trace_id, 16);
+        agw_random_hex(span_id, 8);
+        snprintf(traceparent, sizeof(traceparent), "00-%s-%s-01", trace_id, span_id);
+    }
+    h[n++] = (struct agw_upstream_header){"traceparent", traceparent};
+    for (size_t i = 0; i < agent->n_upstream_headers && n < MAX_UPSTREAM_HEADERS; i++)
+        h[n++] = (struct agw_upstream_header){agent->upstream_headers[i].name, agent->upstream_headers[i].value};
+    struct fwd_ctx fc = {agent, h, &n};
+    agw_req_foreach_header(req, forward_header, &fc);
+
+    art = &gw->agents[agent - cfg->agents];
+    struct agw_upstream_pool *order[64];
+    order_backends(art, in.thread_id, order);
+
+    struct run_ctx *rc = agw_xcalloc(1, sizeof(*rc));
+    rc->gw = gw;
+    rc->req = req;
+    rc->key_id = key != NULL ? key->id : NULL;
+    struct agw_relay_params p = {
+        .req = req,
+        .agent_id = agent->id,
+        .thread_id = in.thread_id,
+        .run_id = in.run_id,
+        .protocol = agent->protocol,
+        .backends = order,
+        .n_backends = agent->n_upstreams,
+        .retries = agent->retries,
+        .headers = h,
+        .n_headers = n,
+        .body = body_data,
+        .body_len = body_len,
+        .stream_buffer_bytes = cfg->limits.stream_buffer_bytes,
+        .max_frame_bytes = cfg->limits.max_frame_bytes,
+        .heartbeat_ms = cfg->timeouts.heartbeat_ms,
+        .run_ms = cfg->timeouts.run_ms,
+        .on_end = run_ended,
+        .arg = rc,
+    };
+    gw->m.runs_started++;
+    agw_relay_start(gw->relays, &p);
+    agw_input_clear(&in);
+}
+
+/* ---- dispatch -------------------------------------------------------------------------------- */
+
+static void handle_request(struct agw_req *req, void *arg, bool admin)
+{
+    struct agw_gateway *gw = arg;
+    struct agw_route route;
+    char msg[160];
+    int rc;
+
+    rc = agw_router_match(agw_req_path(req), agw_req_method(req), &route);
+    if (rc == -AGW_EINVAL) {
+        reply_error(gw, req, NULL, 400, "bad request: invalid id in the path");
+        return;
+    }
+    /* /metrics lives on the admin listener when there is one; the admin listener serves nothing else. */
+    if (rc == 0) {
+        bool admin_route = route.id == AGW_ROUTE_HEALTHZ || route.id == AGW_ROUTE_METRICS;
+        if (admin && !admin_route)
+            rc = -AGW_ENOTFOUND;
+        else if (!admin && route.id == AGW_ROUTE_METRICS && gw->admin != NULL)
+            rc = -AGW_ENOTFOUND;
+    }
+    if (rc != 0) {
+        snprintf(msg, sizeof(msg), "not found: no route for %.16s %.100s", agw_req_method_name(req),
+                 agw_req_path(req));
+        reply_error(gw, req, NULL, 404, msg);
+        return;
+    }
+    if (!route.method_allowed) {
+        agw_req_add_header(req, "Allow", agw_route_allow(route.id));
+        snprintf(msg, sizeof(msg), "method not allowed: use %s", agw_route_allow(route.id));
+        reply_error(gw, req, NULL, 405, msg);
+        return;
+    }
+    if (agw_req_method(req) == AGW_METHOD_OPTIONS) {
+        /* CORS preflight answers arrive with the operations issue; until then: what the route accepts. */
+        agw_req_add_header(req, "Allow", agw_route_allow(route.id));
+        agw_req_reply(req, 204, NULL, NULL, 0);
+        count_request(gw, NULL, 204);
+        return;
+    }
+    switch (route.id) {
+    case AGW_ROUTE_HEALTHZ:
+        if (gw->draining) {
+            agw_req_reply(req, 503, "application/json", "{\"status\":\"draining\"}", 21);
+            count_request(gw, NULL, 503);
+        } else {
+            agw_req_reply(req, 200, "application/json", "{\"status\":\"ok\"}", 15);
+            count_request(gw, NULL, 200);
+        }
+        return;
+    case AGW_ROUTE_METRICS:
+        serve_metrics(gw, req);
+        count_request(gw, NULL, 200);
+        return;
+    case AGW_ROUTE_RUNS:
+        handle_run(gw, req, &route);
+        return;
+    case AGW_ROUTE_CANCEL:
+    case AGW_ROUTE_THREAD_MESSAGES:
+        reply_error(gw, req, NULL, 501, "not implemented yet: this endpoint arrives with a later release");
+        return;
+    case AGW_ROUTE_NONE:
+        break;
+    }
+    reply_error(gw, req, NULL, 500, "internal error: unrouted request");
+}
+
+static void main_handler(struct agw_req *req, void *arg)
+{
+    handle_request(req, arg, false);
+}
+
+static void admin_handler(struct agw_req *req, void *arg)
+{
+    handle_request(req, arg, true);
+}
+
+/* ---- signals and drain ----------------------------------------------------------------------- */
+
+static void drain_poll_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_gateway *gw = arg;
+    uint64_t elapsed = agw_now_ms() - gw->drain_start_ms;
+    struct timeval tv = {0, DRAIN_POLL_MS * 1000};
+
+    (void)fd;
+    (void)what;
+    if (agw_relay_set_count(gw->relays) == 0 && agw_server_active_requests(gw->srv) == 0) {
+        agw_log_info("drained; exiting");
+        event_base_loopexit(gw->base, NULL);
+        return;
+    }
+    if (!gw->shutdown_sent && elapsed >= gw->cfg->timeouts.drain_ms) {
+        agw_log_warn("drain timeout: ending %zu runs with RUN_ERROR SHUTDOWN", agw_relay_set_count(gw->relays));
+        gw->shutdown_sent = true;
+        agw_relay_set_shutdown(gw->relays);
+    } else if (gw->shutdown_sent && elapsed >= (uint64_t)gw->cfg->timeouts.drain_ms + DRAIN_GRACE_MS) {
+        agw_log_warn("clients did not take their last events; closing");
+        event_base_loopexit(gw->base, NULL);
+        return;
+    }
+    evtimer_add(gw->drain_poll, &tv);
+}
+
+static void begin_drain(struct agw_gateway *gw, const char *why)
+{
+    struct timeval tv = {0, 0};
+
+    if (gw->draining) {
+        agw_log_warn("%s again: stopping now", why);
+        gw->shutdown_sent = true;
+        agw_relay_set_shutdown(gw->relays);
+        gw->drain_start_ms = agw_now_ms() - gw->cfg->timeouts.drain_ms;
+        return;
+    }
+    agw_log_info("%s: draining (%zu runs active, up to %u ms)", why, agw_relay_set_count(gw->relays),
+                 gw->cfg->timeouts.drain_ms);
+    gw->draining = true;
+    gw->drain_start_ms = agw_now_ms();
+    agw_server_drain(gw->srv);
+    evtimer_add(gw->drain_poll, &tv);
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+    struct agw_gateway *gw = arg;
+
+    (void)what;
+    if (sig == SIGHUP) {
+        agw_log_warn("SIGHUP: configuration reload is not supported yet; keeping the running configuration");
+        return;
+    }
+    begin_drain(gw, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* ---- life ------------------------------------------------------------------------------------ */
+
+struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, size_t errlen)
+{
+    struct agw_gateway *gw = agw_xcalloc(1, sizeof(*gw));
+    struct agw_server_options so = {.max_body_bytes = cfg->limits.max_body_bytes,
+                                    .request_ms = cfg->timeouts.request_ms};
+    struct agw_upstream_pool_options po = {
+        .connect_ms = cfg->timeouts.connect_ms,
+        .first_byte_ms = cfg->timeouts.first_byte_ms,
+        .idle_ms = cfg->timeouts.idle_ms,
+        .max_header_bytes = cfg->limits.max_header_bytes,
+        .max_idle_conns = 64,
+        .keepalive_ms = 60000,
+    };
+
+    gw->cfg = cfg;
+    gw->base = event_base_new();
+    if (gw->base == NULL) {
+        snprintf(err, errlen, "cannot create the event loop");
+        goto err;
+    }
+    /* Name servers from /etc/resolv.conf; resolution never blocks the loop. */
+    gw->dns = evdns_base_new(gw->base, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+    if (gw->dns == NULL)
+        gw->dns = evdns_base_new(gw->base, 0);
+    gw->relays = agw_relay_set_new(gw->base);
+    gw->agents = agw_xcalloc(cfg->n_agents, sizeof(*gw->agents));
+    for (size_t i = 0; i < cfg->n_agents; i++) {
+        gw->agents[i].cfg = &cfg->agents[i];
+        gw->agents[i].pools = agw_xcalloc(cfg->agents[i].n_upstreams, sizeof(struct agw_upstream_pool *));
+        for (size_t j = 0; j < cfg->agents[i].n_upstreams; j++)
+            gw->agents[i].pools[j] = agw_upstream_pool_new(gw->base, gw->dns, &cfg->agents[i].upstreams[j], &po);
+    }
+    gw->srv = agw_server_new(gw->base, &so, main_handler, gw);
+    for (size_t i = 0; i < cfg->n_listeners; i++) {
+        const struct agw_listener_config *l = &cfg->listeners[i];
+        if (l->tls.cert != NULL) {
+            snprintf(err, errlen, "listen[%zu].tls: TLS listeners are not supported yet", i);
+            goto err;
+        }
+        if (agw_server_listen(gw->srv, l->address, l->port, &gw->ports[gw->n_ports]) != 0) {
+            snprintf(err, errlen, "listen[%zu]: cannot listen on %s port %u: %s", i, l->address, l->port,
+                     evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+            goto err;
+        }
+        agw_log_info("listening on %s port %u", l->address, gw->ports[gw->n_ports]);
+        gw->n_ports++;
+    }
+    if (cfg->admin != NULL) {
+        gw->admin = agw_server_new(gw->base, &so, admin_handler, gw);
+        if (agw_server_listen(gw->admin, cfg->admin->address, cfg->admin->port, &gw->ports[gw->n_ports]) != 0) {
+            snprintf(err, errlen, "admin: cannot listen on %s port %u: %s", cfg->admin->address,
+                     cfg->admin->port, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+            goto err;
+        }
+        agw_log_info("admin listener on %s port %u", cfg->admin->address, gw->ports[gw->n_ports]);
+        gw->n_ports++;
+    }
+    gw->sig_term = evsignal_new(gw->base, SIGTERM, signal_cb, gw);
+    gw->sig_int = evsignal_new(gw->base, SIGINT, signal_cb, gw);
+    gw->sig_hup = evsignal_new(gw->base, SIGHUP, signal_cb, gw);
+    gw->drain_poll = evtimer_new(gw->base, drain_poll_cb, gw);
+    evsignal_add(gw->sig_term, NULL);
+    evsignal_add(gw->sig_int, NULL);
+    evsignal_add(gw->sig_hup, NULL);
+    if (cfg->auth.mode == AGW_AUTH_NONE)
+        agw_log_warn("AUTHENTICATION IS OFF (auth.mode = \"none\"): anyone who reaches this gateway can run "
+                     "every agent");
+    return gw;
+err:
+    agw_gateway_free(gw);
+    return NULL;
+}
+
+void agw_gateway_free(struct agw_gateway *gw)
+{
+    if (gw == NULL)
+        return;
+    /* Servers first: closing their connections ends the relays still attached to them. */
+    agw_server_free(gw->srv);
+    agw_server_free(gw->admin);
+    agw_relay_set_free(gw->relays);
+    for (size_t i = 0; gw->agents != NULL && i < gw->cfg->n_agents; i++) {
+        for (size_t j = 0; j < gw->cfg->agents[i].n_upstreams; j++)
+            agw_upstream_pool_free(gw->agents[i].pools[j]);
+        free(gw->agents[i].pools);
+    }
+    free(gw->agents);
+    free(gw->m.requests);
+    if (gw->sig_term != NULL) {
+        event_free(gw->sig_term);
+        event_free(gw->sig_int);
+        event_free(gw->sig_hup);
+        event_free(gw->drain_poll);
+    }
+    if (gw->dns != NULL)
+        evdns_base_free(gw->dns, 0);
+    if (gw->base != NULL)
+        event_base_free(gw->base);
+    free(gw);
+}
+
+size_t agw_gateway_ports(const struct agw_gateway *gw, uint16_t *ports, size_t max)
+{
+    size_t n = gw->n_ports < max ? gw->n_ports : max;
+
+    memcpy(ports, gw->ports, n * sizeof(*ports));
+    return n;
+}
+
+int agw_gateway_run(struct agw_gateway *gw)
+{
+    event_base_dispatch(gw->base);
     return 0;
 }

@@ -1,6 +1,154 @@
+/* agui-gateway: command line, process set-up and wiring only (see include/agw/gateway.h). */
 #include "config.h"
 
-int main(void)
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agw/auth.h"
+#include "agw/config.h"
+#include "agw/gateway.h"
+#include "agw/log.h"
+
+static void usage(FILE *f)
 {
+    fprintf(f, "Usage: agui-gateway -c FILE [--port-file FILE]\n"
+               "       agui-gateway --check -c FILE\n"
+               "       agui-gateway hash-token < token-file\n"
+               "       agui-gateway --version | --help\n"
+               "\n"
+               "  -c, --config FILE     the JSON configuration (doc/configuration.md)\n"
+               "      --check           validate the configuration and exit (0 = valid)\n"
+               "      --port-file FILE  once listening, write the bound ports there, one per line\n"
+               "                        (listeners in order, then the admin listener)\n"
+               "  hash-token            print the SHA-256 hex digest of the token read from stdin,\n"
+               "                        for auth.keys[].sha256\n");
+}
+
+/* Reads a token from stdin (trailing newline removed) and prints its digest. The token is never echoed. */
+static int hash_token(void)
+{
+    char buf[4097];
+    size_t n = fread(buf, 1, sizeof(buf), stdin);
+    char hex[65];
+
+    if (n == sizeof(buf)) {
+        fprintf(stderr, "agui-gateway: token longer than 4096 bytes\n");
+        return 1;
+    }
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        n--;
+    if (n == 0) {
+        fprintf(stderr, "agui-gateway: no token on stdin\n");
+        return 1;
+    }
+    agw_auth_hash_hex(buf, n, hex);
+    memset(buf, 0, sizeof(buf));
+    printf("%s\n", hex);
     return 0;
+}
+
+static int write_port_file(const char *path, const uint16_t *ports, size_t n)
+{
+    char tmp[4096];
+    FILE *f;
+
+    /* Written under a temporary name and renamed, so a reader never sees half a file. */
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    f = fopen(tmp, "w");
+    if (f == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%u\n", ports[i]);
+    if (fclose(f) != 0)
+        return -1;
+    return rename(tmp, path);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'}, {"check", no_argument, NULL, 'k'},
+        {"port-file", required_argument, NULL, 'p'}, {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+    };
+    const char *config_path = NULL, *port_file = NULL;
+    bool check = false;
+    char err[AGW_CONFIG_ERR_MAX];
+    struct agw_config *cfg = NULL;
+    struct agw_gateway *gw = NULL;
+    uint16_t ports[32];
+    size_t n_ports;
+    int c, status = 1;
+
+    if (argc == 2 && strcmp(argv[1], "hash-token") == 0)
+        return hash_token();
+    while ((c = getopt_long(argc, argv, "c:hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            config_path = optarg;
+            break;
+        case 'k':
+            check = true;
+            break;
+        case 'p':
+            port_file = optarg;
+            break;
+        case 'V':
+            printf("agui-gateway %s\n", PACKAGE_VERSION);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc || config_path == NULL) {
+        usage(stderr);
+        return 2;
+    }
+
+    cfg = agw_config_load_file(config_path, err, sizeof(err));
+    if (cfg == NULL) {
+        fprintf(stderr, "agui-gateway: %s: %s\n", config_path, err);
+        return 1;
+    }
+    if (check) {
+        printf("%s: configuration is valid (%zu agents, %zu listeners)\n", config_path, cfg->n_agents,
+               cfg->n_listeners);
+        agw_config_free(cfg);
+        return 0;
+    }
+    agw_log_set_level((enum agw_log_level)cfg->log.level);
+    if (agw_log_access_open(cfg->log.access) != 0) {
+        fprintf(stderr, "agui-gateway: log.access: cannot open '%s': %s\n", cfg->log.access, strerror(errno));
+        goto out;
+    }
+    /* A client that disconnects mid-write must not kill the process (libevent writes with writev). */
+    signal(SIGPIPE, SIG_IGN);
+
+    gw = agw_gateway_new(cfg, err, sizeof(err));
+    if (gw == NULL) {
+        agw_log_error("%s", err);
+        goto out;
+    }
+    n_ports = agw_gateway_ports(gw, ports, AGW_ARRAY_LEN(ports));
+    if (port_file != NULL && write_port_file(port_file, ports, n_ports) != 0) {
+        agw_log_error("--port-file %s: %s", port_file, strerror(errno));
+        goto out;
+    }
+    agw_log_info("agui-gateway %s ready (%zu agents)", PACKAGE_VERSION, cfg->n_agents);
+    agw_gateway_run(gw);
+    status = 0;
+out:
+    agw_gateway_free(gw);
+    agw_config_free(cfg);
+    agw_log_access_close();
+    return status;
 }

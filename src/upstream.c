@@ -1,8 +1,565 @@
-/* upstream: not written yet. */
+/* The upstream client: one HTTP/1.1 exchange per run over a pooled bufferevent. See include/agw/upstream.h
+ * for the contract and doc/internals/upstream.md for the states and timers.
+ *
+ * States of an exchange, each with its own timer:
+ *   CONNECTING (connect_ms) → WAITING (first_byte_ms) → BODY (idle_ms, suspended while paused) → DONE
+ * and FAILED from any of them. The exchange is freed only by agw_upstream_close(); when that is called from
+ * inside one of the exchange's callbacks the free waits until the callback has returned. */
 #include "config.h"
 
-int agw_upstream_placeholder_(void);
-int agw_upstream_placeholder_(void)
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/util.h>
+
+#include "agw/log.h"
+#include "agw/upstream.h"
+
+const char AGW_UP_ERR_CONNECT[] = "connect";
+const char AGW_UP_ERR_CONNECT_TIMEOUT[] = "connect_timeout";
+const char AGW_UP_ERR_FIRST_BYTE_TIMEOUT[] = "first_byte_timeout";
+const char AGW_UP_ERR_IDLE_TIMEOUT[] = "idle_timeout";
+const char AGW_UP_ERR_PROTOCOL[] = "protocol";
+const char AGW_UP_ERR_CLOSED[] = "closed";
+const char AGW_UP_ERR_TLS[] = "tls";
+
+/* A pooled, idle, kept-alive connection. */
+struct idle_conn {
+    struct agw_upstream_pool *pool;
+    struct bufferevent *bev;
+    struct event *timer; /* keepalive_ms */
+    TAILQ_ENTRY(idle_conn) link;
+};
+
+TAILQ_HEAD(idle_list, idle_conn);
+
+struct agw_upstream_pool {
+    struct event_base *base;
+    struct evdns_base *dns;
+    struct agw_url url; /* a copy */
+    struct agw_upstream_pool_options opts;
+    struct idle_list idle;
+    size_t n_idle;
+};
+
+enum up_state {
+    UP_ST_CONNECTING = 0,
+    UP_ST_WAITING,
+    UP_ST_BODY,
+    UP_ST_DONE,
+    UP_ST_FAILED,
+};
+
+static const char *const state_names[] = {"CONNECTING", "WAITING", "BODY", "DONE", "FAILED"};
+
+struct agw_upstream {
+    struct agw_upstream_pool *pool;
+    struct bufferevent *bev;
+    enum up_state state;
+    struct event *timer; /* the current state's timeout */
+    struct event *kick;  /* deferred work: reported failure, input left while paused */
+    struct agw_http1_parser *parser;
+    struct agw_http1_response resp;
+    struct evbuffer *request; /* the whole request, kept for one retry on a stale pooled connection */
+    struct evbuffer *body;    /* decoded body bytes handed to on_body */
+    struct agw_upstream_callbacks cbs;
+    void *arg;
+    const char *pending_kind; /* failure to report from the kick event */
+    char pending_detail[160];
+    uint64_t start_ms, connect_ms, first_byte_ms;
+    unsigned busy;    /* depth of callbacks running */
+    bool closing;     /* agw_upstream_close() was called */
+    bool paused;
+    bool reused;      /* the connection came from the pool */
+    bool got_bytes;   /* at least one response byte arrived */
+};
+
+static void up_read_cb(struct bufferevent *bev, void *arg);
+static void up_event_cb(struct bufferevent *bev, short what, void *arg);
+static void destroy(struct agw_upstream *up);
+
+/* ---- pool ----------------------------------------------------------------------------------- */
+
+static void url_copy(struct agw_url *dst, const struct agw_url *src)
 {
+    dst->text = agw_xstrdup(src->text);
+    dst->tls = src->tls;
+    dst->host = agw_xstrdup(src->host);
+    dst->port = src->port;
+    dst->target = agw_xstrdup(src->target);
+    dst->authority = agw_xstrdup(src->authority);
+}
+
+struct agw_upstream_pool *agw_upstream_pool_new(struct event_base *base, struct evdns_base *dns,
+                                                const struct agw_url *url,
+                                                const struct agw_upstream_pool_options *opts)
+{
+    struct agw_upstream_pool *pool = agw_xcalloc(1, sizeof(*pool));
+
+    pool->base = base;
+    pool->dns = dns;
+    url_copy(&pool->url, url);
+    pool->opts = *opts;
+    TAILQ_INIT(&pool->idle);
+    return pool;
+}
+
+static void idle_conn_free(struct idle_conn *ic)
+{
+    TAILQ_REMOVE(&ic->pool->idle, ic, link);
+    ic->pool->n_idle--;
+    event_free(ic->timer);
+    bufferevent_free(ic->bev);
+    free(ic);
+}
+
+void agw_upstream_pool_free(struct agw_upstream_pool *pool)
+{
+    if (pool == NULL)
+        return;
+    while (!TAILQ_EMPTY(&pool->idle))
+        idle_conn_free(TAILQ_FIRST(&pool->idle));
+    agw_url_clear(&pool->url);
+    free(pool);
+}
+
+const struct agw_url *agw_upstream_pool_url(const struct agw_upstream_pool *pool)
+{
+    return &pool->url;
+}
+
+size_t agw_upstream_pool_idle(const struct agw_upstream_pool *pool)
+{
+    return pool->n_idle;
+}
+
+/* An idle pooled connection said something (the backend closed it, or sent bytes nobody asked for): either
+ * way it cannot carry a new request. */
+static void idle_read_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    idle_conn_free(arg);
+}
+
+static void idle_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    (void)what;
+    idle_conn_free(arg);
+}
+
+static void idle_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    idle_conn_free(arg);
+}
+
+static void pool_put(struct agw_upstream_pool *pool, struct bufferevent *bev)
+{
+    struct idle_conn *ic;
+    struct timeval tv;
+
+    if (pool->n_idle >= pool->opts.max_idle_conns) {
+        bufferevent_free(bev);
+        return;
+    }
+    ic = agw_xcalloc(1, sizeof(*ic));
+    ic->pool = pool;
+    ic->bev = bev;
+    ic->timer = evtimer_new(pool->base, idle_timer_cb, ic);
+    bufferevent_setcb(bev, idle_read_cb, NULL, idle_event_cb, ic);
+    bufferevent_enable(bev, EV_READ);
+    tv.tv_sec = pool->opts.keepalive_ms / 1000;
+    tv.tv_usec = (pool->opts.keepalive_ms % 1000) * 1000;
+    evtimer_add(ic->timer, &tv);
+    TAILQ_INSERT_HEAD(&pool->idle, ic, link);
+    pool->n_idle++;
+}
+
+/* Takes the most recently used idle connection (the likeliest to be still open), or NULL. */
+static struct bufferevent *pool_take(struct agw_upstream_pool *pool)
+{
+    struct idle_conn *ic = TAILQ_FIRST(&pool->idle);
+    struct bufferevent *bev;
+
+    if (ic == NULL)
+        return NULL;
+    bev = ic->bev;
+    TAILQ_REMOVE(&pool->idle, ic, link);
+    pool->n_idle--;
+    event_free(ic->timer);
+    free(ic);
+    return bev;
+}
+
+/* ---- exchange: states and callbacks ----------------------------------------------------------- */
+
+static void arm_timer(struct agw_upstream *up, uint32_t ms)
+{
+    struct timeval tv;
+
+    evtimer_del(up->timer);
+    if (ms == 0)
+        return;
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    evtimer_add(up->timer, &tv);
+}
+
+static void set_state(struct agw_upstream *up, enum up_state st)
+{
+    agw_log_debug("upstream %s: %s -> %s", up->pool->url.authority, state_names[up->state], state_names[st]);
+    up->state = st;
+    switch (st) {
+    case UP_ST_CONNECTING:
+        arm_timer(up, up->pool->opts.connect_ms);
+        break;
+    case UP_ST_WAITING:
+        arm_timer(up, up->pool->opts.first_byte_ms);
+        break;
+    case UP_ST_BODY:
+        arm_timer(up, up->paused ? 0 : up->pool->opts.idle_ms);
+        break;
+    case UP_ST_DONE:
+    case UP_ST_FAILED:
+        arm_timer(up, 0);
+        break;
+    }
+}
+
+/* Callback bracket: returns false when the exchange was closed by the callback (then it is freed here and
+ * must not be touched). */
+static void call_begin(struct agw_upstream *up)
+{
+    up->busy++;
+}
+
+static bool call_end(struct agw_upstream *up)
+{
+    up->busy--;
+    if (up->closing) {
+        if (up->busy == 0)
+            destroy(up);
+        return false;
+    }
+    return true;
+}
+
+static void fail(struct agw_upstream *up, const char *kind, const char *detail)
+{
+    if (up->state == UP_ST_DONE || up->state == UP_ST_FAILED)
+        return;
+    set_state(up, UP_ST_FAILED);
+    if (up->bev != NULL)
+        bufferevent_disable(up->bev, EV_READ | EV_WRITE);
+    call_begin(up);
+    up->cbs.on_error(up->arg, kind, detail);
+    call_end(up);
+}
+
+/* Reports a failure from the loop rather than from the current call stack. */
+static void fail_later(struct agw_upstream *up, const char *kind, const char *detail)
+{
+    up->pending_kind = kind;
+    snprintf(up->pending_detail, sizeof(up->pending_detail), "%s", detail);
+    event_active(up->kick, EV_TIMEOUT, 0);
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_upstream *up = arg;
+    char detail[96];
+
+    (void)fd;
+    (void)what;
+    switch (up->state) {
+    case UP_ST_CONNECTING:
+        snprintf(detail, sizeof(detail), "no connection within %u ms", up->pool->opts.connect_ms);
+        fail(up, AGW_UP_ERR_CONNECT_TIMEOUT, detail);
+        break;
+    case UP_ST_WAITING:
+        snprintf(detail, sizeof(detail), "no response within %u ms", up->pool->opts.first_byte_ms);
+        fail(up, AGW_UP_ERR_FIRST_BYTE_TIMEOUT, detail);
+        break;
+    case UP_ST_BODY:
+        snprintf(detail, sizeof(detail), "nothing received for %u ms", up->pool->opts.idle_ms);
+        fail(up, AGW_UP_ERR_IDLE_TIMEOUT, detail);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Parses what the input holds. Returns false when the exchange was closed by a callback. */
+static bool process_input(struct agw_upstream *up)
+{
+    struct evbuffer *in = bufferevent_get_input(up->bev);
+    int rc;
+
+    if (up->state == UP_ST_WAITING) {
+        if (evbuffer_get_length(in) == 0)
+            return true;
+        if (!up->got_bytes) {
+            up->got_bytes = true;
+            up->first_byte_ms = agw_now_ms() - up->start_ms;
+        }
+        rc = agw_http1_parse_head(up->parser, in, &up->resp);
+        if (rc == AGW_AGAIN)
+            return true;
+        if (rc < 0) {
+            fail(up, AGW_UP_ERR_PROTOCOL,
+                 rc == -AGW_ETOOBIG ? "response head too large" : "malformed response head");
+            return !up->closing;
+        }
+        set_state(up, UP_ST_BODY);
+        call_begin(up);
+        up->cbs.on_head(up->arg, &up->resp);
+        if (!call_end(up) || up->state != UP_ST_BODY)
+            return false;
+    }
+    while (up->state == UP_ST_BODY && !up->paused) {
+        rc = agw_http1_parse_body(up->parser, in, up->body);
+        if (rc < 0) {
+            fail(up, AGW_UP_ERR_PROTOCOL, "malformed response body framing");
+            return !up->closing;
+        }
+        if (evbuffer_get_length(up->body) > 0) {
+            call_begin(up);
+            up->cbs.on_body(up->arg, up->body);
+            if (!call_end(up))
+                return false;
+        }
+        if (rc == 1) {
+            set_state(up, UP_ST_DONE);
+            call_begin(up);
+            up->cbs.on_done(up->arg);
+            call_end(up);
+            return false;
+        }
+        if (evbuffer_get_length(in) == 0)
+            break;
+    }
+    return true;
+}
+
+static void up_read_cb(struct bufferevent *bev, void *arg)
+{
+    struct agw_upstream *up = arg;
+
+    (void)bev;
+    if (up->state == UP_ST_BODY && !up->paused)
+        arm_timer(up, up->pool->opts.idle_ms);
+    process_input(up);
+}
+
+static void kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_upstream *up = arg;
+
+    (void)fd;
+    (void)what;
+    if (up->pending_kind != NULL) {
+        const char *kind = up->pending_kind;
+        up->pending_kind = NULL;
+        fail(up, kind, up->pending_detail);
+        return;
+    }
+    if (up->state == UP_ST_BODY && !up->paused && up->bev != NULL)
+        process_input(up);
+}
+
+static int connect_fresh(struct agw_upstream *up);
+
+static void up_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    struct agw_upstream *up = arg;
+    char detail[160];
+
+    if (what & BEV_EVENT_CONNECTED) {
+        up->connect_ms = agw_now_ms() - up->start_ms;
+        set_state(up, UP_ST_WAITING);
+        return;
+    }
+    if (up->state == UP_ST_CONNECTING) {
+        int dns_err = bufferevent_socket_get_dns_error(bev);
+        if (dns_err != 0)
+            snprintf(detail, sizeof(detail), "cannot resolve %s: %s", up->pool->url.host,
+                     evutil_gai_strerror(dns_err));
+        else
+            snprintf(detail, sizeof(detail), "cannot connect to %s: %s", up->pool->url.authority,
+                     evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        fail(up, AGW_UP_ERR_CONNECT, detail);
+        return;
+    }
+    if (up->state == UP_ST_WAITING && up->reused && !up->got_bytes) {
+        /* The backend had closed the pooled connection before our request reached it: the request was not
+         * processed, so sending it again on a fresh connection is safe. */
+        agw_log_debug("upstream %s: pooled connection was stale, reconnecting", up->pool->url.authority);
+        bufferevent_free(up->bev);
+        up->bev = NULL;
+        up->reused = false;
+        if (connect_fresh(up) != 0)
+            fail_later(up, AGW_UP_ERR_CONNECT, "cannot create a socket");
+        return;
+    }
+    if (up->state == UP_ST_BODY && (what & BEV_EVENT_EOF)) {
+        /* Bytes that arrived with the EOF are still in the input. */
+        if (!process_input(up) || up->state != UP_ST_BODY)
+            return;
+        if (agw_http1_parse_eof(up->parser) == 1) {
+            set_state(up, UP_ST_DONE);
+            call_begin(up);
+            up->cbs.on_done(up->arg);
+            call_end(up);
+            return;
+        }
+        fail(up, AGW_UP_ERR_CLOSED, "the backend closed the connection before the end of the response");
+        return;
+    }
+    if (what & BEV_EVENT_EOF)
+        snprintf(detail, sizeof(detail), "the backend closed the connection %s",
+                 up->state == UP_ST_WAITING ? "without answering" : "mid-response");
+    else
+        snprintf(detail, sizeof(detail), "connection error: %s",
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    fail(up, AGW_UP_ERR_CLOSED, detail);
+}
+
+/* ---- exchange: life ----------------------------------------------------------------------- */
+
+static int connect_fresh(struct agw_upstream *up)
+{
+    struct agw_upstream_pool *pool = up->pool;
+
+    up->bev = bufferevent_socket_new(pool->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    if (up->bev == NULL)
+        return -AGW_EIO;
+    bufferevent_setcb(up->bev, up_read_cb, NULL, up_event_cb, up);
+    bufferevent_enable(up->bev, EV_READ | EV_WRITE);
+    /* The request waits in the output buffer until the connection is up. */
+    evbuffer_add_buffer_reference(bufferevent_get_output(up->bev), up->request);
+    set_state(up, UP_ST_CONNECTING);
+    if (bufferevent_socket_connect_hostname(up->bev, pool->dns, AF_UNSPEC, pool->url.host, pool->url.port) !=
+        0) {
+        /* The event callback reports the reason (deferred); nothing more to do here. */
+        agw_log_debug("upstream %s: connect failed at once", pool->url.authority);
+    }
     return 0;
+}
+
+struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
+                                        const struct agw_upstream_header *headers, size_t n_headers,
+                                        const char *body, size_t body_len,
+                                        const struct agw_upstream_callbacks *cbs, void *arg)
+{
+    struct agw_upstream *up = agw_xcalloc(1, sizeof(*up));
+
+    up->pool = pool;
+    up->cbs = *cbs;
+    up->arg = arg;
+    up->start_ms = agw_now_ms();
+    up->timer = evtimer_new(pool->base, timer_cb, up);
+    up->kick = evtimer_new(pool->base, kick_cb, up);
+    up->parser = agw_http1_parser_new(pool->opts.max_header_bytes);
+    up->body = evbuffer_new();
+    up->request = evbuffer_new();
+    evbuffer_add_printf(up->request, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %zu\r\n", pool->url.target,
+                        pool->url.authority, body_len);
+    for (size_t i = 0; i < n_headers; i++)
+        evbuffer_add_printf(up->request, "%s: %s\r\n", headers[i].name, headers[i].value);
+    evbuffer_add(up->request, "\r\n", 2);
+    evbuffer_add(up->request, body, body_len);
+
+    if (pool->url.tls) {
+        /* Upstream TLS arrives with the security edge (issue 4); refuse clearly until then. */
+        up->state = UP_ST_CONNECTING;
+        fail_later(up, AGW_UP_ERR_TLS, "https upstreams are not supported yet");
+        return up;
+    }
+    up->bev = pool_take(pool);
+    if (up->bev != NULL) {
+        up->reused = true;
+        bufferevent_setcb(up->bev, up_read_cb, NULL, up_event_cb, up);
+        bufferevent_enable(up->bev, EV_READ | EV_WRITE);
+        evbuffer_add_buffer_reference(bufferevent_get_output(up->bev), up->request);
+        set_state(up, UP_ST_WAITING);
+        return up;
+    }
+    if (connect_fresh(up) != 0) {
+        up->state = UP_ST_CONNECTING;
+        fail_later(up, AGW_UP_ERR_CONNECT, "cannot create a socket");
+    }
+    return up;
+}
+
+void agw_upstream_pause(struct agw_upstream *up)
+{
+    if (up->paused)
+        return;
+    up->paused = true;
+    if (up->bev != NULL && up->state == UP_ST_BODY) {
+        bufferevent_disable(up->bev, EV_READ);
+        arm_timer(up, 0);
+    }
+}
+
+void agw_upstream_resume(struct agw_upstream *up)
+{
+    if (!up->paused)
+        return;
+    up->paused = false;
+    if (up->bev != NULL && up->state == UP_ST_BODY) {
+        bufferevent_enable(up->bev, EV_READ);
+        arm_timer(up, up->pool->opts.idle_ms);
+        /* Bytes read before the pause may still wait in the input: handle them from the loop. */
+        if (evbuffer_get_length(bufferevent_get_input(up->bev)) > 0)
+            event_active(up->kick, EV_TIMEOUT, 0);
+    }
+}
+
+static void destroy(struct agw_upstream *up)
+{
+    if (up->bev != NULL) {
+        bool reusable = up->state == UP_ST_DONE && up->resp.keep_alive &&
+                        evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 &&
+                        evbuffer_get_length(bufferevent_get_output(up->bev)) == 0;
+        if (reusable)
+            pool_put(up->pool, up->bev);
+        else
+            bufferevent_free(up->bev);
+    }
+    event_free(up->timer);
+    event_free(up->kick);
+    agw_http1_parser_free(up->parser);
+    agw_http1_response_clear(&up->resp);
+    evbuffer_free(up->body);
+    evbuffer_free(up->request);
+    free(up);
+}
+
+void agw_upstream_close(struct agw_upstream *up)
+{
+    if (up == NULL || up->closing)
+        return;
+    up->closing = true;
+    if (up->busy == 0)
+        destroy(up);
+}
+
+uint64_t agw_upstream_connect_ms(const struct agw_upstream *up)
+{
+    return up->connect_ms;
+}
+
+uint64_t agw_upstream_first_byte_ms(const struct agw_upstream *up)
+{
+    return up->first_byte_ms;
 }

@@ -25,7 +25,7 @@ struct agw_server_options {
 /* Called once per complete request (headers and body). The handler must eventually answer: agw_req_reply*()
  * or agw_req_stream_*(). */
 typedef void agw_req_fn(struct agw_req *req, void *arg);
-/* Stream callbacks: see agw_req_stream_start(). */
+/* Close and drain callbacks: see agw_req_on_close() and agw_req_stream_start(). */
 typedef void agw_req_event_fn(struct agw_req *req, void *arg);
 
 /* One server per event loop; owned by the caller. */
@@ -37,6 +37,10 @@ void agw_server_free(struct agw_server *srv);
 int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port, uint16_t *bound_port);
 /* Closes the listening sockets (drain): running requests go on. */
 void agw_server_stop_listening(struct agw_server *srv);
+/* Drain: stop listening, close idle kept-alive connections, and close every other connection after its
+ * current answer. */
+void agw_server_drain(struct agw_server *srv);
+bool agw_server_draining(const struct agw_server *srv);
 /* Requests currently alive on this server. */
 size_t agw_server_active_requests(const struct agw_server *srv);
 
@@ -66,20 +70,24 @@ void agw_req_reply_error(struct agw_req *req, int status, const char *fmt, ...) 
 /* Status sent, or 0 while unanswered. */
 int agw_req_status(const struct agw_req *req);
 
+/* Registers <on_close>, run once when the request is gone: the client disconnected, the response was fully
+ * written, or the server is shutting down. The request is freed right after it returns. Anything that keeps
+ * a pointer to the request (an upstream exchange waiting for its answer) registers it at once. */
+void agw_req_on_close(struct agw_req *req, agw_req_event_fn *on_close, void *arg);
+
 /* ---- answering with a stream (chunked transfer coding) ---- */
-/* Sends the status line and headers now. From then on:
- * - <on_drain> runs when the bytes queued toward the client fall to <low_watermark> or below;
- * - <on_close> runs once, when the request is gone (client disconnect, or after agw_req_stream_end() was
- *   flushed, or server shutdown); the request is freed right after it returns. */
-void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark, agw_req_event_fn *on_drain,
-                          agw_req_event_fn *on_close, void *arg);
+/* Sends the status line and headers now. From then on <on_drain> runs whenever the bytes queued toward the
+ * client fall to <low_watermark> or below (the relay resumes reading its upstream there). */
+void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark, agw_req_event_fn *on_drain);
 /* Moves every byte of <buf> to the client as one chunk (no-op when <buf> is empty). */
 void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf);
 /* Ends the chunked body. The request is freed (and on_close runs) once the client took it. */
 void agw_req_stream_end(struct agw_req *req);
 /* Bytes queued toward the client and not yet written to the socket. */
 size_t agw_req_out_pending(const struct agw_req *req);
-/* Detaches the stream callbacks (the caller is going away first). */
-void agw_req_stream_detach(struct agw_req *req);
+/* Removes the close and drain callbacks (their owner is going away first). */
+void agw_req_detach(struct agw_req *req);
+/* Ends the connection now (a stream that cannot be completed cleanly); on_close runs from the loop. */
+void agw_req_abort(struct agw_req *req);
 
 #endif
