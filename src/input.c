@@ -1,8 +1,379 @@
-/* input: not written yet. */
+/* RunAgentInput validation (SPEC §3) and decision-only classification (SPEC §5).
+ *
+ * The body is parsed once with jansson, checked in a fixed order (depth, JSON, object, threadId,
+ * runId, messages, tools, context) so that the first error in that order is the one reported, and
+ * then dropped: the relay forwards the client's bytes, never a re-serialisation. Error messages
+ * name field paths only; they never quote the body (it may hold secrets), which is also why
+ * jansson's "near '<token>'" suffix is cut. */
 #include "config.h"
 
-int agw_input_placeholder_(void);
-int agw_input_placeholder_(void)
+#include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "agw/input.h"
+
+/* Used when the caller passes max_depth 0, so a zeroed limit never means "unlimited". */
+#define DEFAULT_MAX_DEPTH 64u
+
+static const char *const roles[] = {"developer", "system",   "assistant", "user",
+                                    "tool",      "activity", "reasoning"};
+#define ROLES_TEXT "developer, system, assistant, user, tool, activity, reasoning"
+
+/* Formats <fmt> into <err> (if any) and returns <status>, so that every check is one line. */
+static int AGW_PRINTF(4, 5) fail(char *err, size_t errlen, int status, const char *fmt, ...)
 {
+    va_list ap;
+
+    if (err != NULL && errlen > 0) {
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+/* Deepest [ / { nesting of <buf>, counted outside strings (escapes honoured), stopping as soon as
+ * it passes <limit>. Exact for valid JSON; for invalid JSON it is an upper bound of what jansson
+ * would recurse into before failing, which is all the pre-scan is for: jansson never sees a
+ * document deeper than the limit. */
+static unsigned max_nesting(const char *buf, size_t len, unsigned limit)
+{
+    unsigned depth = 0, deepest = 0;
+    bool in_string = false;
+
+    for (size_t i = 0; i < len; i++) {
+        char c = buf[i];
+        if (in_string) {
+            if (c == '\\')
+                i++; /* the escaped byte cannot end the string */
+            else if (c == '"')
+                in_string = false;
+            continue;
+        }
+        switch (c) {
+        case '"':
+            in_string = true;
+            break;
+        case '[':
+        case '{':
+            if (++depth > deepest) {
+                deepest = depth;
+                if (deepest > limit)
+                    return deepest;
+            }
+            break;
+        case ']':
+        case '}':
+            if (depth > 0)
+                depth--;
+            break;
+        default:
+            break;
+        }
+    }
+    return deepest;
+}
+
+/* jansson strings may hold NUL (JSON_ALLOW_NUL), so compare with the stored length, never strcmp.
+ */
+static bool str_is(const json_t *v, const char *s)
+{
+    size_t n = strlen(s);
+    return json_is_string(v) && json_string_length(v) == n &&
+           memcmp(json_string_value(v), s, n) == 0;
+}
+
+static bool str_nonempty(const json_t *v)
+{
+    return json_is_string(v) && json_string_length(v) > 0;
+}
+
+static bool str_has_nul(const json_t *v)
+{
+    return memchr(json_string_value(v), '\0', json_string_length(v)) != NULL;
+}
+
+/* True when <v> is a string with at least one character that is not ASCII whitespace. */
+static bool str_nonblank(const json_t *v)
+{
+    const char *s;
+    size_t n;
+
+    if (!json_is_string(v))
+        return false;
+    s = json_string_value(v);
+    n = json_string_length(v);
+    for (size_t i = 0; i < n; i++) {
+        switch (s[i]) {
+        case ' ':
+        case '\t':
+        case '\n':
+        case '\r':
+        case '\v':
+        case '\f':
+            break;
+        default:
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Optional fields: absent and JSON null mean the same thing (serialisers such as pydantic write
+ * null for unset fields), so both come back as NULL. */
+static json_t *opt_get(const json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* threadId / runId: required non-empty strings. NUL is refused because the ids become C strings
+ * (registry keys, log lines); a truncated id would name another thread. */
+static int check_id(const json_t *root, const char *key, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(root, key);
+
+    if (!json_is_string(v))
+        return fail(err, errlen, 422, "%s is required and must be a string", key);
+    if (json_string_length(v) == 0)
+        return fail(err, errlen, 400, "bad request: %s cannot be empty", key);
+    if (str_has_nul(v))
+        return fail(err, errlen, 422, "%s must not contain NUL characters", key);
     return 0;
+}
+
+/* A user message's content: a string, or an array of input parts, each an object with a non-empty
+ * string "type" ("text" parts also need a string "text"). Sets *<has_input> when the content is
+ * something a model can answer: a non-blank string, a non-blank text part, or any non-text part
+ * (image, binary, ...). */
+static int check_user_content(const json_t *content, size_t i, bool *has_input, char *err,
+                              size_t errlen)
+{
+    size_t j;
+    json_t *part;
+
+    if (json_is_string(content)) {
+        if (str_nonblank(content))
+            *has_input = true;
+        return 0;
+    }
+    if (!json_is_array(content))
+        return fail(err, errlen, 422,
+                    "messages[%zu].content must be a string or an array of input parts", i);
+    json_array_foreach(content, j, part)
+    {
+        json_t *type = json_object_get(part, "type");
+        if (!json_is_object(part))
+            return fail(err, errlen, 422, "messages[%zu].content[%zu] must be an object", i, j);
+        if (!str_nonempty(type))
+            return fail(err, errlen, 422, "messages[%zu].content[%zu].type is required", i, j);
+        if (str_is(type, "text")) {
+            json_t *text = json_object_get(part, "text");
+            if (!json_is_string(text))
+                return fail(err, errlen, 422, "messages[%zu].content[%zu].text must be a string", i,
+                            j);
+            if (str_nonblank(text))
+                *has_input = true;
+        } else {
+            *has_input = true;
+        }
+    }
+    return 0;
+}
+
+/* Content of the other roles is not checked: assistant content may be absent or null next to
+ * toolCalls, activity content is an object, and the backend is the authority on what it accepts. */
+static int check_messages(const json_t *root, struct agw_input *in, char *err, size_t errlen)
+{
+    json_t *messages = json_object_get(root, "messages");
+    json_t *msg;
+    size_t i;
+    int rc;
+
+    if (!json_is_array(messages))
+        return fail(err, errlen, 422, "messages is required and must be an array");
+    json_array_foreach(messages, i, msg)
+    {
+        json_t *role, *id;
+        size_t r;
+
+        if (!json_is_object(msg))
+            return fail(err, errlen, 422, "messages[%zu] must be an object", i);
+        role = json_object_get(msg, "role");
+        for (r = 0; r < AGW_ARRAY_LEN(roles); r++) {
+            if (str_is(role, roles[r]))
+                break;
+        }
+        if (r == AGW_ARRAY_LEN(roles))
+            return fail(err, errlen, 422, "messages[%zu].role must be one of " ROLES_TEXT, i);
+        id = opt_get(msg, "id");
+        if (id != NULL && !json_is_string(id))
+            return fail(err, errlen, 422, "messages[%zu].id must be a string", i);
+
+        if (str_is(role, "tool")) {
+            if (!str_nonempty(json_object_get(msg, "toolCallId")))
+                return fail(err, errlen, 422, "messages[%zu].toolCallId is required", i);
+            in->has_decision = true;
+        } else if (str_is(role, "user")) {
+            rc = check_user_content(json_object_get(msg, "content"), i, &in->has_user_input, err,
+                                    errlen);
+            if (rc != 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* tools[].parameters: an object, or (legacy clients) a string holding a JSON object. */
+static bool parameters_ok(const json_t *params, unsigned max_depth)
+{
+    const char *s;
+    size_t n;
+    json_t *schema;
+    bool ok;
+
+    if (params == NULL || json_is_object(params))
+        return true;
+    if (!json_is_string(params))
+        return false;
+    s = json_string_value(params);
+    n = json_string_length(params);
+    if (max_nesting(s, n, max_depth) > max_depth)
+        return false;
+    schema = json_loadb(s, n, 0, NULL);
+    ok = json_is_object(schema);
+    json_decref(schema);
+    return ok;
+}
+
+static int check_tools(const json_t *root, unsigned max_depth, char *err, size_t errlen)
+{
+    json_t *tools = opt_get(root, "tools");
+    json_t *tool;
+    size_t i;
+
+    if (tools == NULL)
+        return 0;
+    if (!json_is_array(tools))
+        return fail(err, errlen, 422, "tools must be an array");
+    json_array_foreach(tools, i, tool)
+    {
+        json_t *execute;
+
+        if (!json_is_object(tool))
+            return fail(err, errlen, 422, "tools[%zu] must be an object", i);
+        if (!str_nonempty(json_object_get(tool, "name")))
+            return fail(err, errlen, 422, "tools[%zu].name is required", i);
+        if (!parameters_ok(opt_get(tool, "parameters"), max_depth))
+            return fail(err, errlen, 422,
+                        "tools[%zu].parameters must be an object or a JSON-Schema string", i);
+        execute = opt_get(tool, "execute");
+        if (execute != NULL && !str_is(execute, "frontend") && !str_is(execute, "backend"))
+            return fail(err, errlen, 422, "tools[%zu].execute must be one of frontend, backend", i);
+    }
+    return 0;
+}
+
+static int check_context(const json_t *root, char *err, size_t errlen)
+{
+    json_t *context = opt_get(root, "context");
+    json_t *item;
+    size_t i;
+
+    if (context == NULL)
+        return 0;
+    if (!json_is_array(context))
+        return fail(err, errlen, 422, "context must be an array");
+    json_array_foreach(context, i, item)
+    {
+        if (!json_is_object(item))
+            return fail(err, errlen, 422, "context[%zu] must be an object", i);
+    }
+    return 0;
+}
+
+bool agw_input_content_type_ok(const char *content_type)
+{
+    static const char json_type[] = "application/json";
+    const size_t n = sizeof(json_type) - 1;
+    const char *p = content_type;
+
+    if (p == NULL)
+        return false;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (strlen(p) < n || !agw_strieq_n(p, n, json_type))
+        return false;
+    p += n;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    return *p == '\0' || *p == ';';
+}
+
+int agw_input_parse(const char *body, size_t len, unsigned max_depth, struct agw_input *in,
+                    char *err, size_t errlen)
+{
+    json_t *root = NULL;
+    json_error_t jerr;
+    char *near;
+    int rc;
+
+    assert(in != NULL);
+    memset(in, 0, sizeof(*in));
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (body == NULL)
+        body = "";
+    if (max_depth == 0)
+        max_depth = DEFAULT_MAX_DEPTH;
+
+    if (max_nesting(body, len, max_depth) > max_depth)
+        return fail(err, errlen, 400, "bad request: JSON nested deeper than %u levels", max_depth);
+
+    /* JSON_DECODE_ANY so that a scalar body gets the "must be an object" message rather than a
+     * parser complaint; JSON_ALLOW_NUL because "\u0000" is valid JSON (ids refuse it, see
+     * check_id). Trailing garbage and invalid UTF-8 remain errors. */
+    root = json_loadb(body, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    if (root == NULL) {
+        near = strstr(jerr.text, " near '");
+        if (near != NULL)
+            *near = '\0';
+        return fail(err, errlen, 400,
+                    "bad request: body is not valid JSON: %s at line %d column %d", jerr.text,
+                    jerr.line, jerr.column);
+    }
+    if (!json_is_object(root)) {
+        rc = fail(err, errlen, 400, "bad request: body must be a JSON object");
+        goto out;
+    }
+    if ((rc = check_id(root, "threadId", err, errlen)) != 0 ||
+        (rc = check_id(root, "runId", err, errlen)) != 0 ||
+        (rc = check_messages(root, in, err, errlen)) != 0 ||
+        (rc = check_tools(root, max_depth, err, errlen)) != 0 ||
+        (rc = check_context(root, err, errlen)) != 0)
+        goto out;
+
+    in->thread_id = agw_xstrdup(json_string_value(json_object_get(root, "threadId")));
+    in->run_id = agw_xstrdup(json_string_value(json_object_get(root, "runId")));
+    in->decision_only = !in->has_user_input && in->has_decision;
+    rc = 0;
+out:
+    if (rc != 0)
+        memset(in, 0, sizeof(*in));
+    json_decref(root);
+    return rc;
+}
+
+void agw_input_clear(struct agw_input *in)
+{
+    if (in == NULL)
+        return;
+    free(in->thread_id);
+    free(in->run_id);
+    memset(in, 0, sizeof(*in));
 }

@@ -1,11 +1,12 @@
-/* RunAgentInput validation (SPEC §3) and request classification (SPEC §5). Pure: reads the body, never
- * rewrites it. */
+/* RunAgentInput validation (SPEC §3) and request classification (SPEC §5). Pure: reads the body,
+ * never rewrites it. */
 #ifndef AGW_INPUT_H
 #define AGW_INPUT_H
 
 #include "agw/common.h"
 
-/* What the gateway needs to know about a valid request. Owns its strings; clear with agw_input_clear(). */
+/* What the gateway needs to know about a valid request. Owns its strings; clear with
+ * agw_input_clear(). */
 struct agw_input {
     char *thread_id;
     char *run_id;
@@ -19,11 +20,16 @@ struct agw_input {
 /* True when <content_type> is application/json, optionally with parameters (case-insensitive). */
 bool agw_input_content_type_ok(const char *content_type);
 
-/* Validates <body> (<len> bytes, not necessarily NUL-terminated). Returns 0 and fills <in>, or an HTTP status
- * (400, 422) with the error message in <err>, e.g. "bad request: threadId cannot be empty" or
- * "messages[2].toolCallId is required". JSON nested deeper than <max_depth> is a 400. */
-int agw_input_parse(const char *body, size_t len, unsigned max_depth, struct agw_input *in, char *err,
-                    size_t errlen);
+/* Validates <body> (<len> bytes, not necessarily NUL-terminated). Returns 0 and fills <in>, or an
+ * HTTP status (400, 422) with the error message in <err>, e.g. "bad request: threadId cannot be
+ * empty" or "messages[2].toolCallId is required". JSON nested deeper than <max_depth> is a 400 (0 =
+ * the default, 64). Checks run in the order depth, JSON, object, threadId, runId, messages, tools,
+ * context; the first failure is reported. Messages name field paths and never quote the body. An
+ * optional field that is null counts as absent. <in> is overwritten without being freed (pass a
+ * zeroed or cleared one) and is left zeroed on error; <err> may be NULL when <errlen> is 0. */
+int agw_input_parse(const char *body, size_t len, unsigned max_depth, struct agw_input *in,
+                    char *err, size_t errlen);
+/* Frees <in>'s strings and zeroes it; safe on a zeroed struct and on NULL. */
 void agw_input_clear(struct agw_input *in);
 
 #endif
