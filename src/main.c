@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "agw/auth.h"
 #include "agw/config.h"
 #include "agw/gateway.h"
@@ -29,27 +31,44 @@ static void usage(FILE *f)
                "                        for auth.keys[].sha256\n");
 }
 
-/* Reads a token from stdin (trailing newline removed) and prints its digest. The token is never echoed. */
+/* Reads a token from stdin (one trailing newline removed) and prints its digest. The token is checked
+ * against the bearer token grammar (RFC 6750 token68) so that a digest printed here can authenticate, and it
+ * is never echoed. */
 static int hash_token(void)
 {
-    char buf[4097];
+    char buf[4096 + 3];
     size_t n = fread(buf, 1, sizeof(buf), stdin);
     char hex[65];
+    int rc = 1;
 
-    if (n == sizeof(buf)) {
-        fprintf(stderr, "agui-gateway: token longer than 4096 bytes\n");
-        return 1;
-    }
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    if (n > 0 && buf[n - 1] == '\r')
         n--;
     if (n == 0) {
         fprintf(stderr, "agui-gateway: no token on stdin\n");
-        return 1;
+        goto out;
+    }
+    if (n > 4096) {
+        fprintf(stderr, "agui-gateway: token longer than 4096 bytes\n");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)buf[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  strchr("-._~+/", c) != NULL || (c == '=' && i > 0);
+        if (!ok || (i > 0 && buf[i - 1] == '=' && c != '=')) {
+            fprintf(stderr, "agui-gateway: the token has a character a bearer token cannot carry (allowed: "
+                            "letters, digits, - . _ ~ + / and trailing =)\n");
+            goto out;
+        }
     }
     agw_auth_hash_hex(buf, n, hex);
-    memset(buf, 0, sizeof(buf));
     printf("%s\n", hex);
-    return 0;
+    rc = 0;
+out:
+    OPENSSL_cleanse(buf, sizeof(buf));
+    return rc;
 }
 
 static int write_port_file(const char *path, const uint16_t *ports, size_t n)

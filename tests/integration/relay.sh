@@ -1,3 +1,138 @@
-#!/bin/sh
-# not written yet
-exit 77
+#!/usr/bin/env bash
+# The hot path against the demo agent: response headers, framing, lifecycle normalisation of hostile upstreams,
+# upstream request headers, 502/504 before the stream, RUN_ERROR after it, heartbeats, idle and run timeouts,
+# disconnect propagation and backpressure (bounded memory while the client does not read).
+. "$AGW_SRCDIR/tests/integration/lib.sh"
+
+start_demo demo || exit 1
+D=http://127.0.0.1:$DEMO_PORT
+agent() { printf '"%s": { "upstreams": ["%s/agent%s"] }' "$1" "$D" "$2"; }
+cat >"$T/gw.json" <<JSON
+{
+  "listen": [ { "address": "127.0.0.1", "port": 0 } ],
+  "auth": { "mode": "none" },
+  "agents": {
+    $(agent plain ""),
+    $(agent bytewise "?bytewise=1"),
+    $(agent crlf "?crlf=1&comments=1"),
+    $(agent bare "?lifecycle=none&done=1"),
+    $(agent cloudbase "?dialect=cloudbase&fail=1"),
+    $(agent multiline "?multiline=1"),
+    $(agent drop "?events=20&drop_after=4"),
+    $(agent stall "?stall=1"),
+    $(agent status500 "?status=500"),
+    $(agent json "?content_type=application/json"),
+    $(agent slowfirst "?first_byte_delay_ms=3000"),
+    $(agent close "?framing=close"),
+    $(agent big "?events=20000&size=1000"),
+    "refused": { "upstreams": ["http://127.0.0.1:9/agent"] }
+  },
+  "timeouts": { "first_byte": "1s", "idle": "1500ms", "heartbeat": "300ms" },
+  "limits": { "stream_buffer_bytes": "64KiB" }
+}
+JSON
+start_gateway "$T/gw.json" || exit 1
+U=http://127.0.0.1:$GW_PORT/v1/ag-ui/agents
+BODY_OK='{"threadId":"thread-1","runId":"run-1","messages":[{"id":"m1","role":"user","content":"Hello there"}],"tools":[],"context":[],"state":{},"forwardedProps":{}}'
+
+# run AGENT: POSTs BODY_OK and keeps headers in $T/h, the stream in $T/s; sets TYPES (event types in order).
+run() {
+    curl -sS -N -m 20 -D "$T/h" -o "$T/s" -H 'Content-Type: application/json' -H 'Authorization: Bearer secret-of-client' \
+        -H 'traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' \
+        -d "${2:-$BODY_OK}" "$U/$1/runs" 2>"$T/curl.err"
+    TYPES=$(grep -o '"type":"[A-Z_]*"' "$T/s" | cut -d'"' -f4 | tr '\n' ' ')
+}
+first() { printf %s "$TYPES" | cut -d' ' -f1; }
+last() { printf %s "$TYPES" | awk '{print $NF}'; }
+
+run plain
+check_contains "200" "HTTP/1.1 200" "$(cat "$T/h")"
+check_contains "Content-Type" "Content-Type: text/event-stream" "$(cat "$T/h")"
+check_contains "Cache-Control" "Cache-Control: no-cache" "$(cat "$T/h")"
+check_contains "X-Accel-Buffering" "X-Accel-Buffering: no" "$(cat "$T/h")"
+check_not_contains "never compressed" "Content-Encoding" "$(cat "$T/h")"
+check_eq "starts with RUN_STARTED" RUN_STARTED "$(first)"
+check_eq "ends with RUN_FINISHED" RUN_FINISHED "$(last)"
+check_contains "client ids" '"threadId":"thread-1","runId":"run-1"' "$(cat "$T/s")"
+check_eq "every line is a data: line or blank" 0 "$(grep -cv -e '^data: {' -e '^$' "$T/s")"
+
+http GET $D/_demo/last-request
+check_contains "upstream gets Accept: text/event-stream" '"Accept":"text/event-stream"' "$BODY"
+check_contains "upstream gets Content-Type: application/json" '"Content-Type":"application/json"' "$BODY"
+check_contains "upstream gets X-Request-Id" '"X-Request-Id"' "$BODY"
+check_contains "traceparent passed on" '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' "$BODY"
+check_not_contains "the client's Authorization never goes upstream" 'secret-of-client' "$BODY"
+body_seen=$(printf %s "$BODY" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>process.stdout.write(JSON.parse(s).body))')
+check_eq "the body is forwarded byte for byte" "$BODY_OK" "$body_seen"
+
+run bytewise
+check_eq "one byte per write: starts" RUN_STARTED "$(first)"
+check_eq "one byte per write: ends" RUN_FINISHED "$(last)"
+run crlf
+check_eq "CRLF upstream: no CR reaches the client" 0 "$(tr -cd '\r' <"$T/s" | wc -c)"
+check_eq "CRLF upstream: complete run" RUN_FINISHED "$(last)"
+check_not_contains "upstream comments are not relayed" "keepalive" "$(cat "$T/s")"
+run bare
+check_eq "RUN_STARTED injected" RUN_STARTED "$(first)"
+check_eq "RUN_FINISHED injected" RUN_FINISHED "$(last)"
+check_not_contains "[DONE] dropped" "[DONE]" "$(cat "$T/s")"
+run cloudbase
+check_eq "CloudBase RUN_ERROR is the last event" RUN_ERROR "$(last)"
+check_not_contains "CloudBase error object rewritten" '"error":{' "$(cat "$T/s")"
+check_contains "TEXT_MESSAGE_START gets a role" '"role":"assistant"' "$(cat "$T/s")"
+run multiline
+check_eq "multi-line data: complete run" RUN_FINISHED "$(last)"
+check_eq "multi-line data re-serialised on one line" 0 "$(grep -cv -e '^data: {' -e '^$' "$T/s")"
+run close
+check_eq "close-delimited upstream body" RUN_FINISHED "$(last)"
+
+run drop
+check_eq "upstream lost mid-message: RUN_ERROR" RUN_ERROR "$(last)"
+check_contains "code UPSTREAM_ERROR" '"code":"UPSTREAM_ERROR"' "$(tail -n 2 "$T/s")"
+
+run stall
+check_eq "idle upstream: RUN_ERROR" RUN_ERROR "$(last)"
+check_contains "code TIMEOUT" '"code":"TIMEOUT"' "$(tail -n 2 "$T/s")"
+check_contains "heartbeats while idle" ": ping" "$(cat "$T/s")"
+
+http POST $U/status500/runs -H 'Content-Type: application/json' -d "$BODY_OK"
+check_eq "upstream 500 before the stream" 502 "$STATUS"
+check_contains "502 names the status" "500" "$BODY"
+http POST $U/json/runs -H 'Content-Type: application/json' -d "$BODY_OK"
+check_eq "upstream answers JSON, not SSE" 502 "$STATUS"
+http POST $U/refused/runs -H 'Content-Type: application/json' -d "$BODY_OK"
+check_eq "connection refused" 502 "$STATUS"
+http POST $U/slowfirst/runs -H 'Content-Type: application/json' -d "$BODY_OK"
+check_eq "first-byte timeout" 504 "$STATUS"
+check_contains "504 is a JSON error" '"error":"gateway timeout' "$BODY"
+
+# Disconnect propagation: the client goes away mid-stream, the demo agent sees its connection closed.
+http GET $D/_demo/stats
+before=$(printf %s "$BODY" | grep -o '"client_closed":[0-9]*' | cut -d: -f2)
+timeout 1 curl -sS -N -o /dev/null -H 'Content-Type: application/json' -d "$BODY_OK" "$U/stall/runs" 2>/dev/null
+sleep 0.5
+http GET $D/_demo/stats
+after=$(printf %s "$BODY" | grep -o '"client_closed":[0-9]*' | cut -d: -f2)
+check_eq "client disconnect closes the upstream connection" $((before + 1)) "$after"
+
+# Backpressure: a 20 MB stream to a client that does not read for 3 s. The gateway stops reading the
+# upstream, its memory stays bounded, and the stream completes once the client reads.
+rss() { awk '/VmRSS/ {print $2}' /proc/"$GW_PID"/status; }
+rss0=$(rss)
+exec 3<>/dev/tcp/127.0.0.1/"$GW_PORT"
+len=${#BODY_OK}
+printf 'POST /v1/ag-ui/agents/big/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' \
+    "$len" "$BODY_OK" >&3
+sleep 3
+rss1=$(rss)
+timeout 60 cat <&3 >"$T/big.out"
+exec 3>&-
+grew=$((rss1 - rss0))
+CHECKS=$((CHECKS + 1))
+if [ "$grew" -lt 8192 ]; then ok "memory bounded while the client does not read (+$grew KiB)"; else fail "RSS grew by $grew KiB"; fi
+check_eq "the slow client gets the whole stream" 20000 "$(grep -c '"type":"TEXT_MESSAGE_CONTENT"' "$T/big.out")"
+check_contains "and its end" '"type":"RUN_FINISHED"' "$(tail -c 400 "$T/big.out")"
+
+st=$(stop_pid "$GW_PID")
+check_eq "clean exit" 0 "$st"
+finish
