@@ -74,6 +74,7 @@ struct agw_upstream {
     const char *pending_kind; /* failure to report from the kick event */
     char pending_detail[160];
     uint64_t start_ms, connect_ms, first_byte_ms;
+    uint64_t last_read_ms; /* for the lazy idle timer */
     unsigned busy;    /* depth of callbacks running */
     bool closing;     /* agw_upstream_close() was called */
     bool paused;
@@ -226,6 +227,7 @@ static void set_state(struct agw_upstream *up, enum up_state st)
         arm_timer(up, up->pool->opts.first_byte_ms);
         break;
     case UP_ST_BODY:
+        up->last_read_ms = agw_now_ms();
         arm_timer(up, up->paused ? 0 : up->pool->opts.idle_ms);
         break;
     case UP_ST_DONE:
@@ -289,10 +291,17 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
         snprintf(detail, sizeof(detail), "no response within %u ms", up->pool->opts.first_byte_ms);
         fail(up, AGW_UP_ERR_FIRST_BYTE_TIMEOUT, detail);
         break;
-    case UP_ST_BODY:
+    case UP_ST_BODY: {
+        /* Lazy idle timer: reads only record their time; the timer sleeps again for what is left. */
+        uint64_t idle = agw_now_ms() - up->last_read_ms;
+        if (idle + 5 < up->pool->opts.idle_ms) {
+            arm_timer(up, (uint32_t)(up->pool->opts.idle_ms - idle));
+            break;
+        }
         snprintf(detail, sizeof(detail), "nothing received for %u ms", up->pool->opts.idle_ms);
         fail(up, AGW_UP_ERR_IDLE_TIMEOUT, detail);
         break;
+    }
     default:
         break;
     }
@@ -355,8 +364,7 @@ static void up_read_cb(struct bufferevent *bev, void *arg)
     struct agw_upstream *up = arg;
 
     (void)bev;
-    if (up->state == UP_ST_BODY && !up->paused)
-        arm_timer(up, up->pool->opts.idle_ms);
+    up->last_read_ms = agw_now_ms();
     process_input(up);
 }
 
@@ -518,6 +526,7 @@ void agw_upstream_resume(struct agw_upstream *up)
     up->paused = false;
     if (up->bev != NULL && up->state == UP_ST_BODY) {
         bufferevent_enable(up->bev, EV_READ);
+        up->last_read_ms = agw_now_ms();
         arm_timer(up, up->pool->opts.idle_ms);
         /* Bytes read before the pause may still wait in the input: handle them from the loop. */
         if (evbuffer_get_length(bufferevent_get_input(up->bev)) > 0)
