@@ -1,8 +1,793 @@
-/* agui: not written yet. */
+/* AG-UI stream normalisation (SPEC §4.1-§4.3): one struct agw_agui per run turns whatever the
+ * upstream sends into a stream that @ag-ui/client's verifier accepts. The design notes (rules,
+ * state, limits, what is relayed raw and what is re-serialised) are in doc/internals/agui.md.
+ *
+ * Hot path: each upstream frame is parsed once; a frame that needs no change is written with the
+ * upstream's own bytes. jansson values never outlive the call that parsed or built them. Out of
+ * memory (jansson or evbuffer refusing an allocation) aborts, as agw_xmalloc() does. */
 #include "config.h"
 
-int agw_agui_placeholder_(void);
-int agw_agui_placeholder_(void)
+#include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <jansson.h>
+
+#include "agw/agui.h"
+#include "agw/log.h"
+#include "agw/sse.h"
+
+const char AGW_AGUI_UPSTREAM_ERROR[] = "UPSTREAM_ERROR";
+const char AGW_AGUI_TIMEOUT[] = "TIMEOUT";
+const char AGW_AGUI_FRAME_TOO_LARGE[] = "FRAME_TOO_LARGE";
+const char AGW_AGUI_INVALID_EVENT[] = "INVALID_EVENT";
+const char AGW_AGUI_CANCELLED[] = "CANCELLED";
+const char AGW_AGUI_SHUTDOWN[] = "SHUTDOWN";
+
+/* Bounds on what one run may hold open at once, whatever the upstream sends: the number of open
+ * items and the bytes of their ids (an id may be as long as a frame). Over either limit the run
+ * ends with INVALID_EVENT. */
+#define AGUI_MAX_OPEN          1024
+#define AGUI_MAX_OPEN_ID_BYTES (128 * 1024)
+/* Bytes of an upstream string (id, type) quoted in an error message. */
+#define AGUI_EXCERPT 96
+
+#define AGUI_JSON_FLAGS (JSON_COMPACT | JSON_PRESERVE_ORDER)
+
+enum agw_agui_state {
+    AGW_AGUI_ST_IDLE = 0, /* nothing written to the client yet */
+    AGW_AGUI_ST_RUNNING,  /* RUN_STARTED written, no terminal event yet */
+    AGW_AGUI_ST_FINISHED, /* RUN_FINISHED or RUN_ERROR written; nothing more will be */
+};
+
+/* What the gateway tracks as "open": each kind has a start event, an end event and the field naming
+ * the item. Kinds are separate namespaces (a reasoning span and a reasoning message may share a
+ * messageId). */
+enum item_kind {
+    ITEM_STEP = 0,
+    ITEM_REASONING,
+    ITEM_REASONING_MESSAGE,
+    ITEM_TEXT_MESSAGE,
+    ITEM_TOOL_CALL,
+};
+
+static const struct item_desc {
+    const char *start;
+    const char *content; /* NULL: the kind has no content event */
+    const char *end;
+    const char *id_key;
+    bool message; /* open at EOF = the stream was cut mid-message */
+} item_descs[] = {
+    [ITEM_STEP] = {"STEP_STARTED", NULL, "STEP_FINISHED", "stepName", false},
+    [ITEM_REASONING] = {"REASONING_START", NULL, "REASONING_END", "messageId", false},
+    [ITEM_REASONING_MESSAGE] = {"REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT",
+                                "REASONING_MESSAGE_END", "messageId", true},
+    [ITEM_TEXT_MESSAGE] = {"TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
+                           "messageId", true},
+    [ITEM_TOOL_CALL] = {"TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "toolCallId", true},
+};
+
+/* What an event type means to the normaliser; everything else passes through. */
+enum event_role {
+    EV_PASS = 0,
+    EV_RUN_STARTED,
+    EV_RUN_FINISHED,
+    EV_RUN_ERROR,
+    EV_OPEN,
+    EV_CONTENT,
+    EV_CLOSE,
+};
+
+struct open_item {
+    char *id; /* owned, NUL-terminated (jansson was told to refuse \u0000, so no id holds a NUL) */
+    size_t id_len;
+    enum item_kind kind;
+};
+
+struct agw_agui {
+    char *thread_id; /* the client's ids, owned */
+    char *run_id;
+    enum agw_protocol protocol;
+    enum agw_agui_state state;
+    struct open_item *open; /* in order of opening; closed in reverse */
+    size_t n_open;          /* <= AGUI_MAX_OPEN */
+    size_t cap_open;
+    size_t open_id_bytes; /* sum of open[].id_len, <= AGUI_MAX_OPEN_ID_BYTES */
+    uint64_t events_out;  /* frames written to the client */
+    /* "RUN_FINISHED" or "RUN_ERROR[:<code>]" (a long code is cut) once FINISHED, "" before */
+    char outcome[96];
+};
+
+static AGW_NORETURN void oom(const char *what)
 {
-    return 0;
+    agw_log_error("agui: out of memory (%s)", what);
+    abort();
+}
+
+/* For jansson calls that can only fail on allocation (their strings are known to be UTF-8). */
+static json_t *must(json_t *v)
+{
+    if (v == NULL)
+        oom("jansson");
+    return v;
+}
+
+static void set_new(json_t *obj, const char *key, json_t *v)
+{
+    if (json_object_set_new(obj, key, must(v)) != 0)
+        oom("jansson");
+}
+
+static const char *state_name(enum agw_agui_state st)
+{
+    switch (st) {
+    case AGW_AGUI_ST_IDLE:
+        return "IDLE";
+    case AGW_AGUI_ST_RUNNING:
+        return "RUNNING";
+    case AGW_AGUI_ST_FINISHED:
+        return "FINISHED";
+    }
+    return "?";
+}
+
+/* The only place the state changes, one step forward: IDLE -> RUNNING -> FINISHED (a terminal
+ * event is always preceded by RUN_STARTED, so IDLE never goes straight to FINISHED). */
+static void set_state(struct agw_agui *a, enum agw_agui_state st)
+{
+    assert(st == a->state + 1);
+    agw_log_debug("agui: run %s: %s -> %s", a->run_id, state_name(a->state), state_name(st));
+    a->state = st;
+}
+
+/* <s> (UTF-8) for an error message: itself when short, else its first AGUI_EXCERPT bytes at most,
+ * cut between characters, plus "...", copied into <buf> (AGUI_EXCERPT + 4 bytes). */
+static const char *excerpt(const char *s, char *buf)
+{
+    size_t n = strlen(s);
+
+    if (n <= AGUI_EXCERPT)
+        return s;
+    n = AGUI_EXCERPT;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--; /* s[n] is a continuation byte: the cut would split the character that owns it */
+    memcpy(buf, s, n);
+    memcpy(buf + n, "...", 4);
+    return buf;
+}
+
+/* ---- output ---------------------------------------------------------------------------------- */
+
+static void write_frame(struct agw_agui *a, struct evbuffer *out, const char *data, size_t len)
+{
+    assert(memchr(data, '\n', len) == NULL && memchr(data, '\r', len) == NULL);
+    if (agw_sse_write_data(out, data, len) != 0)
+        oom("evbuffer"); /* the only failure for a frame that fits in memory */
+    a->events_out++;
+}
+
+static void write_json(struct agw_agui *a, struct evbuffer *out, const json_t *ev)
+{
+    char *s = json_dumps(ev, AGUI_JSON_FLAGS);
+
+    if (s == NULL)
+        oom("json_dumps");
+    write_frame(a, out, s, strlen(s));
+    free(s);
+}
+
+/* A new event of the gateway's own: "type" first; the caller adds the rest, then calls
+ * write_generated(). */
+static json_t *new_event(const char *type)
+{
+    json_t *ev = must(json_object());
+
+    set_new(ev, "type", json_string(type));
+    return ev;
+}
+
+/* Stamps <ev> with the wall clock, writes it and releases it. */
+static void write_generated(struct agw_agui *a, struct evbuffer *out, json_t *ev)
+{
+    set_new(ev, "timestamp", json_integer((json_int_t)agw_wall_ms()));
+    write_json(a, out, ev);
+    json_decref(ev);
+}
+
+/* Writes the injected RUN_STARTED when nothing was written yet. Every path that writes an event
+ * calls this first, except the one relaying the upstream's own RUN_STARTED. */
+static void begin(struct agw_agui *a, struct evbuffer *out)
+{
+    if (a->state != AGW_AGUI_ST_IDLE)
+        return;
+    json_t *ev = new_event("RUN_STARTED");
+    set_new(ev, "threadId", json_string(a->thread_id));
+    set_new(ev, "runId", json_string(a->run_id));
+    write_generated(a, out, ev);
+    set_state(a, AGW_AGUI_ST_RUNNING);
+}
+
+static void finish(struct agw_agui *a, const char *code, bool error)
+{
+    if (!error)
+        snprintf(a->outcome, sizeof(a->outcome), "RUN_FINISHED");
+    else if (code != NULL)
+        snprintf(a->outcome, sizeof(a->outcome), "RUN_ERROR:%s", code);
+    else
+        snprintf(a->outcome, sizeof(a->outcome), "RUN_ERROR");
+    for (size_t i = 0; i < a->n_open; i++)
+        free(a->open[i].id);
+    a->n_open = 0;
+    a->open_id_bytes = 0;
+    set_state(a, AGW_AGUI_ST_FINISHED);
+}
+
+/* Ends the run with a gateway RUN_ERROR. <message> should be valid UTF-8; it is replaced by a
+ * generic text when it is not (it may quote upstream bytes). */
+static void run_error(struct agw_agui *a, struct evbuffer *out, const char *code,
+                      const char *message)
+{
+    json_t *msg = NULL;
+    json_t *ev = NULL;
+
+    if (a->state == AGW_AGUI_ST_FINISHED)
+        return;
+    begin(a, out);
+    if (message != NULL)
+        msg = json_string(message);
+    if (msg == NULL)
+        msg = json_string("the gateway ended the run");
+    ev = new_event("RUN_ERROR");
+    set_new(ev, "message", msg);
+    if (code != NULL) {
+        json_t *c = json_string(code);
+        if (c != NULL)
+            set_new(ev, "code", c);
+    }
+    write_generated(a, out, ev);
+    finish(a, code, true);
+}
+
+static void invalid_event(struct agw_agui *a, struct evbuffer *out, const char *fmt, ...)
+    AGW_PRINTF(3, 4);
+
+static void invalid_event(struct agw_agui *a, struct evbuffer *out, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    agw_log_debug("agui: run %s: INVALID_EVENT: %s", a->run_id, msg);
+    run_error(a, out, AGW_AGUI_INVALID_EVENT, msg);
+}
+
+/* ---- open items ------------------------------------------------------------------------------ */
+
+/* Is <kind>/<id> open? If so and <at> is not NULL, *<at> is its index. */
+static bool find_open(const struct agw_agui *a, enum item_kind kind, const char *id, size_t id_len,
+                      size_t *at)
+{
+    /* Linear (the vector is short and capped), newest first (ends mostly close the last open). */
+    for (size_t i = a->n_open; i-- > 0;) {
+        const struct open_item *it = &a->open[i];
+        if (it->kind == kind && it->id_len == id_len && memcmp(it->id, id, id_len) == 0) {
+            if (at != NULL)
+                *at = i;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Returns false when a limit would be passed. */
+static bool push_open(struct agw_agui *a, enum item_kind kind, const char *id, size_t id_len)
+{
+    if (a->n_open >= AGUI_MAX_OPEN || id_len > AGUI_MAX_OPEN_ID_BYTES - a->open_id_bytes)
+        return false;
+    if (a->n_open == a->cap_open) {
+        size_t cap = a->cap_open ? a->cap_open * 2 : 8;
+        if (cap > AGUI_MAX_OPEN)
+            cap = AGUI_MAX_OPEN;
+        a->open = agw_xrealloc(a->open, cap * sizeof(*a->open));
+        a->cap_open = cap;
+    }
+    a->open[a->n_open].id = agw_xstrndup(id, id_len);
+    a->open[a->n_open].id_len = id_len;
+    a->open[a->n_open].kind = kind;
+    a->n_open++;
+    a->open_id_bytes += id_len;
+    return true;
+}
+
+static void remove_open(struct agw_agui *a, size_t i)
+{
+    assert(i < a->n_open);
+    a->open_id_bytes -= a->open[i].id_len;
+    free(a->open[i].id);
+    memmove(&a->open[i], &a->open[i + 1], (a->n_open - i - 1) * sizeof(*a->open));
+    a->n_open--;
+}
+
+/* Writes the end event of every open item, newest first, and forgets them. */
+static void close_all(struct agw_agui *a, struct evbuffer *out)
+{
+    while (a->n_open > 0) {
+        const struct open_item *it = &a->open[a->n_open - 1];
+        const struct item_desc *d = &item_descs[it->kind];
+        json_t *ev = new_event(d->end);
+        set_new(ev, d->id_key, json_string(it->id));
+        write_generated(a, out, ev);
+        remove_open(a, a->n_open - 1);
+    }
+}
+
+static bool message_open(const struct agw_agui *a)
+{
+    for (size_t i = 0; i < a->n_open; i++)
+        if (item_descs[a->open[i].kind].message)
+            return true;
+    return false;
+}
+
+/* ---- upstream events ------------------------------------------------------------------------- */
+
+static enum event_role classify(const char *type, enum item_kind *kind)
+{
+    if (strcmp(type, "RUN_STARTED") == 0)
+        return EV_RUN_STARTED;
+    if (strcmp(type, "RUN_FINISHED") == 0)
+        return EV_RUN_FINISHED;
+    if (strcmp(type, "RUN_ERROR") == 0)
+        return EV_RUN_ERROR;
+    for (size_t k = 0; k < AGW_ARRAY_LEN(item_descs); k++) {
+        const struct item_desc *d = &item_descs[k];
+        *kind = (enum item_kind)k;
+        if (strcmp(type, d->start) == 0)
+            return EV_OPEN;
+        if (d->content != NULL && strcmp(type, d->content) == 0)
+            return EV_CONTENT;
+        if (strcmp(type, d->end) == 0)
+            return EV_CLOSE;
+    }
+    return EV_PASS;
+}
+
+static bool is_done_marker(const char *data, size_t len)
+{
+    static const char ws[] = " \t\n\r\f";
+
+    while (len > 0 && memchr(ws, data[0], sizeof(ws) - 1) != NULL)
+        data++, len--;
+    while (len > 0 && memchr(ws, data[len - 1], sizeof(ws) - 1) != NULL)
+        len--;
+    return len == 6 && memcmp(data, "[DONE]", 6) == 0;
+}
+
+/* Rule 8 on the top level of <ev>: null-valued fields go; a float timestamp is truncated; a
+ * timestamp that is not a number goes. With <ints_as_real> (the frame was parsed with
+ * JSON_DECODE_INT_AS_REAL) an integral real timestamp was an integer in the data: no change.
+ * Returns true if the upstream's bytes no longer describe <ev>. */
+static bool sanitise(json_t *ev, bool ints_as_real)
+{
+    const char *key;
+    json_t *v;
+    void *tmp;
+    bool changed = false;
+
+    json_object_foreach_safe(ev, tmp, key, v)
+    {
+        if (json_is_null(v)) {
+            json_object_del(ev, key);
+            changed = true;
+        }
+    }
+    v = json_object_get(ev, "timestamp");
+    if (v == NULL || json_is_integer(v))
+        return changed;
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        /* Outside this range the conversion is undefined; such a "timestamp" is no time at all. */
+        if (d > -9.2e18 && d < 9.2e18) {
+            json_int_t t = (json_int_t)d;
+            /* Stored as an integer even when unchanged, in case another rule re-serialises. */
+            set_new(ev, "timestamp", json_integer(t));
+            return changed || !ints_as_real || (double)t != d;
+        }
+    }
+    json_object_del(ev, "timestamp");
+    return true;
+}
+
+/* Sets <key> to <value> unless it holds exactly that string. Returns true if <ev> changed. */
+static bool set_string_if_differs(json_t *ev, const char *key, const char *value)
+{
+    json_t *v = json_object_get(ev, key);
+
+    if (json_is_string(v) && strcmp(json_string_value(v), value) == 0)
+        return false;
+    set_new(ev, key, json_string(value));
+    return true;
+}
+
+static bool set_client_ids(const struct agw_agui *a, json_t *ev)
+{
+    bool changed = set_string_if_differs(ev, "threadId", a->thread_id);
+    return set_string_if_differs(ev, "runId", a->run_id) || changed;
+}
+
+/* A RUN_ERROR code as a string: strings as they are, numbers written out, anything else NULL.
+ * Returns a new reference. */
+static json_t *code_string(json_t *v)
+{
+    char buf[64];
+
+    if (json_is_string(v))
+        return json_incref(v);
+    if (json_is_integer(v)) {
+        snprintf(buf, sizeof(buf), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return must(json_string(buf));
+    }
+    if (json_is_real(v)) {
+        snprintf(buf, sizeof(buf), "%.17g", json_real_value(v));
+        return must(json_string(buf));
+    }
+    return NULL;
+}
+
+/* Brings an upstream RUN_ERROR to {message: string, code?: string}: the CloudBase form
+ * {error:{code,message}} (or error: "text") is translated, a numeric code becomes a string, a
+ * missing message gets a generic one. Returns true if <ev> changed. */
+static bool normalise_run_error(json_t *ev)
+{
+    json_t *err = json_object_get(ev, "error");
+    json_t *msg = json_object_get(ev, "message");
+    json_t *code = json_object_get(ev, "code");
+    json_t *new_code = code_string(code);
+    bool changed = false;
+
+    if (!json_is_string(msg)) {
+        json_t *m = json_is_object(err) ? json_object_get(err, "message") : err;
+        if (json_is_string(m))
+            set_new(ev, "message", json_incref(m));
+        else
+            set_new(ev, "message", json_string("upstream reported an error"));
+        changed = true;
+    }
+    if (new_code == NULL && json_is_object(err))
+        new_code = code_string(json_object_get(err, "code"));
+    if (new_code != code) {
+        if (new_code != NULL)
+            set_new(ev, "code", new_code);
+        else
+            json_object_del(ev, "code");
+        changed = true;
+    } else {
+        json_decref(new_code);
+    }
+    if (err != NULL) {
+        json_object_del(ev, "error");
+        changed = true;
+    }
+    return changed;
+}
+
+/* Rebuilds <ev> with "type" first when it is not (jansson keeps insertion order). Returns a new
+ * reference. */
+static json_t *type_first(json_t *ev)
+{
+    void *it = json_object_iter(ev);
+    const char *key;
+    json_t *v;
+    json_t *copy;
+
+    if (it != NULL && strcmp(json_object_iter_key(it), "type") == 0)
+        return json_incref(ev);
+    copy = must(json_object());
+    set_new(copy, "type", json_incref(json_object_get(ev, "type")));
+    json_object_foreach(ev, key, v)
+    {
+        if (strcmp(key, "type") != 0)
+            set_new(copy, key, json_incref(v));
+    }
+    return copy;
+}
+
+/* Writes an upstream event: its own bytes when nothing changed, else re-serialised compact, "type"
+ * first. */
+static void write_upstream(struct agw_agui *a, struct evbuffer *out, json_t *ev, const char *data,
+                           size_t len, bool changed)
+{
+    if (!changed) {
+        write_frame(a, out, data, len);
+        return;
+    }
+    json_t *o = type_first(ev);
+    write_json(a, out, o);
+    json_decref(o);
+}
+
+/* The TOOL_CALL_START "args" of the CloudBase dialect as a TOOL_CALL_ARGS delta; NULL when there is
+ * nothing to send. The caller frees the result. */
+static char *args_delta(json_t *args)
+{
+    char *s;
+
+    if (json_is_string(args)) {
+        if (json_string_length(args) == 0)
+            return NULL;
+        return agw_xstrndup(json_string_value(args), json_string_length(args));
+    }
+    s = json_dumps(args, AGUI_JSON_FLAGS | JSON_ENCODE_ANY);
+    if (s == NULL)
+        oom("json_dumps");
+    return s;
+}
+
+/* STEP_STARTED, TEXT_MESSAGE_START, TOOL_CALL_START, REASONING_START, REASONING_MESSAGE_START. */
+static void on_open(struct agw_agui *a, struct evbuffer *out, json_t *ev, enum item_kind kind,
+                    const char *data, size_t len, bool changed)
+{
+    const struct item_desc *d = &item_descs[kind];
+    json_t *idv = json_object_get(ev, d->id_key);
+    char *delta = NULL;
+    char ex[AGUI_EXCERPT + 4];
+
+    if (!json_is_string(idv)) {
+        invalid_event(a, out, "%s without a string \"%s\"", d->start, d->id_key);
+        return;
+    }
+    const char *id = json_string_value(idv);
+    size_t id_len = json_string_length(idv);
+    if (find_open(a, kind, id, id_len, NULL))
+        return; /* duplicate start: the item is open already */
+    if (!push_open(a, kind, id, id_len)) {
+        invalid_event(a, out, "%s \"%s\": over %d simultaneously open items (%d bytes of ids)",
+                      d->start, excerpt(id, ex), AGUI_MAX_OPEN, AGUI_MAX_OPEN_ID_BYTES);
+        return;
+    }
+    if (kind == ITEM_TEXT_MESSAGE && json_object_get(ev, "role") == NULL) {
+        set_new(ev, "role", json_string("assistant"));
+        changed = true;
+    }
+    if (kind == ITEM_TOOL_CALL) {
+        json_t *args = json_object_get(ev, "args");
+        if (args != NULL) {
+            delta = args_delta(args);
+            json_object_del(ev, "args");
+            changed = true;
+        }
+    }
+    begin(a, out);
+    write_upstream(a, out, ev, data, len, changed);
+    if (delta != NULL) {
+        json_t *ae = new_event("TOOL_CALL_ARGS");
+        set_new(ae, "toolCallId", json_string(id));
+        set_new(ae, "delta", json_string(delta));
+        write_generated(a, out, ae);
+        free(delta);
+    }
+}
+
+/* TEXT_MESSAGE_CONTENT, TOOL_CALL_ARGS, REASONING_MESSAGE_CONTENT. */
+static void on_content(struct agw_agui *a, struct evbuffer *out, json_t *ev, enum item_kind kind,
+                       const char *data, size_t len, bool changed)
+{
+    const struct item_desc *d = &item_descs[kind];
+    json_t *idv = json_object_get(ev, d->id_key);
+    json_t *delta = json_object_get(ev, "delta");
+    char ex[AGUI_EXCERPT + 4];
+
+    if (!json_is_string(idv)) {
+        invalid_event(a, out, "%s without a string \"%s\"", d->content, d->id_key);
+        return;
+    }
+    if (!find_open(a, kind, json_string_value(idv), json_string_length(idv), NULL)) {
+        invalid_event(a, out, "%s for %s \"%s\", which is not open", d->content, d->id_key,
+                      excerpt(json_string_value(idv), ex));
+        return;
+    }
+    if (!json_is_string(delta)) {
+        invalid_event(a, out, "%s for %s \"%s\" without a string \"delta\"", d->content, d->id_key,
+                      excerpt(json_string_value(idv), ex));
+        return;
+    }
+    if (json_string_length(delta) == 0 && kind != ITEM_TOOL_CALL)
+        return; /* the official client rejected empty deltas before 1.0 */
+    begin(a, out);
+    write_upstream(a, out, ev, data, len, changed);
+}
+
+/* TEXT_MESSAGE_END, TOOL_CALL_END, REASONING_END, REASONING_MESSAGE_END, STEP_FINISHED. */
+static void on_close(struct agw_agui *a, struct evbuffer *out, json_t *ev, enum item_kind kind,
+                     const char *data, size_t len, bool changed)
+{
+    const struct item_desc *d = &item_descs[kind];
+    json_t *idv = json_object_get(ev, d->id_key);
+    size_t i;
+
+    if (!json_is_string(idv)) {
+        invalid_event(a, out, "%s without a string \"%s\"", d->end, d->id_key);
+        return;
+    }
+    if (!find_open(a, kind, json_string_value(idv), json_string_length(idv), &i))
+        return; /* nothing to close: already closed, or never opened */
+    remove_open(a, i);
+    begin(a, out);
+    write_upstream(a, out, ev, data, len, changed);
+}
+
+#ifndef NDEBUG
+static bool valid_utf8(const char *s)
+{
+    json_t *v = json_string(s);
+    bool ok = v != NULL;
+
+    json_decref(v);
+    return ok;
+}
+#endif
+
+/* ---- interface ------------------------------------------------------------------------------- */
+
+struct agw_agui *agw_agui_new(const char *thread_id, const char *run_id, enum agw_protocol protocol)
+{
+    struct agw_agui *a = agw_xcalloc(1, sizeof(*a));
+
+    /* The ids come from the parsed request or the gateway: not UTF-8 is a programming error. */
+    assert(thread_id != NULL && run_id != NULL);
+    assert(valid_utf8(thread_id) && valid_utf8(run_id));
+    a->thread_id = agw_xstrdup(thread_id);
+    a->run_id = agw_xstrdup(run_id);
+    /* AGW_PROTO_AGKIT is normalised like "ag-ui" for now: translating the legacy AG-Kit events
+     * ("text", "tool-call-*", "tool-result", "interrupt") is a later change. Until then they pass
+     * through as unknown types (the client ignores them) inside a well-formed run. */
+    a->protocol = protocol;
+    a->state = AGW_AGUI_ST_IDLE;
+    return a;
+}
+
+void agw_agui_free(struct agw_agui *a)
+{
+    if (a == NULL)
+        return;
+    for (size_t i = 0; i < a->n_open; i++)
+        free(a->open[i].id);
+    free(a->open);
+    free(a->thread_id);
+    free(a->run_id);
+    free(a);
+}
+
+int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out)
+{
+    json_t *ev = NULL;
+    json_t *type;
+    json_error_t jerr;
+    bool ints_as_real = false;
+    bool changed;
+    enum item_kind kind = ITEM_STEP;
+
+    assert(data != NULL || len == 0);
+    if (a->state == AGW_AGUI_ST_FINISHED)
+        return 1;
+    if (data == NULL)
+        data = "";
+    if (is_done_marker(data, len))
+        return 0;
+
+    /* Flags 0: one JSON document (object or array) and nothing after it, valid UTF-8, no \u0000. */
+    ev = json_loadb(data, len, 0, &jerr);
+    if (ev == NULL && json_error_code(&jerr) == json_error_numeric_overflow) {
+        /* An integer past 64 bits (a hash, a snowflake id in a snapshot) is valid JSON that
+         * JavaScript reads as a double: parse again with every integer as a real, and relay the
+         * bytes as they are. */
+        ev = json_loadb(data, len, JSON_DECODE_INT_AS_REAL, &jerr);
+        ints_as_real = true;
+    }
+    if (ev == NULL) {
+        /* jansson may quote the offending bytes: keep the message printable ASCII. */
+        for (char *p = jerr.text; *p != '\0'; p++)
+            if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+                *p = '?';
+        invalid_event(a, out, "upstream data is not a JSON event: %s (line %d, column %d)",
+                      jerr.text, jerr.line, jerr.column);
+        goto out;
+    }
+    if (!json_is_object(ev)) {
+        invalid_event(a, out, "upstream event is not a JSON object");
+        goto out;
+    }
+    type = json_object_get(ev, "type");
+    if (!json_is_string(type) || json_string_length(type) == 0) {
+        invalid_event(a, out, "upstream event without a non-empty string \"type\"");
+        goto out;
+    }
+
+    changed = memchr(data, '\n', len) != NULL || memchr(data, '\r', len) != NULL;
+    changed = sanitise(ev, ints_as_real) || changed;
+    /* sanitise() removed no "type": it is a non-empty string. */
+    switch (classify(json_string_value(type), &kind)) {
+    case EV_RUN_STARTED:
+        if (a->state != AGW_AGUI_ST_IDLE)
+            break; /* one RUN_STARTED per run */
+        changed = set_client_ids(a, ev) || changed;
+        write_upstream(a, out, ev, data, len, changed);
+        set_state(a, AGW_AGUI_ST_RUNNING);
+        break;
+    case EV_RUN_FINISHED:
+        begin(a, out);
+        close_all(a, out);
+        changed = set_client_ids(a, ev) || changed;
+        write_upstream(a, out, ev, data, len, changed);
+        finish(a, NULL, false);
+        break;
+    case EV_RUN_ERROR: {
+        begin(a, out);
+        changed = normalise_run_error(ev) || changed;
+        write_upstream(a, out, ev, data, len, changed);
+        json_t *code = json_object_get(ev, "code");
+        finish(a, json_is_string(code) ? json_string_value(code) : NULL, true);
+        break;
+    }
+    case EV_OPEN:
+        on_open(a, out, ev, kind, data, len, changed);
+        break;
+    case EV_CONTENT:
+        on_content(a, out, ev, kind, data, len, changed);
+        break;
+    case EV_CLOSE:
+        on_close(a, out, ev, kind, data, len, changed);
+        break;
+    case EV_PASS:
+        begin(a, out);
+        write_upstream(a, out, ev, data, len, changed);
+        break;
+    }
+
+out:
+    json_decref(ev);
+    return a->state == AGW_AGUI_ST_FINISHED;
+}
+
+void agw_agui_end(struct agw_agui *a, struct evbuffer *out)
+{
+    if (a->state == AGW_AGUI_ST_FINISHED)
+        return;
+    if (message_open(a)) {
+        run_error(a, out, AGW_AGUI_UPSTREAM_ERROR,
+                  "upstream closed the stream in the middle of a message");
+        return;
+    }
+    begin(a, out);
+    close_all(a, out);
+    json_t *ev = new_event("RUN_FINISHED");
+    set_new(ev, "threadId", json_string(a->thread_id));
+    set_new(ev, "runId", json_string(a->run_id));
+    write_generated(a, out, ev);
+    finish(a, NULL, false);
+}
+
+void agw_agui_fail(struct agw_agui *a, const char *code, const char *message, struct evbuffer *out)
+{
+    run_error(a, out, code, message);
+}
+
+bool agw_agui_finished(const struct agw_agui *a)
+{
+    return a->state == AGW_AGUI_ST_FINISHED;
+}
+
+uint64_t agw_agui_events_out(const struct agw_agui *a)
+{
+    return a->events_out;
+}
+
+const char *agw_agui_outcome(const struct agw_agui *a)
+{
+    return a->state == AGW_AGUI_ST_FINISHED ? a->outcome : NULL;
 }

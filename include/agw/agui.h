@@ -31,7 +31,7 @@ extern const char AGW_AGUI_INVALID_EVENT[];  /* "INVALID_EVENT" */
 extern const char AGW_AGUI_CANCELLED[];      /* "CANCELLED" */
 extern const char AGW_AGUI_SHUTDOWN[];       /* "SHUTDOWN" */
 
-/* Copies <thread_id> and <run_id>. Owned by the caller. */
+/* Copies <thread_id> and <run_id> (valid UTF-8, asserted). Owned by the caller. */
 struct agw_agui *agw_agui_new(const char *thread_id, const char *run_id, enum agw_protocol protocol);
 void agw_agui_free(struct agw_agui *a);
 
@@ -43,7 +43,8 @@ int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, struct evbuf
 
 /* The upstream's stream ended (EOF or end of body). Writes what the run still needs: RUN_STARTED if nothing was
  * sent, then RUN_FINISHED (after closing anything open) when the stream was clean, or RUN_ERROR
- * UPSTREAM_ERROR when it was cut inside a text message or tool call. No-op after the terminal event. */
+ * UPSTREAM_ERROR when it was cut inside a text message, tool call or reasoning message. No-op after the
+ * terminal event. */
 void agw_agui_end(struct agw_agui *a, struct evbuffer *out);
 
 /* Ends the run with RUN_ERROR {"message":<message>,"code":<code>} (RUN_STARTED first if nothing was sent
@@ -54,7 +55,8 @@ void agw_agui_fail(struct agw_agui *a, const char *code, const char *message, st
 bool agw_agui_finished(const struct agw_agui *a);
 /* Number of events written to the client so far. */
 uint64_t agw_agui_events_out(const struct agw_agui *a);
-/* "RUN_FINISHED", "RUN_ERROR" with its code, or NULL while running: how the run ended, for logs. */
+/* "RUN_FINISHED", "RUN_ERROR:<code>" ("RUN_ERROR" when the error had no code; a long code is cut), or
+ * NULL while running: how the run ended, for logs. Owned by <a>, unchanged until agw_agui_free(). */
 const char *agw_agui_outcome(const struct agw_agui *a);
 
 #endif

@@ -1,6 +1,1499 @@
+/* Unit tests for src/agui.c: every normalisation rule, plus a model of @ag-ui/client's verifier
+ * applied to the output of hostile upstream streams. */
 #include <criterion/criterion.h>
 
-Test(agui, placeholder)
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <jansson.h>
+
+#include "agw/agui.h"
+
+#define TID "t1"
+#define RID "r1"
+
+/* ---- helpers --------------------------------------------------------------------------------- */
+
+struct result {
+    char *text;        /* everything written, NUL-terminated */
+    json_t *events;    /* the frames parsed back, a JSON array */
+    int last_rc;       /* agw_agui_feed()'s value for the last frame fed */
+    int rcs[64];       /* agw_agui_feed()'s value for each frame */
+    uint64_t n_out;    /* agw_agui_events_out() at the end */
+    char outcome[128]; /* agw_agui_outcome() at the end, or "" */
+    bool finished;
+};
+
+static char *drain(struct evbuffer *b)
 {
-    cr_assert_eq(1, 1);
+    size_t n = evbuffer_get_length(b);
+    char *s = malloc(n + 1);
+
+    cr_assert_not_null(s);
+    evbuffer_remove(b, s, n);
+    s[n] = '\0';
+    return s;
+}
+
+/* Splits a client stream into events; every frame must be exactly "data: <one JSON object>\n\n". */
+static json_t *parse_stream(const char *text)
+{
+    json_t *arr = json_array();
+    const char *p = text;
+
+    while (*p != '\0') {
+        cr_assert(strncmp(p, "data: ", 6) == 0, "frame does not start with 'data: ': %s", p);
+        const char *end = strstr(p, "\n\n");
+        cr_assert_not_null(end, "unterminated frame: %s", p);
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        cr_assert_null(nl, "frame spans several lines: %s", p);
+        json_error_t err;
+        json_t *ev = json_loadb(p + 6, (size_t)(end - p - 6), 0, &err);
+        if (ev == NULL && json_error_code(&err) == json_error_numeric_overflow)
+            ev = json_loadb(p + 6, (size_t)(end - p - 6), JSON_DECODE_INT_AS_REAL, &err);
+        cr_assert_not_null(ev, "frame is not JSON (%s): %.*s", err.text, (int)(end - p), p);
+        cr_assert(json_is_object(ev), "frame is not an object");
+        json_array_append_new(arr, ev);
+        p = end + 2;
+    }
+    return arr;
+}
+
+enum ending { END_NONE, END_EOF };
+
+/* Feeds the NULL-terminated <frames> to a fresh normaliser, then calls agw_agui_end() if <ending>
+ * says so. */
+static struct result run_frames_p(const char *const *frames, enum ending ending,
+                                  enum agw_protocol proto)
+{
+    struct result r;
+    struct agw_agui *a = agw_agui_new(TID, RID, proto);
+    struct evbuffer *out = evbuffer_new();
+    size_t i;
+
+    memset(&r, 0, sizeof(r));
+    r.last_rc = -1;
+    for (i = 0; frames[i] != NULL; i++) {
+        r.last_rc = agw_agui_feed(a, frames[i], strlen(frames[i]), out);
+        if (i < AGW_ARRAY_LEN(r.rcs))
+            r.rcs[i] = r.last_rc;
+    }
+    if (ending == END_EOF)
+        agw_agui_end(a, out);
+    r.n_out = agw_agui_events_out(a);
+    r.finished = agw_agui_finished(a);
+    if (agw_agui_outcome(a) != NULL)
+        snprintf(r.outcome, sizeof(r.outcome), "%s", agw_agui_outcome(a));
+    r.text = drain(out);
+    r.events = parse_stream(r.text);
+    cr_assert_eq(json_array_size(r.events), r.n_out, "events_out %llu, frames %zu",
+                 (unsigned long long)r.n_out, json_array_size(r.events));
+    evbuffer_free(out);
+    agw_agui_free(a);
+    return r;
+}
+
+static struct result run_frames(const char *const *frames, enum ending ending)
+{
+    return run_frames_p(frames, ending, AGW_PROTO_AGUI);
+}
+
+static void result_free(struct result *r)
+{
+    free(r->text);
+    json_decref(r->events);
+}
+
+#define RUN(ending, ...) run_frames((const char *const[]){__VA_ARGS__, NULL}, ending)
+
+static json_t *ev_at(const struct result *r, size_t i)
+{
+    cr_assert_lt(i, json_array_size(r->events), "no event %zu in: %s", i, r->text);
+    return json_array_get(r->events, i);
+}
+
+static const char *str_at(const struct result *r, size_t i, const char *key)
+{
+    json_t *v = json_object_get(ev_at(r, i), key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static void assert_type(const struct result *r, size_t i, const char *type)
+{
+    const char *t = str_at(r, i, "type");
+    cr_assert(t != NULL && strcmp(t, type) == 0, "event %zu is %s, expected %s, in:\n%s", i,
+              t ? t : "(none)", type, r->text);
+}
+
+/* The first key of event <i> is "type". */
+static void assert_type_first(const struct result *r, size_t i)
+{
+    void *it = json_object_iter(ev_at(r, i));
+    cr_assert(it != NULL && strcmp(json_object_iter_key(it), "type") == 0, "\"type\" not first: %s",
+              r->text);
+}
+
+static void assert_int_timestamp(const struct result *r, size_t i)
+{
+    json_t *ts = json_object_get(ev_at(r, i), "timestamp");
+    cr_assert(json_is_integer(ts), "event %zu has no integer timestamp: %s", i, r->text);
+    cr_assert_gt(json_integer_value(ts), 1600000000000LL);
+}
+
+static void assert_client_ids(const struct result *r, size_t i)
+{
+    cr_assert_str_eq(str_at(r, i, "threadId"), TID);
+    cr_assert_str_eq(str_at(r, i, "runId"), RID);
+}
+
+/* Asserts that event <i> is a generated RUN_ERROR with <code> and a message containing <needle>. */
+static void assert_run_error(const struct result *r, size_t i, const char *code, const char *needle)
+{
+    assert_type(r, i, "RUN_ERROR");
+    assert_type_first(r, i);
+    cr_assert_str_eq(str_at(r, i, "code"), code);
+    const char *m = str_at(r, i, "message");
+    cr_assert_not_null(m);
+    cr_assert(strstr(m, needle) != NULL, "message '%s' lacks '%s'", m, needle);
+    cr_assert_eq(i + 1, json_array_size(r->events), "RUN_ERROR is not last: %s", r->text);
+}
+
+/* The expected client bytes for frames relayed unchanged. */
+static char *framed(const char *const *frames)
+{
+    struct evbuffer *b = evbuffer_new();
+    for (size_t i = 0; frames[i] != NULL; i++)
+        evbuffer_add_printf(b, "data: %s\n\n", frames[i]);
+    char *s = drain(b);
+    evbuffer_free(b);
+    return s;
+}
+
+/* "data: <data>\n\n", malloc'd. */
+static char *frame_of(const char *data)
+{
+    return framed((const char *const[]){data, NULL});
+}
+
+/* ---- the verifier model ------------------------------------------------------------------- */
+
+/* A model of @ag-ui/client's verifier plus the gateway's own promises. Returns NULL if <events> is
+ * a stream the client accepts as one complete run, else what is wrong (a static buffer). Checked:
+ * first RUN_STARTED with the client's ids; one terminal event, last; no RUN_STARTED inside the run;
+ * START/END balanced per kind and id, CONTENT/ARGS only for open ids; nothing open at RUN_FINISHED;
+ * non-empty string "type"; no top-level null; integer timestamps; string ids and deltas; RUN_ERROR
+ * {message: string, code?: string}; TEXT_MESSAGE_START has a role; no "args" on TOOL_CALL_START. */
+static const char *verify_stream(json_t *events)
+{
+    static char why[512];
+    static const struct {
+        const char *start, *content, *end, *key;
+    } kinds[] = {
+        {"STEP_STARTED", NULL, "STEP_FINISHED", "stepName"},
+        {"REASONING_START", NULL, "REASONING_END", "messageId"},
+        {"REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT", "REASONING_MESSAGE_END",
+         "messageId"},
+        {"TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "messageId"},
+        {"TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "toolCallId"},
+    };
+    json_t *open[AGW_ARRAY_LEN(kinds)];
+    size_t n = json_array_size(events);
+    const char *err = NULL;
+
+    for (size_t k = 0; k < AGW_ARRAY_LEN(kinds); k++)
+        open[k] = json_object();
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        snprintf(why, sizeof(why), __VA_ARGS__);                                                   \
+        err = why;                                                                                 \
+        goto out;                                                                                  \
+    } while (0)
+
+    if (n == 0)
+        FAIL("empty stream");
+    for (size_t i = 0; i < n; i++) {
+        json_t *ev = json_array_get(events, i);
+        json_t *tv = json_object_get(ev, "type");
+        const char *key;
+        json_t *v;
+
+        if (!json_is_string(tv) || json_string_length(tv) == 0)
+            FAIL("event %zu: no type", i);
+        const char *type = json_string_value(tv);
+        json_object_foreach(ev, key, v)
+        {
+            if (json_is_null(v))
+                FAIL("event %zu (%s): null field %s", i, type, key);
+        }
+        json_t *ts = json_object_get(ev, "timestamp");
+        if (ts != NULL && !json_is_integer(ts))
+            FAIL("event %zu (%s): timestamp is not an integer", i, type);
+        bool terminal = strcmp(type, "RUN_FINISHED") == 0 || strcmp(type, "RUN_ERROR") == 0;
+        if (i == 0 && strcmp(type, "RUN_STARTED") != 0)
+            FAIL("first event is %s", type);
+        if (i > 0 && strcmp(type, "RUN_STARTED") == 0)
+            FAIL("event %zu: RUN_STARTED while the run is active", i);
+        if (terminal != (i == n - 1))
+            FAIL("event %zu (%s): %s", i, type,
+                 terminal ? "terminal event not last" : "no terminal event last");
+        if (strcmp(type, "RUN_STARTED") == 0 || strcmp(type, "RUN_FINISHED") == 0) {
+            json_t *t = json_object_get(ev, "threadId");
+            json_t *r = json_object_get(ev, "runId");
+            if (!json_is_string(t) || strcmp(json_string_value(t), TID) != 0 ||
+                !json_is_string(r) || strcmp(json_string_value(r), RID) != 0)
+                FAIL("event %zu (%s): not the client's ids", i, type);
+        }
+        if (strcmp(type, "RUN_FINISHED") == 0) {
+            for (size_t k = 0; k < AGW_ARRAY_LEN(kinds); k++)
+                if (json_object_size(open[k]) != 0)
+                    FAIL("RUN_FINISHED with a %s still open", kinds[k].start);
+        }
+        if (strcmp(type, "RUN_ERROR") == 0) {
+            if (!json_is_string(json_object_get(ev, "message")))
+                FAIL("RUN_ERROR without a string message");
+            json_t *c = json_object_get(ev, "code");
+            if (c != NULL && !json_is_string(c))
+                FAIL("RUN_ERROR with a non-string code");
+            if (json_object_get(ev, "error") != NULL)
+                FAIL("RUN_ERROR still carries \"error\"");
+        }
+        if (strcmp(type, "TEXT_MESSAGE_START") == 0 && !json_is_string(json_object_get(ev, "role")))
+            FAIL("TEXT_MESSAGE_START without role");
+        if (strcmp(type, "TOOL_CALL_START") == 0 && json_object_get(ev, "args") != NULL)
+            FAIL("TOOL_CALL_START with args");
+        for (size_t k = 0; k < AGW_ARRAY_LEN(kinds); k++) {
+            bool is_start = strcmp(type, kinds[k].start) == 0;
+            bool is_content = kinds[k].content != NULL && strcmp(type, kinds[k].content) == 0;
+            bool is_end = strcmp(type, kinds[k].end) == 0;
+            if (!is_start && !is_content && !is_end)
+                continue;
+            json_t *idv = json_object_get(ev, kinds[k].key);
+            if (!json_is_string(idv))
+                FAIL("event %zu (%s): no string %s", i, type, kinds[k].key);
+            const char *id = json_string_value(idv);
+            bool is_open = json_object_get(open[k], id) != NULL;
+            if (is_start && is_open)
+                FAIL("event %zu: %s '%s' already open", i, type, id);
+            if ((is_content || is_end) && !is_open)
+                FAIL("event %zu: %s '%s' not open", i, type, id);
+            if (is_content) {
+                json_t *d = json_object_get(ev, "delta");
+                if (!json_is_string(d))
+                    FAIL("event %zu: %s without string delta", i, type);
+                if (k != 4 && json_string_length(d) == 0)
+                    FAIL("event %zu: %s with empty delta", i, type);
+            }
+            if (is_start)
+                json_object_set_new(open[k], id, json_true());
+            if (is_end)
+                json_object_del(open[k], id);
+        }
+    }
+#undef FAIL
+out:
+    for (size_t k = 0; k < AGW_ARRAY_LEN(kinds); k++)
+        json_decref(open[k]);
+    return err;
+}
+
+static void assert_verified(const struct result *r)
+{
+    const char *why = verify_stream(r->events);
+    cr_assert_null(why, "verifier: %s\nstream:\n%s", why, r->text);
+}
+
+/* ---- rule 1 (and the hot path): raw pass-through, [DONE], non-JSON --------------------------- */
+
+Test(agui, clean_stream_is_byte_identical)
+{
+    const char *const frames[] = {
+        "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\",\"timestamp\":"
+        "1700000000000}",
+        "{\"type\":\"STEP_STARTED\",\"stepName\":\"plan\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"H\\u00e9llo "
+        "\\\"w\\\"\"}",
+        "{ \"type\" : \"TEXT_MESSAGE_CONTENT\", "
+        "\"messageId\":\"m1\",\"delta\":\"\xe4\xbd\xa0\xe5\xa5\xbd\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m1\"}",
+        "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"w\","
+        "\"parentMessageId\":\"m1\"}",
+        "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{\\\"city\\\":\"}",
+        "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"\"}",
+        "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c1\"}",
+        "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"m2\",\"toolCallId\":\"c1\",\"content\":"
+        "\"ok\"}",
+        "{\"type\":\"REASONING_START\",\"messageId\":\"x\"}",
+        "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"x\",\"role\":\"reasoning\"}",
+        "{\"type\":\"REASONING_MESSAGE_CONTENT\",\"messageId\":\"x\",\"delta\":\"hmm\"}",
+        "{\"type\":\"REASONING_MESSAGE_END\",\"messageId\":\"x\"}",
+        "{\"type\":\"REASONING_END\",\"messageId\":\"x\"}",
+        "{\"type\":\"STATE_SNAPSHOT\",\"snapshot\":{\"a\":[1,2.5,null,{\"b\":null}]}}",
+        "{\"type\":\"STATE_DELTA\",\"delta\":[{\"op\":\"replace\",\"path\":\"/a\",\"value\":3}]}",
+        "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[]}",
+        "{\"type\":\"CUSTOM\",\"name\":\"n\",\"value\":{\"z\":1,\"a\":2}}",
+        "{\"type\":\"STEP_FINISHED\",\"stepName\":\"plan\"}",
+        "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r1\",\"result\":{\"ok\":true}}",
+        NULL,
+    };
+    struct result r = run_frames(frames, END_NONE);
+    char *expect = framed(frames);
+
+    cr_assert_str_eq(r.text, expect);
+    cr_assert_eq(r.last_rc, 1);
+    cr_assert_eq(r.rcs[0], 0);
+    cr_assert_eq(r.n_out, AGW_ARRAY_LEN(frames) - 1);
+    cr_assert_str_eq(r.outcome, "RUN_FINISHED");
+    assert_verified(&r);
+    free(expect);
+    result_free(&r);
+}
+
+Test(agui, done_marker_dropped)
+{
+    struct result r =
+        RUN(END_NONE, "[DONE]", " \t[DONE]\r\n ", "{\"type\":\"CUSTOM\",\"name\":\"a\"}", "[DONE]");
+    cr_assert_eq(r.n_out, 2);
+    assert_type(&r, 0, "RUN_STARTED");
+    assert_type(&r, 1, "CUSTOM");
+    cr_assert_eq(r.rcs[0], 0);
+    cr_assert_eq(r.last_rc, 0);
+    cr_assert_eq(r.finished, false);
+    result_free(&r);
+
+    /* Nothing but [DONE]: nothing written at all, until EOF. */
+    r = RUN(END_NONE, "[DONE]");
+    cr_assert_str_eq(r.text, "");
+    result_free(&r);
+
+    r = RUN(END_NONE, "[DONE]x");
+    assert_type(&r, 0, "RUN_STARTED");
+    assert_run_error(&r, 1, "INVALID_EVENT", "not a JSON event");
+    result_free(&r);
+}
+
+Test(agui, non_json_is_invalid_event)
+{
+    struct result r = RUN(END_NONE, "hello world");
+    cr_assert_eq(r.n_out, 2);
+    assert_type(&r, 0, "RUN_STARTED");
+    assert_client_ids(&r, 0);
+    assert_int_timestamp(&r, 0);
+    assert_run_error(&r, 1, "INVALID_EVENT", "not a JSON event");
+    assert_int_timestamp(&r, 1);
+    cr_assert_eq(r.last_rc, 1);
+    cr_assert_str_eq(r.outcome, "RUN_ERROR:INVALID_EVENT");
+    assert_verified(&r);
+    result_free(&r);
+
+    /* Mid-run: no second RUN_STARTED. */
+    r = RUN(END_NONE, "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}", "{oops");
+    cr_assert_eq(r.n_out, 2);
+    assert_run_error(&r, 1, "INVALID_EVENT", "not a JSON event");
+    result_free(&r);
+}
+
+Test(agui, malformed_events_are_invalid)
+{
+    static const struct {
+        const char *data;
+        const char *needle;
+    } cases[] = {
+        {"{\"type\":\"CUSTOM\"}{\"type\":\"CUSTOM\"}", "not a JSON event"}, /* two documents */
+        {"{\"type\":\"CUSTOM\"} x", "not a JSON event"},                    /* trailing garbage */
+        {"{\"type\":\"CUSTOM\",\"v\":\"\xff\xfe\"}", "not a JSON event"},   /* invalid UTF-8 */
+        {"{\"type\":\"CUSTOM\",\"v\":\"a\\u0000b\"}", "not a JSON event"},  /* NUL in a string */
+        {"", "not a JSON event"},
+        {"   ", "not a JSON event"},
+        {"42", "not a JSON event"},
+        {"\"RUN_STARTED\"", "not a JSON event"},
+        {"[{\"type\":\"CUSTOM\"}]", "not a JSON object"},
+        {"{}", "\"type\""},
+        {"{\"type\":\"\"}", "\"type\""},
+        {"{\"type\":7}", "\"type\""},
+        {"{\"type\":null}", "\"type\""},
+        {"{\"type\":[\"RUN_STARTED\"]}", "\"type\""},
+    };
+    for (size_t i = 0; i < AGW_ARRAY_LEN(cases); i++) {
+        struct result r = RUN(END_NONE, cases[i].data);
+        cr_assert_eq(r.n_out, 2, "case %zu: %s", i, r.text);
+        assert_type(&r, 0, "RUN_STARTED");
+        assert_run_error(&r, 1, "INVALID_EVENT", cases[i].needle);
+        cr_assert_eq(r.last_rc, 1);
+        assert_verified(&r);
+        result_free(&r);
+    }
+}
+
+Test(agui, error_text_quoting_bad_bytes_stays_valid)
+{
+    /* jansson quotes the offending token; the message must still be valid UTF-8 JSON. */
+    struct result r = RUN(END_NONE, "\xc3\x28garbage\x80");
+    assert_run_error(&r, 1, "INVALID_EVENT", "not a JSON event");
+    result_free(&r);
+}
+
+/* ---- rule 2: RUN_STARTED --------------------------------------------------------------------- */
+
+Test(agui, run_started_injected)
+{
+    const char *msg =
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\"}";
+    struct result r = RUN(END_NONE, msg);
+    char *expect = NULL;
+
+    cr_assert_eq(r.n_out, 2);
+    assert_type(&r, 0, "RUN_STARTED");
+    assert_type_first(&r, 0);
+    assert_client_ids(&r, 0);
+    assert_int_timestamp(&r, 0);
+    cr_assert_eq(json_object_size(ev_at(&r, 0)), 4);
+    /* The upstream event itself is still relayed raw. */
+    expect = frame_of(msg);
+    cr_assert_not_null(strstr(r.text, expect));
+    cr_assert_eq(r.last_rc, 0);
+    free(expect);
+    result_free(&r);
+}
+
+Test(agui, run_started_ids_rewritten)
+{
+    struct result r =
+        RUN(END_NONE, "{\"runId\":\"up-run\",\"type\":\"RUN_STARTED\",\"threadId\":\"up-thread\","
+                      "\"parentRunId\":\"p0\",\"input\":{\"messages\":[]},\"timestamp\":5}");
+    cr_assert_eq(r.n_out, 1);
+    assert_type(&r, 0, "RUN_STARTED");
+    assert_type_first(&r, 0);
+    assert_client_ids(&r, 0);
+    cr_assert_str_eq(str_at(&r, 0, "parentRunId"), "p0");
+    cr_assert(json_is_object(json_object_get(ev_at(&r, 0), "input")));
+    cr_assert_eq(json_integer_value(json_object_get(ev_at(&r, 0), "timestamp")), 5);
+    cr_assert_str_eq(r.text,
+                     "data: {\"type\":\"RUN_STARTED\",\"runId\":\"r1\",\"threadId\":\"t1\","
+                     "\"parentRunId\":\"p0\",\"input\":{\"messages\":[]},\"timestamp\":5}\n\n");
+    result_free(&r);
+
+    /* Missing ids are filled in; only one of them differing is enough to rewrite. */
+    r = RUN(END_NONE, "{\"type\":\"RUN_STARTED\"}", "{\"type\":\"CUSTOM\"}");
+    cr_assert_str_eq(str_at(&r, 0, "threadId"), TID);
+    cr_assert_str_eq(str_at(&r, 0, "runId"), RID);
+    result_free(&r);
+    r = RUN(END_NONE, "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":7}");
+    cr_assert_str_eq(r.text,
+                     "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}\n\n");
+    result_free(&r);
+}
+
+Test(agui, second_run_started_dropped)
+{
+    struct result r =
+        RUN(END_NONE, "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+            "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+            "{\"type\":\"RUN_STARTED\",\"threadId\":\"x\",\"runId\":\"y\"}");
+    cr_assert_eq(r.n_out, 1);
+    cr_assert_eq(r.last_rc, 0);
+    result_free(&r);
+
+    /* Also after an injected one. */
+    r = RUN(END_EOF, "{\"type\":\"CUSTOM\"}",
+            "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}");
+    cr_assert_eq(r.n_out, 3);
+    assert_type(&r, 1, "CUSTOM");
+    assert_type(&r, 2, "RUN_FINISHED");
+    assert_verified(&r);
+    result_free(&r);
+}
+
+/* ---- rule 3: RUN_FINISHED -------------------------------------------------------------------- */
+
+Test(agui, nothing_after_run_finished)
+{
+    struct result r =
+        RUN(END_EOF, "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+            "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+            "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\"}", "not json",
+            "{\"type\":\"RUN_ERROR\",\"message\":\"late\"}");
+    cr_assert_eq(r.n_out, 2);
+    cr_assert_eq(r.rcs[0], 0);
+    cr_assert_eq(r.rcs[1], 1);
+    cr_assert_eq(r.rcs[2], 1);
+    cr_assert_eq(r.rcs[3], 1);
+    cr_assert_eq(r.rcs[4], 1);
+    cr_assert_str_eq(r.outcome, "RUN_FINISHED");
+    assert_verified(&r);
+    result_free(&r);
+}
+
+Test(agui, run_finished_closes_open_items_in_reverse)
+{
+    struct result r =
+        RUN(END_NONE, "{\"type\":\"STEP_STARTED\",\"stepName\":\"s1\"}",
+            "{\"type\":\"REASONING_START\",\"messageId\":\"x\"}",
+            "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"x\",\"role\":\"reasoning\"}",
+            "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\"}",
+            "{\"type\":\"STEP_STARTED\",\"stepName\":\"s2\"}",
+            "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\"}",
+            "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m2\",\"role\":\"assistant\"}",
+            "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m2\"}",
+            "{\"type\":\"RUN_FINISHED\",\"threadId\":\"other\",\"runId\":\"r1\","
+            "\"result\":{\"answer\":42},\"outcome\":{\"type\":\"success\"}}");
+    static const struct {
+        const char *type, *key, *id;
+    } expect[] = {
+        {"TOOL_CALL_END", "toolCallId", "c1"},   {"STEP_FINISHED", "stepName", "s2"},
+        {"TEXT_MESSAGE_END", "messageId", "m1"}, {"REASONING_MESSAGE_END", "messageId", "x"},
+        {"REASONING_END", "messageId", "x"},     {"STEP_FINISHED", "stepName", "s1"},
+    };
+    size_t base = 9; /* RUN_STARTED + 8 relayed */
+
+    cr_assert_eq(r.n_out, base + AGW_ARRAY_LEN(expect) + 1, "%s", r.text);
+    for (size_t i = 0; i < AGW_ARRAY_LEN(expect); i++) {
+        assert_type(&r, base + i, expect[i].type);
+        assert_type_first(&r, base + i);
+        cr_assert_str_eq(str_at(&r, base + i, expect[i].key), expect[i].id);
+        assert_int_timestamp(&r, base + i);
+        cr_assert_eq(json_object_size(ev_at(&r, base + i)), 3);
+    }
+    size_t last = base + AGW_ARRAY_LEN(expect);
+    assert_type(&r, last, "RUN_FINISHED");
+    assert_client_ids(&r, last);
+    cr_assert_eq(
+        json_integer_value(json_object_get(json_object_get(ev_at(&r, last), "result"), "answer")),
+        42);
+    cr_assert_not_null(json_object_get(ev_at(&r, last), "outcome"));
+    cr_assert_eq(r.last_rc, 1);
+    assert_verified(&r);
+    result_free(&r);
+}
+
+Test(agui, run_finished_first_gets_run_started)
+{
+    struct result r = RUN(END_NONE, "{\"type\":\"RUN_FINISHED\"}");
+    cr_assert_eq(r.n_out, 2);
+    assert_type(&r, 0, "RUN_STARTED");
+    assert_type(&r, 1, "RUN_FINISHED");
+    assert_client_ids(&r, 1);
+    assert_verified(&r);
+    result_free(&r);
+}
+
+/* ---- rule 4: RUN_ERROR ----------------------------------------------------------------------- */
+
+Test(agui, cloudbase_run_error_translated)
+{
+    struct result r =
+        RUN(END_EOF, "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+            "{\"type\":\"RUN_ERROR\",\"error\":{\"code\":\"TOOL_EXECUTION_ERROR\",\"message\":"
+            "\"Tool failed\"}}",
+            "{\"type\":\"CUSTOM\"}");
+    cr_assert_eq(r.n_out, 2);
+    cr_assert_str_eq(r.text,
+                     "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}\n\n"
+                     "data: {\"type\":\"RUN_ERROR\",\"message\":\"Tool failed\","
+                     "\"code\":\"TOOL_EXECUTION_ERROR\"}\n\n");
+    cr_assert_eq(r.rcs[1], 1);
+    cr_assert_eq(r.rcs[2], 1);
+    cr_assert_str_eq(r.outcome, "RUN_ERROR:TOOL_EXECUTION_ERROR");
+    assert_verified(&r);
+    result_free(&r);
+}
+
+Test(agui, run_error_variants)
+{
+    static const struct {
+        const char *in;
+        const char *out; /* the RUN_ERROR frame's data */
+        const char *outcome;
+    } cases[] = {
+        /* already right: raw */
+        {"{\"type\":\"RUN_ERROR\",\"message\":\"m\",\"code\":\"C\",\"timestamp\":1}",
+         "{\"type\":\"RUN_ERROR\",\"message\":\"m\",\"code\":\"C\",\"timestamp\":1}",
+         "RUN_ERROR:C"},
+        {"{\"type\":\"RUN_ERROR\",\"message\":\"m\"}", "{\"type\":\"RUN_ERROR\",\"message\":\"m\"}",
+         "RUN_ERROR"},
+        /* CloudBase with a timestamp, a numeric code, no message */
+        {"{\"type\":\"RUN_ERROR\",\"error\":{\"code\":500},\"timestamp\":1.9}",
+         "{\"type\":\"RUN_ERROR\",\"timestamp\":1,\"message\":\"upstream reported an "
+         "error\",\"code\":\"500\"}",
+         "RUN_ERROR:500"},
+        {"{\"type\":\"RUN_ERROR\"}",
+         "{\"type\":\"RUN_ERROR\",\"message\":\"upstream reported an error\"}", "RUN_ERROR"},
+        {"{\"type\":\"RUN_ERROR\",\"message\":null,\"code\":null}",
+         "{\"type\":\"RUN_ERROR\",\"message\":\"upstream reported an error\"}", "RUN_ERROR"},
+        {"{\"type\":\"RUN_ERROR\",\"message\":\"m\",\"code\":42}",
+         "{\"type\":\"RUN_ERROR\",\"message\":\"m\",\"code\":\"42\"}", "RUN_ERROR:42"},
+        {"{\"type\":\"RUN_ERROR\",\"message\":\"m\",\"code\":{\"x\":1}}",
+         "{\"type\":\"RUN_ERROR\",\"message\":\"m\"}", "RUN_ERROR"},
+        {"{\"type\":\"RUN_ERROR\",\"error\":\"boom\"}",
+         "{\"type\":\"RUN_ERROR\",\"message\":\"boom\"}", "RUN_ERROR"},
+        {"{\"type\":\"RUN_ERROR\",\"message\":7,\"error\":{\"message\":\"E\",\"code\":\"X\"}}",
+         "{\"type\":\"RUN_ERROR\",\"message\":\"E\",\"code\":\"X\"}", "RUN_ERROR:X"},
+        /* top-level fields win over error{} */
+        {"{\"type\":\"RUN_ERROR\",\"message\":\"top\",\"code\":\"T\",\"error\":{\"message\":\"E\","
+         "\"code\":\"X\"}}",
+         "{\"type\":\"RUN_ERROR\",\"message\":\"top\",\"code\":\"T\"}", "RUN_ERROR:T"},
+    };
+    for (size_t i = 0; i < AGW_ARRAY_LEN(cases); i++) {
+        struct result r = RUN(END_EOF, cases[i].in);
+        char *expect = NULL;
+        cr_assert_eq(r.n_out, 2, "case %zu: %s", i, r.text);
+        assert_type(&r, 0, "RUN_STARTED");
+        expect = frame_of(cases[i].out);
+        cr_assert_str_eq(strstr(r.text, "data: {\"type\":\"RUN_ERROR\""), expect, "case %zu", i);
+        cr_assert_str_eq(r.outcome, cases[i].outcome, "case %zu", i);
+        cr_assert_eq(r.last_rc, 1);
+        assert_verified(&r);
+        free(expect);
+        result_free(&r);
+    }
+}
+
+Test(agui, run_error_does_not_close_open_items)
+{
+    struct result r =
+        RUN(END_NONE, "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"user\"}",
+            "{\"type\":\"RUN_ERROR\",\"message\":\"x\"}");
+    cr_assert_eq(r.n_out, 3);
+    assert_type(&r, 2, "RUN_ERROR");
+    assert_verified(&r);
+    result_free(&r);
+}
+
+/* ---- rule 5: tracking opens ------------------------------------------------------------------ */
+
+Test(agui, duplicate_start_and_unknown_end_dropped)
+{
+    struct result r =
+        RUN(END_EOF, "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}",
+            "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}",
+            "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m\"}",
+            "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m\"}",
+            "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"nope\"}",
+            "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"nope\"}",
+            "{\"type\":\"STEP_FINISHED\",\"stepName\":\"nope\"}",
+            "{\"type\":\"REASONING_END\",\"messageId\":\"nope\"}",
+            "{\"type\":\"REASONING_MESSAGE_END\",\"messageId\":\"nope\"}",
+            "{\"type\":\"STEP_STARTED\",\"stepName\":\"s\"}",
+            "{\"type\":\"STEP_STARTED\",\"stepName\":\"s\"}",
+            "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\",\"toolCallName\":\"f\"}",
+            "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\",\"toolCallName\":\"f\"}",
+            "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c\"}",
+            "{\"type\":\"STEP_FINISHED\",\"stepName\":\"s\"}");
+    /* RUN_STARTED, START m, END m, STEP_STARTED, TOOL_CALL_START, TOOL_CALL_END, STEP_FINISHED,
+     * RUN_FINISHED */
+    cr_assert_eq(r.n_out, 8, "%s", r.text);
+    for (size_t i = 0; i < 15; i++)
+        cr_assert_eq(r.rcs[i], 0);
+    assert_type(&r, 7, "RUN_FINISHED");
+    assert_verified(&r);
+    result_free(&r);
+
+    /* Nothing but dropped events: nothing is written. */
+    r = RUN(END_NONE, "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"nope\"}");
+    cr_assert_str_eq(r.text, "");
+    result_free(&r);
+}
+
+Test(agui, same_id_in_different_kinds_is_independent)
+{
+    struct result r =
+        RUN(END_EOF, "{\"type\":\"REASONING_START\",\"messageId\":\"x\"}",
+            "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"x\",\"role\":\"reasoning\"}",
+            "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"x\",\"role\":\"assistant\"}",
+            "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"x\"}",
+            "{\"type\":\"REASONING_MESSAGE_END\",\"messageId\":\"x\"}",
+            "{\"type\":\"REASONING_END\",\"messageId\":\"x\"}");
+    cr_assert_eq(r.n_out, 8, "%s", r.text);
+    assert_verified(&r);
+    result_free(&r);
+}
+
+Test(agui, content_for_unknown_id_is_invalid)
+{
+    static const struct {
+        const char *data;
+        const char *needle;
+    } cases[] = {
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"ghost\",\"delta\":\"x\"}",
+         "TEXT_MESSAGE_CONTENT for messageId \"ghost\""},
+        {"{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"ghost\",\"delta\":\"x\"}",
+         "TOOL_CALL_ARGS for toolCallId \"ghost\""},
+        {"{\"type\":\"REASONING_MESSAGE_CONTENT\",\"messageId\":\"ghost\",\"delta\":\"x\"}",
+         "REASONING_MESSAGE_CONTENT for messageId \"ghost\""},
+        /* a closed one is not open either; so is an id open in another kind */
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"x\"}",
+         "\"m\", which is not open"},
+        {"{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"open\",\"delta\":\"x\"}",
+         "\"open\", which is not open"},
+    };
+    for (size_t i = 0; i < AGW_ARRAY_LEN(cases); i++) {
+        struct result r =
+            RUN(END_EOF, "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"user\"}",
+                "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m\"}",
+                "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"open\",\"role\":\"user\"}",
+                cases[i].data);
+        cr_assert_eq(r.n_out, 5, "case %zu: %s", i, r.text);
+        assert_run_error(&r, 4, "INVALID_EVENT", cases[i].needle);
+        cr_assert_eq(r.last_rc, 1);
+        assert_verified(&r);
+        result_free(&r);
+    }
+}
+
+Test(agui, long_id_quoted_as_excerpt)
+{
+    char data[2048];
+    char id[1001];
+
+    memset(id, 'a', 999);
+    memcpy(id + 95, "\xe4\xbd\xa0", 3); /* a 3-byte character across the cut at 96 bytes */
+    id[1000] = '\0';
+    id[999] = 'z';
+    snprintf(data, sizeof(data),
+             "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"%s\",\"delta\":\"x\"}", id);
+    struct result r = RUN(END_NONE, data);
+    assert_run_error(&r, 1, "INVALID_EVENT", "...\", which is not open");
+    cr_assert_lt(strlen(str_at(&r, 1, "message")), 200);
+    cr_assert_null(strstr(str_at(&r, 1, "message"), "\xe4"));
+    result_free(&r);
+}
+
+Test(agui, missing_ids_are_invalid)
+{
+    static const char *const cases[] = {
+        "{\"type\":\"TEXT_MESSAGE_START\",\"role\":\"assistant\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":1}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"delta\":\"x\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\"}",
+        "{\"type\":\"TOOL_CALL_START\",\"toolCallName\":\"f\"}",
+        "{\"type\":\"TOOL_CALL_ARGS\",\"delta\":\"x\"}",
+        "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":null}",
+        "{\"type\":\"REASONING_START\"}",
+        "{\"type\":\"REASONING_END\"}",
+        "{\"type\":\"REASONING_MESSAGE_START\"}",
+        "{\"type\":\"REASONING_MESSAGE_CONTENT\",\"delta\":\"x\"}",
+        "{\"type\":\"REASONING_MESSAGE_END\"}",
+        "{\"type\":\"STEP_STARTED\"}",
+        "{\"type\":\"STEP_FINISHED\",\"stepName\":{}}",
+    };
+    for (size_t i = 0; i < AGW_ARRAY_LEN(cases); i++) {
+        struct result r = RUN(END_EOF, cases[i]);
+        cr_assert_eq(r.n_out, 2, "case %zu: %s", i, r.text);
+        assert_run_error(&r, 1, "INVALID_EVENT", "without a string");
+        assert_verified(&r);
+        result_free(&r);
+    }
+}
+
+static void open_many(struct agw_agui *a, struct evbuffer *out, size_t n, size_t id_len, int *rc)
+{
+    char *data = malloc(id_len + 128);
+    char *id = malloc(id_len + 1);
+
+    for (size_t i = 0; i < n; i++) {
+        snprintf(id, id_len + 1, "%0*zu", (int)id_len, i);
+        int len = snprintf(
+            data, id_len + 128,
+            "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"%s\",\"toolCallName\":\"f\"}", id);
+        *rc = agw_agui_feed(a, data, (size_t)len, out);
+        if (*rc != 0)
+            break;
+    }
+    free(data);
+    free(id);
+}
+
+Test(agui, open_items_capped_at_1024)
+{
+    struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    struct evbuffer *out = evbuffer_new();
+    int rc = 0;
+    const char *again =
+        "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"0005\",\"toolCallName\":\"f\"}";
+    const char *more = "{\"type\":\"STEP_STARTED\",\"stepName\":\"one too many\"}";
+
+    open_many(a, out, 1024, 4, &rc);
+    cr_assert_eq(rc, 0);
+    cr_assert_eq(agw_agui_events_out(a), 1025);
+    /* A duplicate at the cap is still just dropped. */
+    cr_assert_eq(agw_agui_feed(a, again, strlen(again), out), 0);
+    cr_assert_eq(agw_agui_events_out(a), 1025);
+    cr_assert_eq(agw_agui_feed(a, more, strlen(more), out), 1);
+    cr_assert_str_eq(agw_agui_outcome(a), "RUN_ERROR:INVALID_EVENT");
+
+    char *text = drain(out);
+    json_t *events = parse_stream(text);
+    json_t *last = json_array_get(events, json_array_size(events) - 1);
+    cr_assert_str_eq(json_string_value(json_object_get(last, "type")), "RUN_ERROR");
+    cr_assert_not_null(strstr(json_string_value(json_object_get(last, "message")), "1024"));
+    cr_assert_null(verify_stream(events));
+    json_decref(events);
+    free(text);
+    evbuffer_free(out);
+    agw_agui_free(a);
+}
+
+Test(agui, open_items_bounded_by_id_bytes)
+{
+    struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    struct evbuffer *out = evbuffer_new();
+    int rc = 0;
+
+    /* 128 KiB of ids: 128 ids of 1 KiB fit, the 129th does not. */
+    open_many(a, out, 129, 1024, &rc);
+    cr_assert_eq(rc, 1);
+    cr_assert_eq(agw_agui_events_out(a), 1 + 128 + 1);
+    cr_assert_str_eq(agw_agui_outcome(a), "RUN_ERROR:INVALID_EVENT");
+    evbuffer_free(out);
+    agw_agui_free(a);
+}
+
+Test(agui, closing_frees_room_under_the_cap)
+{
+    struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    struct evbuffer *out = evbuffer_new();
+    const char *start =
+        "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\",\"toolCallName\":\"f\"}";
+    const char *end = "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c\"}";
+
+    for (int i = 0; i < 5000; i++) {
+        cr_assert_eq(agw_agui_feed(a, start, strlen(start), out), 0);
+        cr_assert_eq(agw_agui_feed(a, end, strlen(end), out), 0);
+    }
+    cr_assert_eq(agw_agui_events_out(a), 10001);
+    evbuffer_free(out);
+    agw_agui_free(a);
+}
+
+/* ---- rule 6: deltas -------------------------------------------------------------------------- */
+
+Test(agui, empty_delta_dropped)
+{
+    struct result r =
+        RUN(END_EOF, "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}",
+            "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"\"}",
+            "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"a\"}",
+            "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m\"}",
+            "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"x\",\"role\":\"reasoning\"}",
+            "{\"type\":\"REASONING_MESSAGE_CONTENT\",\"messageId\":\"x\",\"delta\":\"\"}",
+            "{\"type\":\"REASONING_MESSAGE_END\",\"messageId\":\"x\"}");
+    /* RUN_STARTED, START, CONTENT a, END, RSTART, REND, RUN_FINISHED */
+    cr_assert_eq(r.n_out, 7, "%s", r.text);
+    cr_assert_str_eq(str_at(&r, 2, "delta"), "a");
+    assert_type(&r, 5, "REASONING_MESSAGE_END");
+    assert_verified(&r);
+    result_free(&r);
+}
+
+Test(agui, non_string_delta_is_invalid)
+{
+    static const char *const cases[] = {
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":5}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":null}",
+        "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c\",\"delta\":{\"a\":1}}",
+        "{\"type\":\"REASONING_MESSAGE_CONTENT\",\"messageId\":\"x\",\"delta\":[]}",
+    };
+    for (size_t i = 0; i < AGW_ARRAY_LEN(cases); i++) {
+        struct result r =
+            RUN(END_EOF, "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"user\"}",
+                "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\",\"toolCallName\":\"f\"}",
+                "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"x\",\"role\":\"reasoning\"}",
+                cases[i]);
+        cr_assert_eq(r.n_out, 5, "case %zu: %s", i, r.text);
+        assert_run_error(&r, 4, "INVALID_EVENT", "without a string \"delta\"");
+        assert_verified(&r);
+        result_free(&r);
+    }
+}
+
+/* ---- rule 7: CloudBase dialect fixes --------------------------------------------------------- */
+
+Test(agui, text_message_start_gets_role)
+{
+    struct result r = RUN(END_NONE, "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"msg-1\"}");
+    cr_assert_str_eq(
+        strstr(r.text, "data: {\"type\":\"TEXT_MESSAGE_START\""),
+        "data: "
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"msg-1\",\"role\":\"assistant\"}\n\n");
+    result_free(&r);
+
+    r = RUN(END_NONE, "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"msg-1\",\"role\":null}");
+    cr_assert_str_eq(str_at(&r, 1, "role"), "assistant");
+    result_free(&r);
+
+    /* A role that is there is kept, raw. */
+    r = RUN(END_NONE, "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"user\"}");
+    cr_assert_str_eq(str_at(&r, 1, "role"), "user");
+    result_free(&r);
+}
+
+Test(agui, cloudbase_seed_stream)
+{
+    /* The response example of seed 003: no RUN_STARTED, no role, a bare RUN_FINISHED. */
+    struct result r = RUN(
+        END_NONE, "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"msg-1\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"msg-1\",\"delta\":\"Hello\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"msg-1\"}", "{\"type\":\"RUN_FINISHED\"}");
+    cr_assert_eq(r.n_out, 5);
+    assert_type(&r, 0, "RUN_STARTED");
+    cr_assert_str_eq(str_at(&r, 1, "role"), "assistant");
+    assert_type(&r, 4, "RUN_FINISHED");
+    assert_client_ids(&r, 4);
+    cr_assert_eq(r.last_rc, 1);
+    assert_verified(&r);
+    result_free(&r);
+}
+
+Test(agui, tool_call_start_with_args_split)
+{
+    struct result r =
+        RUN(END_NONE, "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"call-2\","
+                      "\"toolCallName\":\"request_input\",\"args\":\"{\\\"a\\\":1}\"}");
+    cr_assert_eq(r.n_out, 3, "%s", r.text);
+    assert_type(&r, 1, "TOOL_CALL_START");
+    cr_assert_null(json_object_get(ev_at(&r, 1), "args"));
+    cr_assert_str_eq(str_at(&r, 1, "toolCallName"), "request_input");
+    assert_type(&r, 2, "TOOL_CALL_ARGS");
+    assert_type_first(&r, 2);
+    cr_assert_str_eq(str_at(&r, 2, "toolCallId"), "call-2");
+    cr_assert_str_eq(str_at(&r, 2, "delta"), "{\"a\":1}");
+    assert_int_timestamp(&r, 2);
+    result_free(&r);
+
+    /* An object (the seed's form) is serialised compact, key order kept. */
+    r = RUN(END_EOF,
+            "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"call-2\",\"toolCallName\":\"request_"
+            "input\","
+            "\"args\":{ \"prompt\" : \"Please enter\", \"a\": [1, 2] }}",
+            "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"call-2\"}");
+    cr_assert_eq(r.n_out, 5, "%s", r.text);
+    cr_assert_str_eq(str_at(&r, 2, "delta"), "{\"prompt\":\"Please enter\",\"a\":[1,2]}");
+    assert_type(&r, 3, "TOOL_CALL_END");
+    assert_verified(&r);
+    result_free(&r);
+
+    /* Other JSON values too. */
+    r = RUN(
+        END_NONE,
+        "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\",\"toolCallName\":\"f\",\"args\":42}");
+    cr_assert_str_eq(str_at(&r, 2, "delta"), "42");
+    result_free(&r);
+
+    /* Empty string args, null args: TOOL_CALL_START only, without args. */
+    r = RUN(
+        END_NONE,
+        "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\",\"toolCallName\":\"f\",\"args\":\"\"}");
+    cr_assert_eq(r.n_out, 2, "%s", r.text);
+    cr_assert_str_eq(
+        strstr(r.text, "data: {\"type\":\"TOOL_CALL_START\""),
+        "data: {\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\",\"toolCallName\":\"f\"}\n\n");
+    result_free(&r);
+    r = RUN(
+        END_NONE,
+        "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\",\"toolCallName\":\"f\",\"args\":null}");
+    cr_assert_eq(r.n_out, 2, "%s", r.text);
+    cr_assert_null(json_object_get(ev_at(&r, 1), "args"));
+    result_free(&r);
+}
+
+/* ---- rule 8: nulls and timestamps ------------------------------------------------------------ */
+
+Test(agui, null_fields_stripped)
+{
+    struct result r =
+        RUN(END_NONE, "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"m\",\"toolCallId\":\"c\","
+                      "\"content\":\"x\",\"role\":null,\"rawEvent\":null,\"nested\":{\"k\":null}}");
+    cr_assert_str_eq(
+        strstr(r.text, "data: {\"type\":\"TOOL_CALL_RESULT\""),
+        "data: {\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"m\",\"toolCallId\":\"c\","
+        "\"content\":\"x\",\"nested\":{\"k\":null}}\n\n");
+    result_free(&r);
+}
+
+Test(agui, timestamps_made_integer)
+{
+    struct result r =
+        RUN(END_NONE, "{\"type\":\"CUSTOM\",\"timestamp\":1700000000123.987,\"name\":\"a\"}",
+            "{\"type\":\"CUSTOM\",\"timestamp\":\"2024-01-01\",\"name\":\"b\"}",
+            "{\"type\":\"CUSTOM\",\"timestamp\":true,\"name\":\"c\"}",
+            "{\"type\":\"CUSTOM\",\"timestamp\":1e300,\"name\":\"d\"}",
+            "{\"type\":\"CUSTOM\",\"timestamp\":1700000000123,\"name\":\"e\"}",
+            "{\"type\":\"CUSTOM\",\"timestamp\":-1.5,\"name\":\"f\"}");
+    const char *expect =
+        "data: {\"type\":\"CUSTOM\",\"timestamp\":1700000000123,\"name\":\"a\"}\n\n"
+        "data: {\"type\":\"CUSTOM\",\"name\":\"b\"}\n\n"
+        "data: {\"type\":\"CUSTOM\",\"name\":\"c\"}\n\n"
+        "data: {\"type\":\"CUSTOM\",\"name\":\"d\"}\n\n"
+        "data: {\"type\":\"CUSTOM\",\"timestamp\":1700000000123,\"name\":\"e\"}\n\n"
+        "data: {\"type\":\"CUSTOM\",\"timestamp\":-1,\"name\":\"f\"}\n\n";
+    cr_assert_str_eq(strstr(r.text, "data: {\"type\":\"CUSTOM\""), expect);
+    result_free(&r);
+}
+
+Test(agui, reserialised_events_put_type_first)
+{
+    struct result r = RUN(END_NONE, "{\"name\":\"n\",\"type\":\"CUSTOM\",\"x\":null,\"value\":1}");
+    cr_assert_str_eq(strstr(r.text, "data: {\"type\":\"CUSTOM\""),
+                     "data: {\"type\":\"CUSTOM\",\"name\":\"n\",\"value\":1}\n\n");
+    result_free(&r);
+
+    /* Raw pass-through keeps the upstream's order (nothing to change). */
+    r = RUN(END_NONE, "{\"name\":\"n\",\"type\":\"CUSTOM\"}");
+    cr_assert_not_null(strstr(r.text, "data: {\"name\":\"n\",\"type\":\"CUSTOM\"}\n\n"));
+    result_free(&r);
+}
+
+Test(agui, multi_line_data_reserialised_compact)
+{
+    struct result r =
+        RUN(END_NONE,
+            "{\n  \"type\": \"CUSTOM\",\n  \"name\": \"x\",\r\n  \"value\": {\"z\": 1, \"a\": "
+            "[1, 2.5, \"l1\\nl2\"]}\n}");
+    cr_assert_str_eq(
+        strstr(r.text, "data: {\"type\":\"CUSTOM\""),
+        "data: "
+        "{\"type\":\"CUSTOM\",\"name\":\"x\",\"value\":{\"z\":1,\"a\":[1,2.5,\"l1\\nl2\"]}}\n\n");
+    result_free(&r);
+
+    /* A multi-line [DONE] is still [DONE]; a multi-line RUN_FINISHED is compacted too. */
+    r = RUN(END_NONE, "\n[DONE]\n",
+            "{\"type\":\n\"RUN_FINISHED\",\n\"threadId\":\"t1\",\"runId\":\"r1\"}");
+    cr_assert_eq(r.n_out, 2);
+    cr_assert_str_eq(strstr(r.text, "data: {\"type\":\"RUN_FINISHED\""),
+                     "data: {\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r1\"}\n\n");
+    result_free(&r);
+}
+
+/* ---- rule 9: pass-through -------------------------------------------------------------------- */
+
+Test(agui, other_events_pass_through_raw)
+{
+    const char *const frames[] = {
+        "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+        "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"m\",\"delta\":\"\"}",
+        "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallId\":\"c\",\"delta\":\"{}\"}",
+        "{\"type\":\"REASONING_MESSAGE_CHUNK\",\"messageId\":\"m\",\"delta\":\"x\"}",
+        "{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"a\",\"activityType\":\"p\",\"content\":{}"
+        "}",
+        "{\"type\":\"ACTIVITY_DELTA\",\"messageId\":\"a\",\"activityType\":\"p\",\"patch\":[]}",
+        "{\"type\":\"STATE_SNAPSHOT\",\"snapshot\":null}",
+        "{\"type\":\"RAW\",\"event\":{\"x\":[null]}}",
+        "{\"type\":\"REASONING_ENCRYPTED_VALUE\",\"subtype\":\"message\",\"entityId\":\"m\","
+        "\"encryptedValue\":\"e\"}",
+        "{\"type\":\"SUBAGENT_STARTED\",\"subagentId\":\"s\",\"name\":\"n\"}",
+        "{\"type\":\"THINKING_START\"}",
+        "{\"type\":\"run_finished\"}",
+        "{\"type\":\"SOMETHING_NEW\",\"a\":1}",
+        "{\"type\":\"STATE_SNAPSHOT\",\"snapshot\":{\"big\":123456789012345678901234567890,\"n\":1}"
+        "}",
+        NULL,
+    };
+    struct result r = run_frames(frames, END_NONE);
+    char *expect = framed(frames);
+
+    /* Except the top-level null of STATE_SNAPSHOT, which goes. */
+    char *p = strstr(expect, "{\"type\":\"STATE_SNAPSHOT\",\"snapshot\":null}");
+    cr_assert_not_null(p);
+    memmove(p + 25, p + 41, strlen(p + 41) + 1);
+    memcpy(p + 24, "}", 1);
+    cr_assert_str_eq(r.text, expect);
+    cr_assert_eq(r.last_rc, 0);
+    free(expect);
+    result_free(&r);
+}
+
+Test(agui, huge_integers_survive_a_rewrite)
+{
+    /* Parsed with integers as reals: an integral timestamp is no change; a rewrite keeps the value.
+     */
+    struct result r =
+        RUN(END_NONE,
+            "{\"type\":\"STATE_SNAPSHOT\",\"timestamp\":1700000000000,"
+            "\"snapshot\":{\"big\":123456789012345678901234567890}}",
+            "{\"type\":\"CUSTOM\",\"x\":null,\"timestamp\":5,\"v\":99999999999999999999}");
+    cr_assert_not_null(strstr(r.text,
+                              "data: {\"type\":\"STATE_SNAPSHOT\",\"timestamp\":1700000000000,"
+                              "\"snapshot\":{\"big\":123456789012345678901234567890}}\n\n"));
+    /* Re-serialised (x was null): the timestamp is still written as an integer. */
+    json_t *c = ev_at(&r, 2);
+    cr_assert_not_null(strstr(r.text, "data: {\"type\":\"CUSTOM\",\"timestamp\":5,\"v\":"), "%s",
+                       r.text);
+    cr_assert_null(json_object_get(c, "x"));
+    cr_assert_not_null(json_object_get(c, "v"));
+    result_free(&r);
+}
+
+/* ---- rule 10: end of the upstream stream ----------------------------------------------------- */
+
+Test(agui, eof_before_anything)
+{
+    struct result r = RUN(END_EOF, "[DONE]");
+    cr_assert_eq(r.n_out, 2);
+    assert_type(&r, 0, "RUN_STARTED");
+    assert_type(&r, 1, "RUN_FINISHED");
+    assert_type_first(&r, 1);
+    assert_client_ids(&r, 1);
+    assert_int_timestamp(&r, 1);
+    cr_assert_eq(json_object_size(ev_at(&r, 1)), 4);
+    cr_assert_str_eq(r.outcome, "RUN_FINISHED");
+    assert_verified(&r);
+    result_free(&r);
+}
+
+Test(agui, eof_clean_closes_steps_and_finishes)
+{
+    struct result r =
+        RUN(END_EOF, "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+            "{\"type\":\"STEP_STARTED\",\"stepName\":\"a\"}",
+            "{\"type\":\"REASONING_START\",\"messageId\":\"x\"}",
+            "{\"type\":\"STEP_STARTED\",\"stepName\":\"b\"}");
+    cr_assert_eq(r.n_out, 8, "%s", r.text);
+    assert_type(&r, 4, "STEP_FINISHED");
+    cr_assert_str_eq(str_at(&r, 4, "stepName"), "b");
+    assert_type(&r, 5, "REASONING_END");
+    assert_type(&r, 6, "STEP_FINISHED");
+    cr_assert_str_eq(str_at(&r, 6, "stepName"), "a");
+    assert_type(&r, 7, "RUN_FINISHED");
+    assert_client_ids(&r, 7);
+    cr_assert_str_eq(r.outcome, "RUN_FINISHED");
+    assert_verified(&r);
+    result_free(&r);
+}
+
+Test(agui, eof_mid_message_is_upstream_error)
+{
+    static const char *const opens[] = {
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}",
+        "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\",\"toolCallName\":\"f\"}",
+        "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"x\",\"role\":\"reasoning\"}",
+    };
+    for (size_t i = 0; i < AGW_ARRAY_LEN(opens); i++) {
+        struct result r = RUN(END_EOF, "{\"type\":\"STEP_STARTED\",\"stepName\":\"s\"}", opens[i]);
+        cr_assert_eq(r.n_out, 4, "case %zu: %s", i, r.text);
+        assert_run_error(&r, 3, "UPSTREAM_ERROR",
+                         "upstream closed the stream in the middle of a message");
+        cr_assert_str_eq(r.outcome, "RUN_ERROR:UPSTREAM_ERROR");
+        assert_verified(&r);
+        result_free(&r);
+    }
+}
+
+Test(agui, end_after_finish_is_noop)
+{
+    struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    struct evbuffer *out = evbuffer_new();
+    const char *fin = "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r1\"}";
+
+    cr_assert_null(agw_agui_outcome(a));
+    cr_assert_eq(agw_agui_finished(a), false);
+    cr_assert_eq(agw_agui_feed(a, fin, strlen(fin), out), 1);
+    size_t len = evbuffer_get_length(out);
+    agw_agui_end(a, out);
+    agw_agui_fail(a, AGW_AGUI_TIMEOUT, "late", out);
+    agw_agui_end(a, out);
+    cr_assert_eq(evbuffer_get_length(out), len);
+    cr_assert_eq(agw_agui_events_out(a), 2);
+    cr_assert_str_eq(agw_agui_outcome(a), "RUN_FINISHED");
+    cr_assert_eq(agw_agui_feed(a, fin, strlen(fin), out), 1);
+    evbuffer_free(out);
+    agw_agui_free(a);
+}
+
+/* ---- rule 11: agw_agui_fail() ---------------------------------------------------------------- */
+
+static struct result fail_after(const char *const *frames, const char *code, const char *msg)
+{
+    struct result r;
+    struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    struct evbuffer *out = evbuffer_new();
+
+    memset(&r, 0, sizeof(r));
+    for (size_t i = 0; frames[i] != NULL; i++)
+        agw_agui_feed(a, frames[i], strlen(frames[i]), out);
+    agw_agui_fail(a, code, msg, out);
+    r.n_out = agw_agui_events_out(a);
+    r.finished = agw_agui_finished(a);
+    snprintf(r.outcome, sizeof(r.outcome), "%s", agw_agui_outcome(a) ? agw_agui_outcome(a) : "");
+    r.text = drain(out);
+    r.events = parse_stream(r.text);
+    evbuffer_free(out);
+    agw_agui_free(a);
+    return r;
+}
+
+Test(agui, fail_before_start)
+{
+    struct result r =
+        fail_after((const char *const[]){NULL}, AGW_AGUI_TIMEOUT, "upstream idle for 300 s");
+    cr_assert_eq(r.n_out, 2);
+    assert_type(&r, 0, "RUN_STARTED");
+    assert_client_ids(&r, 0);
+    assert_run_error(&r, 1, "TIMEOUT", "upstream idle for 300 s");
+    assert_int_timestamp(&r, 1);
+    cr_assert_eq(json_object_size(ev_at(&r, 1)), 4);
+    cr_assert(r.finished);
+    cr_assert_str_eq(r.outcome, "RUN_ERROR:TIMEOUT");
+    assert_verified(&r);
+    result_free(&r);
+}
+
+Test(agui, fail_after_start)
+{
+    struct result r = fail_after(
+        (const char *const[]){
+            "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+            "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}", NULL},
+        AGW_AGUI_FRAME_TOO_LARGE, "frame over 1048576 bytes");
+    cr_assert_eq(r.n_out, 3);
+    assert_run_error(&r, 2, "FRAME_TOO_LARGE", "1048576");
+    assert_verified(&r);
+    result_free(&r);
+
+    /* Messages that are not UTF-8 are replaced, never dropped; a NULL message too. */
+    r = fail_after((const char *const[]){NULL}, AGW_AGUI_UPSTREAM_ERROR, "bad \xff");
+    assert_run_error(&r, 1, "UPSTREAM_ERROR", "gateway");
+    result_free(&r);
+    r = fail_after((const char *const[]){NULL}, AGW_AGUI_CANCELLED, NULL);
+    assert_run_error(&r, 1, "CANCELLED", "gateway");
+    result_free(&r);
+}
+
+Test(agui, code_strings)
+{
+    cr_assert_str_eq(AGW_AGUI_UPSTREAM_ERROR, "UPSTREAM_ERROR");
+    cr_assert_str_eq(AGW_AGUI_TIMEOUT, "TIMEOUT");
+    cr_assert_str_eq(AGW_AGUI_FRAME_TOO_LARGE, "FRAME_TOO_LARGE");
+    cr_assert_str_eq(AGW_AGUI_INVALID_EVENT, "INVALID_EVENT");
+    cr_assert_str_eq(AGW_AGUI_CANCELLED, "CANCELLED");
+    cr_assert_str_eq(AGW_AGUI_SHUTDOWN, "SHUTDOWN");
+}
+
+/* ---- misc ------------------------------------------------------------------------------------ */
+
+Test(agui, agkit_is_normalised_like_agui_for_now)
+{
+    struct result r = run_frames_p(
+        (const char *const[]){"{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\"}",
+                              "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m\"}", NULL},
+        END_EOF, AGW_PROTO_AGKIT);
+    cr_assert_eq(r.n_out, 4);
+    cr_assert_str_eq(str_at(&r, 1, "role"), "assistant");
+    assert_verified(&r);
+    result_free(&r);
+}
+
+Test(agui, free_null)
+{
+    agw_agui_free(NULL);
+}
+
+Test(agui, not_nul_terminated_input)
+{
+    struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    struct evbuffer *out = evbuffer_new();
+    const char buf[] = "{\"type\":\"CUSTOM\"}GARBAGE";
+
+    cr_assert_eq(agw_agui_feed(a, buf, 17, out), 0);
+    cr_assert_eq(agw_agui_events_out(a), 2);
+    char *text = drain(out);
+    cr_assert_not_null(strstr(text, "data: {\"type\":\"CUSTOM\"}\n\n"));
+    free(text);
+    evbuffer_free(out);
+    agw_agui_free(a);
+}
+
+/* ---- the verifier model itself --------------------------------------------------------------- */
+
+static const char *verify_text(const char *json_array_text)
+{
+    static char why[512];
+    json_t *events = json_loads(json_array_text, 0, NULL);
+    cr_assert_not_null(events);
+    const char *w = verify_stream(events);
+    snprintf(why, sizeof(why), "%s", w ? w : "");
+    json_decref(events);
+    return w ? why : NULL;
+}
+
+Test(agui, verifier_model_rejects_bad_streams)
+{
+    cr_assert_null(
+        verify_text("[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"},"
+                    "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r1\"}]"));
+    static const char *const bad[] = {
+        "[]",
+        "[{\"type\":\"CUSTOM\"}]",
+        "[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}]",
+        "[{\"type\":\"RUN_STARTED\",\"threadId\":\"x\",\"runId\":\"r1\"},{\"type\":\"RUN_ERROR\","
+        "\"message\":\"m\"}]",
+        "[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"},{\"type\":\"RUN_"
+        "STARTED\",\"threadId\":\"t1\","
+        "\"runId\":\"r1\"},{\"type\":\"RUN_ERROR\",\"message\":\"m\"}]",
+        "[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"},{\"type\":\"RUN_ERROR\","
+        "\"message\":\"m\"},"
+        "{\"type\":\"CUSTOM\"}]",
+        "[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"},{\"type\":\"TEXT_MESSAGE_"
+        "START\","
+        "\"messageId\":\"m\",\"role\":\"assistant\"},{\"type\":\"RUN_FINISHED\",\"threadId\":"
+        "\"t1\",\"runId\":\"r1\"}]",
+        "[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"},{\"type\":\"TEXT_MESSAGE_"
+        "END\","
+        "\"messageId\":\"m\"},{\"type\":\"RUN_ERROR\",\"message\":\"m\"}]",
+        "[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\",\"x\":null},{\"type\":"
+        "\"RUN_ERROR\","
+        "\"message\":\"m\"}]",
+        "[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\",\"timestamp\":1.5},{"
+        "\"type\":\"RUN_ERROR\","
+        "\"message\":\"m\"}]",
+        "[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"},{\"type\":\"RUN_ERROR\","
+        "\"error\":{}}]",
+        "[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"},{\"type\":\"STEP_"
+        "STARTED\",\"stepName\":"
+        "\"s\"},{\"type\":\"STEP_STARTED\",\"stepName\":\"s\"},{\"type\":\"RUN_ERROR\",\"message\":"
+        "\"m\"}]",
+    };
+    for (size_t i = 0; i < AGW_ARRAY_LEN(bad); i++)
+        cr_assert_not_null(verify_text(bad[i]), "bad stream %zu accepted", i);
+}
+
+/* ---- hostile upstreams ----------------------------------------------------------------------- */
+
+static const char *const hostile_common[] = {
+    "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+    "{\"type\":\"RUN_STARTED\",\"threadId\":\"evil\",\"runId\":\"evil\",\"parentRunId\":null}",
+    "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\"}",
+    "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m2\"}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"hi\"}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"\"}",
+    "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m1\"}",
+    "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m2\"}",
+    "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\"}",
+    "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c2\",\"toolCallName\":\"f\",\"args\":{\"a\":1}"
+    "}",
+    "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\",\"args\":\"{}\"}",
+    "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{\"}",
+    "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c1\"}",
+    "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c2\"}",
+    "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"t\",\"toolCallId\":\"c1\",\"content\":\"r\","
+    "\"role\":null}",
+    "{\"type\":\"STEP_STARTED\",\"stepName\":\"s1\"}",
+    "{\"type\":\"STEP_STARTED\",\"stepName\":\"s2\",\"timestamp\":1.25}",
+    "{\"type\":\"STEP_FINISHED\",\"stepName\":\"s1\"}",
+    "{\"type\":\"STEP_FINISHED\",\"stepName\":\"s2\"}",
+    "{\"type\":\"REASONING_START\",\"messageId\":\"x\"}",
+    "{\"type\":\"REASONING_END\",\"messageId\":\"x\"}",
+    "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"x\",\"role\":\"reasoning\"}",
+    "{\"type\":\"REASONING_MESSAGE_CONTENT\",\"messageId\":\"x\",\"delta\":\"...\"}",
+    "{\"type\":\"REASONING_MESSAGE_CONTENT\",\"messageId\":\"x\",\"delta\":\"\"}",
+    "{\"type\":\"REASONING_MESSAGE_END\",\"messageId\":\"x\"}",
+    "{\"type\":\"STATE_SNAPSHOT\",\"snapshot\":{\"a\":null},\"timestamp\":\"now\"}",
+    "{\"type\":\"CUSTOM\",\"name\":\"c\",\"value\":null}",
+    "{\n\"type\":\"RAW\",\n\"event\":{}\n}",
+    "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"k\",\"delta\":\"d\"}",
+    "[DONE]",
+};
+
+static const char *const hostile_rare[] = {
+    "{\"type\":\"RUN_FINISHED\",\"threadId\":\"evil\",\"runId\":null,\"result\":1}",
+    "{\"type\":\"RUN_FINISHED\"}",
+    "{\"type\":\"RUN_ERROR\",\"error\":{\"code\":1,\"message\":\"boom\"}}",
+    "{\"type\":\"RUN_ERROR\",\"message\":\"m\",\"code\":\"C\"}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"ghost\",\"delta\":\"x\"}",
+    "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c2\",\"delta\":7}",
+    "{\"type\":\"TEXT_MESSAGE_END\"}",
+    "not json at all",
+    "{\"type\":\"CUSTOM\"}{\"type\":\"CUSTOM\"}",
+    "{\"type\":\"\"}",
+    "[1,2]",
+    "",
+};
+
+static uint64_t rng_state;
+
+static uint32_t rng(void)
+{
+    /* xorshift64*: deterministic, so a failure is reproducible from the printed iteration. */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (uint32_t)((rng_state * 2685821657736338717ULL) >> 32);
+}
+
+Test(agui, hostile_streams_always_verify)
+{
+    const char *frames[48];
+    size_t finished = 0, errors = 0;
+
+    rng_state = 0x9E3779B97F4A7C15ULL;
+    for (int iter = 0; iter < 5000; iter++) {
+        size_t n = 1 + rng() % 40;
+        /* Every other stream leaves out content events (fatal for an id that is not open), so that
+         * runs also reach RUN_FINISHED and EOF with items open. */
+        bool no_content = rng() % 2 == 0;
+        for (size_t i = 0; i < n; i++) {
+            if (rng() % 100 < 4)
+                frames[i] = hostile_rare[rng() % AGW_ARRAY_LEN(hostile_rare)];
+            else
+                frames[i] = hostile_common[rng() % AGW_ARRAY_LEN(hostile_common)];
+            if (no_content && (strstr(frames[i], "_CONTENT\"") || strstr(frames[i], "_ARGS\"")))
+                i--;
+        }
+        frames[n] = NULL;
+
+        struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+        struct evbuffer *out = evbuffer_new();
+        int rc = 0;
+        for (size_t i = 0; i < n; i++) {
+            int prev = rc;
+            rc = agw_agui_feed(a, frames[i], strlen(frames[i]), out);
+            cr_assert(prev == 0 || rc == 1, "iteration %d: feed returned 0 after the end", iter);
+            cr_assert_eq(rc == 1, agw_agui_finished(a));
+        }
+        switch (rng() % 3) {
+        case 0:
+            agw_agui_end(a, out);
+            break;
+        case 1:
+            agw_agui_fail(a, AGW_AGUI_CANCELLED, "client went away", out);
+            agw_agui_end(a, out);
+            break;
+        default:
+            agw_agui_end(a, out);
+            agw_agui_fail(a, AGW_AGUI_SHUTDOWN, "shutting down", out);
+            break;
+        }
+        cr_assert(agw_agui_finished(a));
+        const char *outcome = agw_agui_outcome(a);
+        cr_assert_not_null(outcome);
+        if (strcmp(outcome, "RUN_FINISHED") == 0)
+            finished++;
+        else
+            errors++;
+
+        char *text = drain(out);
+        json_t *events = parse_stream(text);
+        cr_assert_eq(json_array_size(events), agw_agui_events_out(a));
+        const char *why = verify_stream(events);
+        if (why != NULL) {
+            fprintf(stderr, "iteration %d input:\n", iter);
+            for (size_t i = 0; i < n; i++)
+                fprintf(stderr, "  %s\n", frames[i]);
+        }
+        cr_assert_null(why, "iteration %d: %s\noutput:\n%s", iter, why, text);
+        json_t *last = json_array_get(events, json_array_size(events) - 1);
+        const char *last_type = json_string_value(json_object_get(last, "type"));
+        cr_assert_str_eq(last_type,
+                         strncmp(outcome, "RUN_ERROR", 9) == 0 ? "RUN_ERROR" : "RUN_FINISHED");
+        json_decref(events);
+        free(text);
+        evbuffer_free(out);
+        agw_agui_free(a);
+    }
+    /* The generator exercises both endings. */
+    fprintf(stderr, "hostile: %zu RUN_FINISHED, %zu RUN_ERROR\n", finished, errors);
+    cr_assert_gt(finished, 500);
+    cr_assert_gt(errors, 500);
 }
