@@ -1,3 +1,286 @@
-#!/bin/sh
-# not written yet
-exit 77
+#!/bin/bash
+# agui-demo-agent: the four scenarios of seed 000, every test knob, the /_demo endpoints, HTTP framing and
+# a clean exit on SIGTERM. Everything runs against the real binary on 127.0.0.1 with bounded curls.
+. "$AGW_SRCDIR/tests/integration/lib.sh"
+
+start_demo demo --log-level debug || exit 1
+U="http://127.0.0.1:$DEMO_PORT"
+
+# sse URL BODY [curl args...]: POSTs BODY, keeps the raw stream in $T/sse, the headers in $T/hdr and the
+# curl exit status in CURL_RC; sets SSE (the stream) and TYPES (the "type" of each event, space-separated).
+sse() {
+    local u=$1 b=$2
+    shift 2
+    rm -f "$T/sse" "$T/hdr"
+    curl -sS -N -m 10 -D "$T/hdr" -o "$T/sse" -H 'Content-Type: application/json' -d "$b" "$@" "$u" \
+        2>"$T/curl.err"
+    CURL_RC=$?
+    [ "$CURL_RC" -eq 0 ] || echo "note: curl $u exited $CURL_RC: $(head -c 300 "$T/curl.err")"
+    SSE=$(cat "$T/sse" 2>/dev/null)
+    TYPES=$(sed -n 's/^data: {"type":"\([A-Z_]*\)".*/\1/p' "$T/sse" | tr -d '\r' | tr '\n' ' ' |
+        sed 's/ $//')
+    HDR=$(tr -d '\r' <"$T/hdr" 2>/dev/null)
+}
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+HELLO='{"threadId":"thread_001","runId":"run_001","messages":[{"id":"msg_1","role":"user","content":"Hello"}],"tools":[],"context":[]}'
+CHAT='{"threadId":"t9","runId":"r9","messages":[{"id":"m1","role":"user","content":"Tell me a story"}]}'
+
+# ---- seed 000, scenario 1: pure conversation -----------------------------------------------------------
+sse "$U/agent" "$HELLO"
+check_eq "chat: curl ok" 0 "$CURL_RC"
+check_contains "chat: 200" "HTTP/1.1 200" "$HDR"
+check_contains "chat: text/event-stream" "Content-Type: text/event-stream" "$HDR"
+check_contains "chat: chunked" "Transfer-Encoding: chunked" "$HDR"
+check_eq "chat: event sequence" \
+    "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED" \
+    "$TYPES"
+check_contains "chat: RUN_STARTED carries the ids" \
+    'data: {"type":"RUN_STARTED","threadId":"thread_001","runId":"run_001"}' "$SSE"
+check_contains "chat: assistant message" \
+    'data: {"type":"TEXT_MESSAGE_START","messageId":"msg_2","role":"assistant"}' "$SSE"
+check_contains "chat: seed deltas" '"delta":"! How can I help you?"' "$SSE"
+check_contains "chat: RUN_FINISHED carries the ids" \
+    'data: {"type":"RUN_FINISHED","threadId":"thread_001","runId":"run_001"}' "$SSE"
+check_not_contains "chat: no null field" ':null' "$SSE"
+sse "$U/send-message" "$CHAT"
+check_contains "chat: echoes the user's text" 'Tell me a story' "$SSE"
+
+# ---- scenario 2: frontend tool, then its result -------------------------------------------------------
+FT1='{"threadId":"thread_003","runId":"run_003","messages":[{"id":"msg_1","role":"user","content":"Help me search for report files locally"}],"tools":[{"name":"search_local_files","description":"Search user local files","parameters":{"type":"object","properties":{"keyword":{"type":"string"}}}}],"context":[]}'
+sse "$U/agent" "$FT1"
+check_eq "frontend tool: event sequence" \
+    "RUN_STARTED TOOL_CALL_START TOOL_CALL_ARGS TOOL_CALL_END RUN_FINISHED" "$TYPES"
+check_contains "frontend tool: start" \
+    '{"type":"TOOL_CALL_START","toolCallId":"call_002","toolCallName":"search_local_files"}' "$SSE"
+check_contains "frontend tool: args" '"delta":"{\"keyword\":\"report\"}"' "$SSE"
+FT2='{"threadId":"thread_003","runId":"run_004","messages":[{"id":"msg_1","role":"user","content":"Help me search for report files locally"},{"id":"msg_2","role":"assistant","toolCalls":[{"id":"call_002","type":"function","function":{"name":"search_local_files","arguments":"{\"keyword\":\"report\"}"}}]},{"id":"msg_3","role":"tool","toolCallId":"call_002","content":"[\"2024_annual_report.pdf\", \"Q3_report.docx\"]"}],"tools":[],"context":[]}'
+sse "$U/agent" "$FT2"
+check_eq "tool result: event sequence" \
+    "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED" "$TYPES"
+check_contains "tool result: uses the result" \
+    '"messageId":"msg_4","delta":"Found 2 files: 2024_annual_report.pdf and Q3_report.docx"' "$SSE"
+check_contains "tool result: new run id" '"runId":"run_004"' "$SSE"
+
+# ---- scenario 3: server-side tool (weather) -----------------------------------------------------------
+W='{"threadId":"thread_002","runId":"run_002","messages":[{"id":"msg_1","role":"user","content":"What is the weather like in Beijing?"}],"tools":[],"context":[]}'
+sse "$U/agent" "$W"
+check_eq "weather: event sequence" \
+    "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END TOOL_CALL_START TOOL_CALL_ARGS TOOL_CALL_END TOOL_CALL_RESULT TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED" \
+    "$TYPES"
+check_contains "weather: tool start" \
+    '{"type":"TOOL_CALL_START","toolCallId":"call_001","toolCallName":"get_weather","parentMessageId":"msg_2"}' \
+    "$SSE"
+check_contains "weather: args" '"delta":"{\"city\":\"Beijing\"}"' "$SSE"
+check_contains "weather: result" '"type":"TOOL_CALL_RESULT","messageId":"msg_tool_1","toolCallId":"call_001"' "$SSE"
+check_contains "weather: final text" '"messageId":"msg_3","delta":"Beijing is sunny today, 25°C."' "$SSE"
+
+# ---- scenario 4: human in the loop (confirmAction), approved and denied ------------------------------------
+CONFIRM_TOOL='{"name":"confirmAction","description":"Request user confirmation","parameters":{"type":"object","properties":{"action":{"type":"string"},"count":{"type":"number"}},"required":["action"]}}'
+H1='{"threadId":"thread_004","runId":"run_005","messages":[{"id":"msg_1","role":"user","content":"Delete all temporary files"}],"tools":['$CONFIRM_TOOL'],"context":[]}'
+sse "$U/agent" "$H1"
+check_eq "confirm: event sequence" \
+    "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END TOOL_CALL_START TOOL_CALL_ARGS TOOL_CALL_END RUN_FINISHED" \
+    "$TYPES"
+check_contains "confirm: announces" '"delta":"About to delete 15 temporary files"' "$SSE"
+check_contains "confirm: tool call" \
+    '{"type":"TOOL_CALL_START","toolCallId":"call_003","toolCallName":"confirmAction","parentMessageId":"msg_2"}' \
+    "$SSE"
+check_contains "confirm: args" '"delta":"{\"action\":\"delete temporary files\",\"count\":15}"' "$SSE"
+decision() {
+    printf '%s' '{"threadId":"thread_004","runId":"run_006","messages":[{"id":"msg_1","role":"user","content":"Delete all temporary files"},{"id":"msg_2","role":"assistant","content":"About to delete 15 temporary files","toolCalls":[{"id":"call_003","type":"function","function":{"name":"confirmAction","arguments":"{\"action\":\"delete temporary files\",\"count\":15}"}}]},{"id":"msg_3","role":"tool","toolCallId":"call_003","content":'"$1"'}],"tools":['$CONFIRM_TOOL'],"context":[]}'
+}
+sse "$U/agent" "$(decision '"confirmed"')"
+check_eq "approved: event sequence" \
+    "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED" "$TYPES"
+check_contains "approved: text" '"messageId":"msg_4","delta":"Successfully deleted 15 temporary files."' "$SSE"
+for yes in '"true"' '"{\"approved\":true}"' '"yes"' '"approve"'; do
+    sse "$U/agent" "$(decision "$yes")"
+    check_contains "approved by $yes" 'Successfully deleted' "$SSE"
+done
+for no in '"false"' '"{\"approved\":false}"' '"deny"' '"cancel"'; do
+    sse "$U/agent" "$(decision "$no")"
+    check_contains "denied by $no" 'Cancelled: I did not delete temporary files.' "$SSE"
+done
+
+# ---- knobs ------------------------------------------------------------------------------------------
+sse "$U/agent?events=5&size=7" "$CHAT"
+check_eq "events=5: five deltas" 5 "$(grep -c TEXT_MESSAGE_CONTENT "$T/sse")"
+check_contains "size=7: filler delta of 7 bytes" '"delta":"lorem i"}' "$SSE"
+sse "$U/agent?events=5" "$CHAT" -H 'X-Demo-Events: 2'
+check_eq "header knob wins over the query" 2 "$(grep -c TEXT_MESSAGE_CONTENT "$T/sse")"
+sse "$U/agent?events=0" "$CHAT"
+check_eq "events=0" "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_END RUN_FINISHED" "$TYPES"
+
+sse "$U/agent?crlf=1" "$HELLO"
+check_eq "crlf=1: every line ends with CR LF" "$(grep -c '' "$T/sse")" "$(grep -c $'\r$' "$T/sse")"
+check_contains "crlf=1: CRLF CRLF separators" '\r  \n  \r  \n' "$(od -c "$T/sse")"
+sse "$U/agent" "$HELLO"
+check_eq "default: no CR at all" 0 "$(grep -c $'\r' "$T/sse")"
+
+sse "$U/agent?status=500" "$HELLO"
+check_contains "status=500: status" "HTTP/1.1 500" "$HDR"
+check_contains "status=500: JSON" "Content-Type: application/json" "$HDR"
+check_eq "status=500: body" '{"error":"demo status 500"}' "$SSE"
+sse "$U/agent" '{not json' -H 'X-Demo-Status: 429'
+check_contains "status from header, body not even parsed" "HTTP/1.1 429" "$HDR"
+
+sse "$U/agent?drop_after=3&events=100&delay_ms=1" "$CHAT"
+check_eq "drop_after=3: curl sees a truncated body" 18 "$CURL_RC"
+check_eq "drop_after=3: three events arrived" \
+    "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT" "$TYPES"
+sse "$U/agent?drop_after=0" "$CHAT"
+check_eq "drop_after=0: headers then EOF" 18 "$CURL_RC"
+
+sse "$U/agent?stall=1" "$CHAT" -m 1
+check_eq "stall=1: still open after 1 s" 28 "$CURL_RC"
+check_eq "stall=1: sent up to the first delta" "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT" "$TYPES"
+
+sse "$U/agent?framing=close" "$HELLO"
+check_eq "framing=close: curl ok" 0 "$CURL_RC"
+check_not_contains "framing=close: not chunked" "Transfer-Encoding" "$HDR"
+check_not_contains "framing=close: no length" "Content-Length" "$HDR"
+check_contains "framing=close: Connection: close" "Connection: close" "$HDR"
+check_contains "framing=close: complete stream" "RUN_FINISHED" "$TYPES"
+sse "$U/agent?framing=length" "$HELLO"
+check_contains "framing=length: Content-Length" "Content-Length: $(wc -c <"$T/sse")" "$HDR"
+check_eq "framing=length: complete stream" \
+    "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED" \
+    "$TYPES"
+sse "$U/agent?content_type=application%2Fjson" "$HELLO"
+check_contains "content_type=application/json" "Content-Type: application/json" "$HDR"
+
+sse "$U/agent?lifecycle=none" "$HELLO"
+check_eq "lifecycle=none" \
+    "TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END" "$TYPES"
+sse "$U/agent?done=1" "$HELLO"
+check_eq "done=1: [DONE] last" "data: [DONE]" "$(grep '^data:' "$T/sse" | tail -n1)"
+sse "$U/agent?fail=1" "$HELLO"
+check_contains "fail=1: ends with RUN_ERROR" "TEXT_MESSAGE_END RUN_ERROR" "$TYPES"
+check_not_contains "fail=1: no RUN_FINISHED" "RUN_FINISHED" "$TYPES"
+check_contains "fail=1: message and code" '"message":"demo failure requested (fail=1)","code":"MODEL_ERROR"' "$SSE"
+
+sse "$U/agent?dialect=cloudbase&fail=1" "$W"
+check_contains "cloudbase: RUN_ERROR.error" '{"type":"RUN_ERROR","error":{"code":"MODEL_ERROR","message":' "$SSE"
+check_contains "cloudbase: TEXT_MESSAGE_START without role" '{"type":"TEXT_MESSAGE_START","messageId":"msg_2"}' "$SSE"
+check_contains "cloudbase: TOOL_CALL_START carries args" '"parentMessageId":"msg_2","args":{"city":"Beijing"}}' "$SSE"
+check_not_contains "cloudbase: no TOOL_CALL_ARGS" "TOOL_CALL_ARGS" "$TYPES"
+
+sse "$U/agent?multiline=1" "$HELLO"
+check_contains "multiline=1: JSON over several data: lines" $'data: {\ndata:   "type": "RUN_STARTED",' "$SSE"
+check_eq "multiline=1: one frame per event" 6 "$(grep -c '^data: }' "$T/sse")"
+sse "$U/agent?comments=1" "$HELLO"
+check_contains "comments=1: keepalive comment" ": keepalive" "$SSE"
+check_contains "comments=1: event: and id: lines" $'event: RUN_STARTED\nid: 1\ndata: {"type":"RUN_STARTED"' "$SSE"
+sse "$U/agent?ts=1&events=3" "$CHAT"
+check_eq "ts=1: every delta has sentUs" 3 "$(grep -c '"sentUs":[0-9]\{16\}}' "$T/sse")"
+
+sse "$U/agent" "$HELLO"
+cp "$T/sse" "$T/plain"
+sse "$U/agent?bytewise=1" "$HELLO"
+check_eq "bytewise=1: the same bytes" "$(od -c "$T/plain")" "$(od -c "$T/sse")"
+check_eq "bytewise=1: curl ok" 0 "$CURL_RC"
+
+t0=$(now_ms)
+sse "$U/agent?first_byte_delay_ms=400" "$HELLO"
+t1=$(now_ms)
+check_eq "first_byte_delay_ms: complete" 0 "$CURL_RC"
+[ $((t1 - t0)) -ge 380 ] && ok "first_byte_delay_ms=400 waited $((t1 - t0)) ms" ||
+    fail "first_byte_delay_ms=400 answered after $((t1 - t0)) ms"
+CHECKS=$((CHECKS + 1))
+t0=$(now_ms)
+sse "$U/agent?delay_ms=30&events=10" "$CHAT"
+t1=$(now_ms)
+check_eq "delay_ms: all events" 14 "$(grep -c '^data:' "$T/sse")"
+[ $((t1 - t0)) -ge 350 ] && ok "delay_ms=30 paced 14 events over $((t1 - t0)) ms" ||
+    fail "delay_ms=30: 14 events in $((t1 - t0)) ms"
+CHECKS=$((CHECKS + 1))
+
+sse "$U/agent?events=200000&size=64" "$CHAT"
+check_eq "big stream: complete" 0 "$CURL_RC"
+check_eq "big stream: every delta" 200000 "$(grep -c TEXT_MESSAGE_CONTENT "$T/sse")"
+
+# concurrent streams: all complete
+PAR=""
+for i in $(seq 40); do
+    curl -sS -N -m 20 -d "$CHAT" "$U/agent?events=2000&size=32" 2>/dev/null | grep -c TEXT_MESSAGE_CONTENT \
+        >"$T/par.$i" &
+    PAR="$PAR $!"
+done
+for p in $PAR; do wait "$p"; done
+check_eq "40 concurrent streams complete" "$(seq 40 | sed 's/.*/2000/' | tr '\n' ' ')" \
+    "$(for i in $(seq 40); do cat "$T/par.$i"; done | tr '\n' ' ')"
+
+# ---- bad requests ------------------------------------------------------------------------------------
+http POST "$U/agent" -H 'Content-Type: application/json' -d '{"threadId":'
+check_eq "bad JSON: 400" 400 "$STATUS"
+check_contains "bad JSON: JSON error" '{"error":"invalid JSON body' "$BODY"
+http POST "$U/agent" -d '[1,2]'
+check_eq "JSON array: 400" 400 "$STATUS"
+http POST "$U/agent?delay_ms=soon" -d "$HELLO"
+check_eq "bad knob: 400" 400 "$STATUS"
+check_contains "bad knob: names the knob" "demo knob delay_ms" "$BODY"
+http POST "$U/agent" -H 'X-Demo-Bogus: 1' -d "$HELLO"
+check_eq "unknown X-Demo header: 400" 400 "$STATUS"
+http GET "$U/agent"
+check_eq "GET on an agent path: 405" 405 "$STATUS"
+http GET "$U/_demo/nothing"
+check_eq "unknown /_demo path: 404" 404 "$STATUS"
+
+# ---- ids, HTTP details ---------------------------------------------------------------------------------
+sse "$U/agent" '{"messages":[{"id":"m1","role":"user","content":"Hello"}]}'
+check_contains "missing ids are generated" '"threadId":"thread_' "$SSE"
+check_contains "missing ids are generated (run)" '"runId":"run_' "$SSE"
+printf '%s' "$HELLO" >"$T/hello.json"
+sse "$U/agent" "@$T/hello.json" -H 'Transfer-Encoding: chunked'
+check_contains "chunked request body" "RUN_FINISHED" "$TYPES"
+curl -sS -m 10 -v -o /dev/null -d "$HELLO" "$U/agent" --next -sS -m 10 -o /dev/null -d "$HELLO" \
+    "$U/agent" 2>"$T/v" || true
+check_contains "keep-alive after a chunked stream" "Re-using existing connection" "$(cat "$T/v")"
+exec 3<>"/dev/tcp/127.0.0.1/$DEMO_PORT"
+printf 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nPOST /agent HTTP/1.0\r\nContent-Length: %d\r\n\r\n%s' \
+    "${#HELLO}" "$HELLO" >&3
+RAW=$(timeout 5 cat <&3 | tr -d '\r')
+exec 3<&-
+check_contains "pipelined: first answer" '{"status":"ok"}' "$RAW"
+check_contains "HTTP/1.0: close-delimited stream" $'Connection: close\n\ndata: {"type":"RUN_STARTED"' "$RAW"
+check_contains "HTTP/1.0: complete" 'RUN_FINISHED' "$RAW"
+
+# ---- /_demo endpoints ----------------------------------------------------------------------------------
+http GET "$U/healthz"
+check_eq "healthz: 200" 200 "$STATUS"
+check_eq "healthz: body" '{"status":"ok"}' "$BODY"
+http GET "$U/_demo/stats"
+check_contains "stats: nothing active" '"active_streams":0,' "$BODY"
+CC0=$(printf %s "$BODY" | sed 's/.*"client_closed":\([0-9]*\).*/\1/')
+timeout 1 curl -sS -N -m 10 -d "$CHAT" "$U/agent?stall=1" >/dev/null 2>&1
+sleep 0.3
+http GET "$U/_demo/stats"
+check_eq "stats: client_closed counts the killed client" $((CC0 + 1)) \
+    "$(printf %s "$BODY" | sed 's/.*"client_closed":\([0-9]*\).*/\1/')"
+check_contains "stats: the stalled stream is no longer active" '"active_streams":0,' "$BODY"
+check_contains "stats: requests counted" '"requests":' "$BODY"
+check_contains "stats: completed counted" '"completed":' "$BODY"
+
+http POST "$U/agent/x?events=1&foo=bar" -H 'Content-Type: application/json' -H 'X-Request-Id: req-42' \
+    -H 'traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' -d "$HELLO"
+check_eq "last-request: the run" 200 "$STATUS"
+http GET "$U/_demo/last-request"
+check_contains "last-request: method" '"method":"POST"' "$BODY"
+check_contains "last-request: path" '"path":"/agent/x"' "$BODY"
+check_contains "last-request: query" '"query":"events=1&foo=bar"' "$BODY"
+check_contains "last-request: header" '"x-request-id":"req-42"' "$BODY"
+check_contains "last-request: traceparent" '"traceparent":"00-0af7651916cd43dd8448eb211c80319c' "$BODY"
+check_contains "last-request: content-type" '"content-type":"application/json"' "$BODY"
+check_contains "last-request: raw body" '"body":"{\"threadId\":\"thread_001\"' "$BODY"
+
+# ---- SIGTERM ------------------------------------------------------------------------------------------
+curl -sS -N -m 10 -d "$CHAT" "$U/agent?stall=1" >/dev/null 2>&1 &
+sleep 0.3
+# stop_pid runs here, not in $(...): only the shell that started the agent can wait for its status
+stop_pid "$DEMO_PID" >"$T/stop"
+check_eq "exits 0 on SIGTERM (with a stream open)" 0 "$(cat "$T/stop")"
+check_contains "one log line per request" "POST /agent?status=500 -> run" "$(cat "$T/demo.log")"
+
+finish

@@ -93,19 +93,21 @@ start_gateway() {
     GW_PORT=$(head -n1 "$T/gw.port")
 }
 
-# stop_pid PID: SIGTERM, wait up to 10 s; prints the exit status.
+# stop_pid PID: SIGTERM, wait up to 10 s; sets STOP_STATUS to the exit status ("killed" if it had to be
+# killed) and prints it. Call it directly, not in $(...): only the shell that started a process can wait for
+# its status.
 stop_pid() {
-    local p=$1 st
+    local p=$1
     kill -TERM "$p" 2>/dev/null
     for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$p" 2>/dev/null; then
         kill -9 "$p"
-        echo killed
-        return
+        STOP_STATUS=killed
+    else
+        wait "$p" 2>/dev/null
+        STOP_STATUS=$?
     fi
-    wait "$p" 2>/dev/null
-    st=$?
-    echo "$st"
+    echo "$STOP_STATUS"
 }
 
 # http METHOD URL [curl args...]: prints "STATUS\nBODY" (bounded to 10 s).

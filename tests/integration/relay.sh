@@ -133,6 +133,7 @@ if [ "$grew" -lt 8192 ]; then ok "memory bounded while the client does not read 
 check_eq "the slow client gets the whole stream" 20000 "$(grep -c '"type":"TEXT_MESSAGE_CONTENT"' "$T/big.out")"
 check_contains "and its end" '"type":"RUN_FINISHED"' "$(tail -c 400 "$T/big.out")"
 
-st=$(stop_pid "$GW_PID")
+stop_pid "$GW_PID" >/dev/null
+st=$STOP_STATUS
 check_eq "clean exit" 0 "$st"
 finish

@@ -86,6 +86,7 @@ check_contains "502 is a JSON error" '"error":"bad gateway' "$BODY"
 
 check_contains "access log names the key id" '"key":"web"' "$(cat "$T/access.log")"
 check_not_contains "access log never holds a token" 'web-token' "$(cat "$T/access.log" "$GW_LOG")"
-st=$(stop_pid "$GW_PID")
+stop_pid "$GW_PID" >/dev/null
+st=$STOP_STATUS
 check_eq "clean exit" 0 "$st"
 finish

@@ -81,7 +81,8 @@ check_eq "the admin listener serves no runs" 404 "$STATUS"
 
 check_contains "access log has JSON lines" '"status":404' "$(cat "$T/access.log")"
 
-st=$(stop_pid "$GW_PID")
+stop_pid "$GW_PID" >/dev/null
+st=$STOP_STATUS
 check_eq "SIGTERM exits 0" 0 "$st"
 check_contains "drain is logged" "draining" "$(cat "$GW_LOG")"
 
@@ -99,7 +100,8 @@ if command -v valgrind >/dev/null 2>&1 && [ -z "${AGW_SANITIZED:-}" ]; then
         curl -s -m 10 -o /dev/null -H 'Content-Type: application/json' -d '{"threadId":"t","runId":"r","messages":[]}' \
             http://127.0.0.1:$P/v1/ag-ui/agents/a/runs
     done
-    st=$(stop_pid "$VG")
+    stop_pid "$VG" >/dev/null
+    st=$STOP_STATUS
     check_eq "valgrind: no leak and no error over start / requests / SIGTERM" 0 "$st"
     [ "$st" = 0 ] || tail -n 40 "$T/vg.log"
 fi
