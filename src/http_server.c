@@ -1,10 +1,11 @@
-/* The HTTP server side, over libevhtp 1.2.18 — the only file that calls it (see doc/internals/http_server.md and
+/* The HTTP server side, over libevhtp 1.2.18 — the only file that calls it (see
+ * doc/internals/http_server.md and
  * ../shared/notes/libevhtp.md for the traps this works around).
  *
- * Objects: one struct agw_server per event loop, one evhtp_t per listener (an evhtp_t binds one socket), one
- * struct conn_ctx per accepted connection (freed by the connection_fini hook) and one struct agw_req per
- * request (created in the headers hook, freed by the request_fini hook, which runs on a normal end, a client
- * abort and shutdown alike). */
+ * Objects: one struct agw_server per event loop, one evhtp_t per listener (an evhtp_t binds one
+ * socket), one struct conn_ctx per accepted connection (freed by the connection_fini hook) and one
+ * struct agw_req per request (created in the headers hook, freed by the request_fini hook, which
+ * runs on a normal end, a client abort and shutdown alike). */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -28,9 +29,9 @@
 #include "agw/http_server.h"
 #include "agw/log.h"
 
-#define MAX_LISTENERS 16
+#define MAX_LISTENERS    16
 #define MAX_HEADER_BYTES (64 * 1024) /* all request header names + values */
-#define REQUEST_ID_MAX 64
+#define REQUEST_ID_MAX   64
 
 struct conn_ctx;
 
@@ -50,7 +51,8 @@ struct conn_ctx {
     struct agw_server *srv;
     TAILQ_ENTRY(conn_ctx) link;
     evhtp_connection_t *conn;
-    struct event *timer;    /* request read timeout (slow clients), armed while no request is complete */
+    struct event
+        *timer; /* request read timeout (slow clients), armed while no request is complete */
     struct event *abort_ev; /* deferred agw_req_abort() */
     struct agw_req *cur;    /* the request being read or answered, or NULL */
     char peer[64];
@@ -62,12 +64,12 @@ struct agw_req {
     evhtp_request_t *r;
     char id[REQUEST_ID_MAX + 1];
     uint64_t start_ms;
-    int status;           /* 0 until answered */
-    bool rejected;        /* answered before the body was read (413, 417, 431, 505): ignore the rest */
-    bool complete;        /* the handler was called */
-    bool streaming;       /* stream_start was called */
-    size_t header_bytes;  /* sum of header names and values read */
-    size_t body_bytes;    /* body bytes read */
+    int status;     /* 0 until answered */
+    bool rejected;  /* answered before the body was read (413, 417, 431, 505): ignore the rest */
+    bool complete;  /* the handler was called */
+    bool streaming; /* stream_start was called */
+    size_t header_bytes; /* sum of header names and values read */
+    size_t body_bytes;   /* body bytes read */
     agw_req_event_fn *on_close;
     agw_req_event_fn *on_drain;
     void *cb_arg;
@@ -84,8 +86,8 @@ static bool request_id_ok(const char *s)
         unsigned char c = (unsigned char)s[n];
         if (n >= REQUEST_ID_MAX)
             return false;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-              c == '_' || c == '.' || c == ':'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.' || c == ':'))
             return false;
     }
     return n > 0;
@@ -118,8 +120,9 @@ static void arm_request_timer(struct conn_ctx *cc)
     evtimer_add(cc->timer, &tv);
 }
 
-/* The client did not deliver a complete request in time (or idled on a kept-alive connection): close it. This
- * runs from the event loop, outside every libevhtp callback, so freeing the connection here is safe. */
+/* The client did not deliver a complete request in time (or idled on a kept-alive connection):
+ * close it. This runs from the event loop, outside every libevhtp callback, so freeing the
+ * connection here is safe. */
 static void request_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct conn_ctx *cc = arg;
@@ -157,7 +160,8 @@ void agw_req_add_header(struct agw_req *req, const char *name, const char *value
     set_header(req->r, name, value);
 }
 
-void agw_req_reply(struct agw_req *req, int status, const char *content_type, const char *body, size_t len)
+void agw_req_reply(struct agw_req *req, int status, const char *content_type, const char *body,
+                   size_t len)
 {
     assert(req->status == 0);
     req->status = status;
@@ -198,8 +202,9 @@ int agw_req_status(const struct agw_req *req)
     return req->status;
 }
 
-/* Answers before the body is read and closes the connection after the answer: the rest of the request is
- * never looked at (libevhtp frees the connection once the reply is flushed, as keep-alive is off). */
+/* Answers before the body is read and closes the connection after the answer: the rest of the
+ * request is never looked at (libevhtp frees the connection once the reply is flushed, as
+ * keep-alive is off). */
 static void reject_early(struct agw_req *req, int status, const char *msg)
 {
     req->rejected = true;
@@ -216,7 +221,8 @@ void agw_req_on_close(struct agw_req *req, agw_req_event_fn *on_close, void *arg
     req->cb_arg = arg;
 }
 
-void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark, agw_req_event_fn *on_drain)
+void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
+                          agw_req_event_fn *on_drain)
 {
     struct bufferevent *bev = evhtp_request_get_bev(req->r);
 
@@ -228,7 +234,8 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
     if (req->srv->draining)
         evhtp_request_set_keepalive(req->r, 0);
     set_header(req->r, "X-Request-Id", req->id);
-    /* The on_write hook runs when the output falls to the low watermark: the relay resumes its upstream. */
+    /* The on_write hook runs when the output falls to the low watermark: the relay resumes its
+     * upstream. */
     bufferevent_setwatermark(bev, EV_WRITE, low_watermark, 0);
     evhtp_send_reply_chunk_start(req->r, (evhtp_res)status);
     bufferevent_flush(bev, EV_WRITE, BEV_FLUSH);
@@ -385,13 +392,9 @@ static evhtp_res on_read(evhtp_request_t *r, struct evbuffer *buf, void *arg)
     return EVHTP_RES_OK;
 }
 
-static evhtp_res on_request_fini(evhtp_request_t *r, void *arg)
+/* The request is gone: run its owner's close callback and free it. */
+static void end_request(struct conn_ctx *cc, struct agw_req *req)
 {
-    struct conn_ctx *cc = arg;
-    struct agw_req *req = cc->cur;
-
-    if (req == NULL || req->r != r)
-        return EVHTP_RES_OK;
     cc->cur = NULL;
     if (req->on_close != NULL) {
         agw_req_event_fn *fn = req->on_close;
@@ -401,6 +404,16 @@ static evhtp_res on_request_fini(evhtp_request_t *r, void *arg)
     }
     cc->srv->active--;
     free(req);
+}
+
+static evhtp_res on_request_fini(evhtp_request_t *r, void *arg)
+{
+    struct conn_ctx *cc = arg;
+    struct agw_req *req = cc->cur;
+
+    if (req == NULL || req->r != r)
+        return EVHTP_RES_OK;
+    end_request(cc, req);
     /* A kept-alive connection must deliver its next request within the same limit. */
     arm_request_timer(cc);
     return EVHTP_RES_OK;
@@ -415,7 +428,8 @@ static evhtp_res on_headers(evhtp_request_t *r, evhtp_headers_t *hdrs, void *arg
     (void)hdrs;
     if (req == NULL)
         return EVHTP_RES_ERROR;
-    /* Route every complete request to our handler, whatever libevhtp's own callback lookup chose. */
+    /* Route every complete request to our handler, whatever libevhtp's own callback lookup chose.
+     */
     r->cb = request_complete_cb;
     r->cbarg = cc;
     if (req->rejected)
@@ -453,8 +467,10 @@ static evhtp_res on_headers(evhtp_request_t *r, evhtp_headers_t *hdrs, void *arg
             reject_early(req, 417, "expectation failed: only 100-continue is supported");
             return EVHTP_RES_OK;
         }
-        /* libevhtp's own 100-continue is off: it would answer any Expect, even after a rejection. */
-        evbuffer_add_printf(bufferevent_get_output(evhtp_request_get_bev(r)), "HTTP/1.1 100 Continue\r\n\r\n");
+        /* libevhtp's own 100-continue is off: it would answer any Expect, even after a rejection.
+         */
+        evbuffer_add_printf(bufferevent_get_output(evhtp_request_get_bev(r)),
+                            "HTTP/1.1 100 Continue\r\n\r\n");
     }
     return EVHTP_RES_OK;
 }
@@ -473,7 +489,8 @@ static evhtp_res on_headers_start(evhtp_request_t *r, void *arg)
     req->start_ms = agw_now_ms();
     cc->cur = req;
     cc->srv->active++;
-    /* The request-level fini hook is what libevhtp runs when it frees the request, in every case. */
+    /* The request-level fini hook is what libevhtp runs when it frees the request, in every case.
+     */
     evhtp_request_set_hook(r, evhtp_hook_on_request_fini, (evhtp_hook)on_request_fini, cc);
     return EVHTP_RES_OK;
 }
@@ -506,6 +523,12 @@ static evhtp_res on_connection_fini(evhtp_connection_t *conn, void *arg)
     struct conn_ctx *cc = arg;
 
     (void)conn;
+    /* libevhtp runs this hook before it frees the connection's request: end the request here and
+     * unhook it, since its fini hook would otherwise run with this context already freed. */
+    if (cc->cur != NULL) {
+        evhtp_request_unset_hook(cc->cur->r, evhtp_hook_on_request_fini);
+        end_request(cc, cc->cur);
+    }
     TAILQ_REMOVE(&cc->srv->conns, cc, link);
     event_free(cc->timer);
     event_free(cc->abort_ev);
@@ -553,13 +576,14 @@ static evhtp_res post_accept(evhtp_connection_t *conn, void *arg)
     evhtp_connection_set_hook(conn, evhtp_hook_on_headers, (evhtp_hook)on_headers, cc);
     evhtp_connection_set_hook(conn, evhtp_hook_on_read, (evhtp_hook)on_read, cc);
     evhtp_connection_set_hook(conn, evhtp_hook_on_write, (evhtp_hook)on_write, cc);
-    evhtp_connection_set_hook(conn, evhtp_hook_on_connection_fini, (evhtp_hook)on_connection_fini, cc);
+    evhtp_connection_set_hook(conn, evhtp_hook_on_connection_fini, (evhtp_hook)on_connection_fini,
+                              cc);
     arm_request_timer(cc);
     return EVHTP_RES_OK;
 }
 
-/* Requests that reach libevhtp's generic callback without our headers hook having run (it cannot happen with
- * the hooks above, but an unanswered request would hang the connection). */
+/* Requests that reach libevhtp's generic callback without our headers hook having run (it cannot
+ * happen with the hooks above, but an unanswered request would hang the connection). */
 static void gencb(evhtp_request_t *r, void *arg)
 {
     (void)arg;
@@ -595,7 +619,8 @@ void agw_server_free(struct agw_server *srv)
     free(srv);
 }
 
-int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port, uint16_t *bound_port)
+int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port,
+                      uint16_t *bound_port)
 {
     evhtp_t *htp;
     char addr[96];
@@ -608,9 +633,9 @@ int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port
     htp = evhtp_new(srv->base, NULL);
     if (htp == NULL)
         return -AGW_EIO;
-    /* No libevhtp 100-continue (we answer Expect ourselves), no evhtp read timeouts (they would kill
-     * streams; we run our own timers), Nagle off so each frame leaves at once, SO_REUSEPORT so every worker
-     * loop binds the same address. */
+    /* No libevhtp 100-continue (we answer Expect ourselves), no evhtp read timeouts (they would
+     * kill streams; we run our own timers), Nagle off so each frame leaves at once, SO_REUSEPORT so
+     * every worker loop binds the same address. */
     htp->flags = EVHTP_FLAG_ENABLE_REUSEPORT | EVHTP_FLAG_ENABLE_NODELAY;
     evhtp_set_gencb(htp, gencb, srv);
     evhtp_set_post_accept_cb(htp, post_accept, srv);
@@ -649,8 +674,8 @@ void agw_server_drain(struct agw_server *srv)
 
     srv->draining = true;
     agw_server_stop_listening(srv);
-    /* Kept-alive connections waiting for a next request are closed now; the others close after their
-     * answer. This runs from a signal event, outside libevhtp's callbacks. */
+    /* Kept-alive connections waiting for a next request are closed now; the others close after
+     * their answer. This runs from a signal event, outside libevhtp's callbacks. */
     for (cc = TAILQ_FIRST(&srv->conns); cc != NULL; cc = next) {
         next = TAILQ_NEXT(cc, link);
         if (cc->cur == NULL)

@@ -57,9 +57,9 @@ check_contains "client ids" '"threadId":"thread-1","runId":"run-1"' "$(cat "$T/s
 check_eq "every line is a data: line or blank" 0 "$(grep -cv -e '^data: {' -e '^$' "$T/s")"
 
 http GET $D/_demo/last-request
-check_contains "upstream gets Accept: text/event-stream" '"Accept":"text/event-stream"' "$BODY"
-check_contains "upstream gets Content-Type: application/json" '"Content-Type":"application/json"' "$BODY"
-check_contains "upstream gets X-Request-Id" '"X-Request-Id"' "$BODY"
+check_contains "upstream gets Accept: text/event-stream" '"accept":"text/event-stream"' "$BODY"
+check_contains "upstream gets Content-Type: application/json" '"content-type":"application/json"' "$BODY"
+check_contains "upstream gets X-Request-Id" '"x-request-id"' "$BODY"
 check_contains "traceparent passed on" '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' "$BODY"
 check_not_contains "the client's Authorization never goes upstream" 'secret-of-client' "$BODY"
 body_seen=$(printf %s "$BODY" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>process.stdout.write(JSON.parse(s).body))')
