@@ -1,6 +1,57 @@
+/* Unit tests for src/common.c. */
 #include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
 
-Test(common, placeholder)
+#include "agw/common.h"
+
+Test(common, strdup_and_strndup)
 {
-    cr_assert_eq(1, 1);
+    char *a = agw_xstrdup("hello");
+    char *b = agw_xstrndup("hello world", 5);
+
+    cr_assert_str_eq(a, "hello");
+    cr_assert_str_eq(b, "hello");
+    free(a);
+    free(b);
+}
+
+Test(common, zero_sized_allocations_are_valid_pointers)
+{
+    void *p = agw_xmalloc(0), *q = agw_xcalloc(0, 0);
+
+    cr_assert_not_null(p);
+    cr_assert_not_null(q);
+    p = agw_xrealloc(p, 0);
+    cr_assert_not_null(p);
+    free(p);
+    free(q);
+}
+
+Test(common, random_hex_is_hex_and_unique)
+{
+    char a[33], b[33];
+
+    agw_random_hex(a, 16);
+    agw_random_hex(b, 16);
+    cr_assert_eq(strlen(a), 32);
+    cr_assert_eq(strspn(a, "0123456789abcdef"), 32);
+    cr_assert_str_neq(a, b);
+}
+
+Test(common, strieq_n)
+{
+    cr_assert(agw_strieq_n("Content-Type", 12, "content-type"));
+    cr_assert(agw_strieq_n("ABC", 3, "abc"));
+    cr_assert_not(agw_strieq_n("ABC", 2, "abc"), "a prefix is not equal");
+    cr_assert_not(agw_strieq_n("ABCD", 4, "abc"), "longer is not equal");
+    cr_assert(agw_strieq_n("", 0, ""));
+}
+
+Test(common, clocks_move_forward)
+{
+    uint64_t a = agw_now_ms(), w = agw_wall_ms();
+
+    cr_assert_gt(w, (uint64_t)1600000000000ULL, "wall clock in ms since the epoch");
+    cr_assert_geq(agw_now_ms(), a);
 }
