@@ -429,24 +429,27 @@ static bool header_name_ok(const char *s)
 }
 
 /* Headers the gateway sets itself or that describe one hop only: never configurable. */
-static const char *const reserved_headers[] = {"authorization",
-                                               "host",
-                                               "content-length",
-                                               "transfer-encoding",
-                                               "connection",
-                                               "keep-alive",
-                                               "upgrade",
-                                               "te",
-                                               "trailer",
-                                               "proxy-authorization",
-                                               "proxy-authenticate",
-                                               "proxy-connection",
-                                               NULL};
+static const char *const hop_headers[] = {"host",
+                                          "content-length",
+                                          "transfer-encoding",
+                                          "connection",
+                                          "keep-alive",
+                                          "upgrade",
+                                          "te",
+                                          "trailer",
+                                          "proxy-authorization",
+                                          "proxy-authenticate",
+                                          "proxy-connection",
+                                          NULL};
 
-static bool reserved_header(const char *name)
+/* <allow_authorization>: an agent may send its own credentials upstream (upstream_headers), but a
+ * client's Authorization is never forwarded (forward_headers). */
+static bool reserved_header(const char *name, bool allow_authorization)
 {
-    for (size_t i = 0; reserved_headers[i] != NULL; i++)
-        if (strcasecmp(name, reserved_headers[i]) == 0)
+    if (!allow_authorization && strcasecmp(name, "authorization") == 0)
+        return true;
+    for (size_t i = 0; hop_headers[i] != NULL; i++)
+        if (strcasecmp(name, hop_headers[i]) == 0)
             return true;
     return false;
 }
@@ -529,7 +532,7 @@ static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *
             join(q, sizeof(q), p, name);
             if (!header_name_ok(name))
                 return fail(c, q, "not a valid header name");
-            if (reserved_header(name))
+            if (reserved_header(name, true))
                 return fail(c, q, "the gateway sets this header itself; it cannot be configured");
             if (!json_is_string(hv))
                 return fail(c, q, "expects a string value");
@@ -565,7 +568,7 @@ static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *
             join_index(q, sizeof(q), p, i);
             if (!json_is_string(hv) || !header_name_ok(json_string_value(hv)))
                 return fail(c, q, "expects a header name");
-            if (reserved_header(json_string_value(hv)))
+            if (reserved_header(json_string_value(hv), false))
                 return fail(c, q,
                             "'%s' is never forwarded (hop-by-hop or the client's credentials)",
                             json_string_value(hv));
