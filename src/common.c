@@ -76,8 +76,8 @@ void agw_random_hex(char *out, size_t nbytes)
     if (nbytes > sizeof(raw))
         nbytes = sizeof(raw);
     if (RAND_bytes(raw, (int)nbytes) != 1) {
-        /* The CSPRNG failing is not recoverable for id generation; fall back to the clock so ids stay
-         * unique enough for logs (they are never secrets). */
+        /* The CSPRNG failing is not recoverable for id generation; fall back to the clock so ids
+         * stay unique enough for logs (they are never secrets). */
         uint64_t t = agw_now_ms() ^ (uint64_t)(uintptr_t)out;
         for (size_t i = 0; i < nbytes; i++)
             raw[i] = (unsigned char)(t >> ((i % 8) * 8)) ^ (unsigned char)i;

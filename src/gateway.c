@@ -1,5 +1,5 @@
-/* The gateway: configuration → event loop, listeners, upstream pools, relays; and the request handler that
- * answers every route of SPEC §2 (auth, validation, routing, relaying). */
+/* The gateway: configuration → event loop, listeners, upstream pools, relays; and the request
+ * handler that answers every route of SPEC §2 (auth, validation, routing, relaying). */
 #include "config.h"
 
 #include <assert.h>
@@ -24,10 +24,10 @@
 #include "agw/router.h"
 #include "agw/upstream.h"
 
-#define MAX_PORTS 17
+#define MAX_PORTS            17
 #define MAX_UPSTREAM_HEADERS 64
-#define DRAIN_POLL_MS 100
-#define DRAIN_GRACE_MS 2000 /* after SHUTDOWN events are written, time for clients to take them */
+#define DRAIN_POLL_MS        100
+#define DRAIN_GRACE_MS       2000 /* after SHUTDOWN events are written, time for clients to take them */
 
 /* Per-agent runtime state: its backends' pools on this loop and the round-robin cursor. */
 struct agent_rt {
@@ -50,8 +50,9 @@ struct metrics {
     uint64_t upstream_failures[8];
 };
 
-static const char *const failure_kinds[] = {"connect", "connect_timeout", "first_byte_timeout", "idle_timeout",
-                                            "protocol", "closed", "tls", "status"};
+static const char *const failure_kinds[] = {"connect",      "connect_timeout", "first_byte_timeout",
+                                            "idle_timeout", "protocol",        "closed",
+                                            "tls",          "status"};
 
 struct agw_gateway {
     const struct agw_config *cfg;
@@ -70,7 +71,8 @@ struct agw_gateway {
     struct metrics m;
 };
 
-/* ---- metrics ---------------------------------------------------------------------------------- */
+/* ---- metrics ----------------------------------------------------------------------------------
+ */
 
 static void count_request(struct agw_gateway *gw, const char *agent, int status)
 {
@@ -84,8 +86,8 @@ static void count_request(struct agw_gateway *gw, const char *agent, int status)
             return;
         }
     }
-    /* Agents come from the config (bounded); unknown agent ids are counted under "" so a client cannot grow
-     * this table. */
+    /* Agents come from the config (bounded); unknown agent ids are counted under "" so a client
+     * cannot grow this table. */
     if (agent[0] != '\0' && agw_config_find_agent(gw->cfg, agent) == NULL)
         agent = "";
     if (m->n_requests == m->cap_requests) {
@@ -114,28 +116,30 @@ static void serve_metrics(struct agw_gateway *gw, struct agw_req *req)
     struct metrics *m = &gw->m;
     size_t len;
 
-    evbuffer_add_printf(b, "# HELP agw_requests_total Requests answered, by agent and HTTP status.\n"
-                           "# TYPE agw_requests_total counter\n");
+    evbuffer_add_printf(b,
+                        "# HELP agw_requests_total Requests answered, by agent and HTTP status.\n"
+                        "# TYPE agw_requests_total counter\n");
     for (size_t i = 0; i < m->n_requests; i++)
         evbuffer_add_printf(b, "agw_requests_total{agent=\"%s\",status=\"%d\"} %" PRIu64 "\n",
                             m->requests[i].agent, m->requests[i].status, m->requests[i].n);
-    evbuffer_add_printf(b,
-                        "# HELP agw_active_runs Runs currently relayed.\n# TYPE agw_active_runs gauge\n"
-                        "agw_active_runs %zu\n"
-                        "# HELP agw_runs_started_total Runs handed to an upstream.\n"
-                        "# TYPE agw_runs_started_total counter\nagw_runs_started_total %" PRIu64 "\n"
-                        "# HELP agw_events_relayed_total AG-UI events written to clients.\n"
-                        "# TYPE agw_events_relayed_total counter\nagw_events_relayed_total %" PRIu64 "\n"
-                        "# HELP agw_bytes_relayed_total Stream body bytes written to clients.\n"
-                        "# TYPE agw_bytes_relayed_total counter\nagw_bytes_relayed_total %" PRIu64 "\n"
-                        "# HELP agw_auth_failures_total Requests refused with 401 or 403.\n"
-                        "# TYPE agw_auth_failures_total counter\nagw_auth_failures_total %" PRIu64 "\n"
-                        "# HELP agw_upstream_failures_total Upstream failures, by kind.\n"
-                        "# TYPE agw_upstream_failures_total counter\n",
-                        agw_relay_set_count(gw->relays), m->runs_started, m->events, m->bytes, m->auth_failures);
+    evbuffer_add_printf(
+        b,
+        "# HELP agw_active_runs Runs currently relayed.\n# TYPE agw_active_runs gauge\n"
+        "agw_active_runs %zu\n"
+        "# HELP agw_runs_started_total Runs handed to an upstream.\n"
+        "# TYPE agw_runs_started_total counter\nagw_runs_started_total %" PRIu64 "\n"
+        "# HELP agw_events_relayed_total AG-UI events written to clients.\n"
+        "# TYPE agw_events_relayed_total counter\nagw_events_relayed_total %" PRIu64 "\n"
+        "# HELP agw_bytes_relayed_total Stream body bytes written to clients.\n"
+        "# TYPE agw_bytes_relayed_total counter\nagw_bytes_relayed_total %" PRIu64 "\n"
+        "# HELP agw_auth_failures_total Requests refused with 401 or 403.\n"
+        "# TYPE agw_auth_failures_total counter\nagw_auth_failures_total %" PRIu64 "\n"
+        "# HELP agw_upstream_failures_total Upstream failures, by kind.\n"
+        "# TYPE agw_upstream_failures_total counter\n",
+        agw_relay_set_count(gw->relays), m->runs_started, m->events, m->bytes, m->auth_failures);
     for (size_t i = 0; i < AGW_ARRAY_LEN(failure_kinds); i++)
-        evbuffer_add_printf(b, "agw_upstream_failures_total{kind=\"%s\"} %" PRIu64 "\n", failure_kinds[i],
-                            m->upstream_failures[i]);
+        evbuffer_add_printf(b, "agw_upstream_failures_total{kind=\"%s\"} %" PRIu64 "\n",
+                            failure_kinds[i], m->upstream_failures[i]);
     len = evbuffer_get_length(b);
     agw_req_reply(req, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1), len);
     evbuffer_free(b);
@@ -143,9 +147,10 @@ static void serve_metrics(struct agw_gateway *gw, struct agw_req *req)
 
 /* ---- access log ------------------------------------------------------------------------------ */
 
-static void access_log(const struct agw_req *req, const char *agent, const char *thread, const char *run,
-                       const char *key_id, int status, uint64_t events, uint64_t bytes, uint64_t duration_ms,
-                       const char *upstream, const char *outcome)
+static void access_log(const struct agw_req *req, const char *agent, const char *thread,
+                       const char *run, const char *key_id, int status, uint64_t events,
+                       uint64_t bytes, uint64_t duration_ms, const char *upstream,
+                       const char *outcome)
 {
     json_t *o = json_object();
     char *line;
@@ -154,8 +159,10 @@ static void access_log(const struct agw_req *req, const char *agent, const char 
     json_object_set_new(o, "request_id", json_string(agw_req_id(req)));
     json_object_set_new(o, "client", json_string(agw_req_peer(req)));
     json_object_set_new(o, "method", json_string(agw_req_method_name(req)));
-    /* The path may hold ids a client chose: jansson refuses invalid UTF-8, so it is logged only when valid. */
-    json_object_set_new(o, "path", json_string(agw_req_path(req)) ?: json_string("(invalid utf-8)"));
+    /* The path may hold ids a client chose: jansson refuses invalid UTF-8, so it is logged only
+     * when valid. */
+    json_object_set_new(o, "path",
+                        json_string(agw_req_path(req)) ?: json_string("(invalid utf-8)"));
     if (agent != NULL)
         json_object_set_new(o, "agent", json_string(agent));
     if (thread != NULL)
@@ -185,10 +192,12 @@ static void reply_error(struct agw_gateway *gw, struct agw_req *req, const char 
 {
     agw_req_reply_error(req, status, "%s", msg);
     count_request(gw, agent, status);
-    access_log(req, agent, NULL, NULL, NULL, status, 0, 0, agw_now_ms() - agw_req_start_ms(req), NULL, "error");
+    access_log(req, agent, NULL, NULL, NULL, status, 0, 0, agw_now_ms() - agw_req_start_ms(req),
+               NULL, "error");
 }
 
-/* ---- runs -------------------------------------------------------------------------------------- */
+/* ---- runs --------------------------------------------------------------------------------------
+ */
 
 struct run_ctx {
     struct agw_gateway *gw;
@@ -206,15 +215,16 @@ static void run_ended(void *arg, const struct agw_relay_summary *s)
     count_request(gw, s->agent_id, s->status ? s->status : 499);
     if (s->upstream_error != NULL)
         count_failure(gw, s->upstream_error);
-    /* The request is still alive while the relay reports (the relay ends from the request's close). */
-    access_log(rc->req, s->agent_id, s->thread_id, s->run_id, rc->key_id, s->status, s->events, s->bytes,
-               s->duration_ms, s->upstream, s->outcome);
+    /* The request is still alive while the relay reports (the relay ends from the request's close).
+     */
+    access_log(rc->req, s->agent_id, s->thread_id, s->run_id, rc->key_id, s->status, s->events,
+               s->bytes, s->duration_ms, s->upstream, s->outcome);
     free(rc);
 }
 
-/* Rendezvous hashing: each backend's weight is a hash of (thread, backend URL); the heaviest wins and the
- * others follow in weight order for retries. Adding or removing a backend moves only the threads that hashed
- * to it, so backends that keep per-thread state keep their threads. */
+/* Rendezvous hashing: each backend's weight is a hash of (thread, backend URL); the heaviest wins
+ * and the others follow in weight order for retries. Adding or removing a backend moves only the
+ * threads that hashed to it, so backends that keep per-thread state keep their threads. */
 static uint64_t fnv1a(const char *a, const char *b)
 {
     uint64_t h = 1469598103934665603ULL;
@@ -233,7 +243,8 @@ static uint64_t fnv1a(const char *a, const char *b)
     return h;
 }
 
-static void order_backends(struct agent_rt *a, const char *thread_id, struct agw_upstream_pool **out)
+static void order_backends(struct agent_rt *a, const char *thread_id,
+                           struct agw_upstream_pool **out)
 {
     size_t n = a->cfg->n_upstreams;
 
@@ -286,7 +297,8 @@ static void forward_header(const char *name, const char *value, void *arg)
     struct fwd_ctx *fc = arg;
 
     for (size_t i = 0; i < fc->agent->n_forward_headers; i++) {
-        if (*fc->n < MAX_UPSTREAM_HEADERS && agw_strieq_n(name, strlen(name), fc->agent->forward_headers[i])) {
+        if (*fc->n < MAX_UPSTREAM_HEADERS &&
+            agw_strieq_n(name, strlen(name), fc->agent->forward_headers[i])) {
             fc->h[*fc->n].name = name;
             fc->h[*fc->n].value = value;
             (*fc->n)++;
@@ -308,7 +320,8 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
     char err[AGW_INPUT_ERR_MAX], msg[AGW_INPUT_ERR_MAX + 80];
     int status;
 
-    switch (agw_auth_check(&cfg->auth, agw_req_header(req, "Authorization"), route->agent_id, &key)) {
+    switch (
+        agw_auth_check(&cfg->auth, agw_req_header(req, "Authorization"), route->agent_id, &key)) {
     case AGW_AUTH_OK:
         break;
     case AGW_AUTH_FORBIDDEN:
@@ -319,7 +332,8 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
     default:
         gw->m.auth_failures++;
         agw_req_add_header(req, "WWW-Authenticate", "Bearer realm=\"agui-gateway\"");
-        reply_error(gw, req, route->agent_id, 401, "unauthorized: a valid bearer token is required");
+        reply_error(gw, req, route->agent_id, 401,
+                    "unauthorized: a valid bearer token is required");
         return;
     }
     agent = agw_config_find_agent(cfg, route->agent_id);
@@ -329,16 +343,19 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
         return;
     }
     if (!agw_input_content_type_ok(agw_req_header(req, "Content-Type"))) {
-        reply_error(gw, req, agent->id, 415, "unsupported media type: Content-Type must be application/json");
+        reply_error(gw, req, agent->id, 415,
+                    "unsupported media type: Content-Type must be application/json");
         return;
     }
     if (body_len > cfg->limits.max_body_bytes) {
-        snprintf(msg, sizeof(msg), "payload too large: the limit is %zu bytes", cfg->limits.max_body_bytes);
+        snprintf(msg, sizeof(msg), "payload too large: the limit is %zu bytes",
+                 cfg->limits.max_body_bytes);
         reply_error(gw, req, agent->id, 413, msg);
         return;
     }
     body_data = (const char *)evbuffer_pullup(body, -1);
-    status = agw_input_parse(body_data, body_len, cfg->limits.max_json_depth, &in, err, sizeof(err));
+    status =
+        agw_input_parse(body_data, body_len, cfg->limits.max_json_depth, &in, err, sizeof(err));
     if (status != 0) {
         reply_error(gw, req, agent->id, status, err);
         return;
@@ -361,7 +378,8 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
     }
     h[n++] = (struct agw_upstream_header){"traceparent", traceparent};
     for (size_t i = 0; i < agent->n_upstream_headers && n < MAX_UPSTREAM_HEADERS; i++)
-        h[n++] = (struct agw_upstream_header){agent->upstream_headers[i].name, agent->upstream_headers[i].value};
+        h[n++] = (struct agw_upstream_header){agent->upstream_headers[i].name,
+                                              agent->upstream_headers[i].value};
     struct fwd_ctx fc = {agent, h, &n};
     agw_req_foreach_header(req, forward_header, &fc);
 
@@ -412,7 +430,8 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
         reply_error(gw, req, NULL, 400, "bad request: invalid id in the path");
         return;
     }
-    /* /metrics lives on the admin listener when there is one; the admin listener serves nothing else. */
+    /* /metrics lives on the admin listener when there is one; the admin listener serves nothing
+     * else. */
     if (rc == 0) {
         bool admin_route = route.id == AGW_ROUTE_HEALTHZ || route.id == AGW_ROUTE_METRICS;
         if (admin && !admin_route)
@@ -433,7 +452,8 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
         return;
     }
     if (agw_req_method(req) == AGW_METHOD_OPTIONS) {
-        /* CORS preflight answers arrive with the operations issue; until then: what the route accepts. */
+        /* CORS preflight answers arrive with the operations issue; until then: what the route
+         * accepts. */
         agw_req_add_header(req, "Allow", agw_route_allow(route.id));
         agw_req_reply(req, 204, NULL, NULL, 0);
         count_request(gw, NULL, 204);
@@ -458,7 +478,8 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
         return;
     case AGW_ROUTE_CANCEL:
     case AGW_ROUTE_THREAD_MESSAGES:
-        reply_error(gw, req, NULL, 501, "not implemented yet: this endpoint arrives with a later release");
+        reply_error(gw, req, NULL, 501,
+                    "not implemented yet: this endpoint arrives with a later release");
         return;
     case AGW_ROUTE_NONE:
         break;
@@ -492,10 +513,12 @@ static void drain_poll_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (!gw->shutdown_sent && elapsed >= gw->cfg->timeouts.drain_ms) {
-        agw_log_warn("drain timeout: ending %zu runs with RUN_ERROR SHUTDOWN", agw_relay_set_count(gw->relays));
+        agw_log_warn("drain timeout: ending %zu runs with RUN_ERROR SHUTDOWN",
+                     agw_relay_set_count(gw->relays));
         gw->shutdown_sent = true;
         agw_relay_set_shutdown(gw->relays);
-    } else if (gw->shutdown_sent && elapsed >= (uint64_t)gw->cfg->timeouts.drain_ms + DRAIN_GRACE_MS) {
+    } else if (gw->shutdown_sent &&
+               elapsed >= (uint64_t)gw->cfg->timeouts.drain_ms + DRAIN_GRACE_MS) {
         agw_log_warn("clients did not take their last events; closing");
         event_base_loopexit(gw->base, NULL);
         return;
@@ -514,8 +537,8 @@ static void begin_drain(struct agw_gateway *gw, const char *why)
         gw->drain_start_ms = agw_now_ms() - gw->cfg->timeouts.drain_ms;
         return;
     }
-    agw_log_info("%s: draining (%zu runs active, up to %u ms)", why, agw_relay_set_count(gw->relays),
-                 gw->cfg->timeouts.drain_ms);
+    agw_log_info("%s: draining (%zu runs active, up to %u ms)", why,
+                 agw_relay_set_count(gw->relays), gw->cfg->timeouts.drain_ms);
     gw->draining = true;
     gw->drain_start_ms = agw_now_ms();
     agw_server_drain(gw->srv);
@@ -528,7 +551,8 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 
     (void)what;
     if (sig == SIGHUP) {
-        agw_log_warn("SIGHUP: configuration reload is not supported yet; keeping the running configuration");
+        agw_log_warn(
+            "SIGHUP: configuration reload is not supported yet; keeping the running configuration");
         return;
     }
     begin_drain(gw, sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -557,16 +581,19 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
         goto err;
     }
     /* Name servers from /etc/resolv.conf; resolution never blocks the loop. */
-    gw->dns = evdns_base_new(gw->base, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+    gw->dns = evdns_base_new(gw->base,
+                             EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE);
     if (gw->dns == NULL)
         gw->dns = evdns_base_new(gw->base, 0);
     gw->relays = agw_relay_set_new(gw->base);
     gw->agents = agw_xcalloc(cfg->n_agents, sizeof(*gw->agents));
     for (size_t i = 0; i < cfg->n_agents; i++) {
         gw->agents[i].cfg = &cfg->agents[i];
-        gw->agents[i].pools = agw_xcalloc(cfg->agents[i].n_upstreams, sizeof(struct agw_upstream_pool *));
+        gw->agents[i].pools =
+            agw_xcalloc(cfg->agents[i].n_upstreams, sizeof(struct agw_upstream_pool *));
         for (size_t j = 0; j < cfg->agents[i].n_upstreams; j++)
-            gw->agents[i].pools[j] = agw_upstream_pool_new(gw->base, gw->dns, &cfg->agents[i].upstreams[j], &po);
+            gw->agents[i].pools[j] =
+                agw_upstream_pool_new(gw->base, gw->dns, &cfg->agents[i].upstreams[j], &po);
     }
     gw->srv = agw_server_new(gw->base, &so, main_handler, gw);
     for (size_t i = 0; i < cfg->n_listeners; i++) {
@@ -576,8 +603,8 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
             goto err;
         }
         if (agw_server_listen(gw->srv, l->address, l->port, &gw->ports[gw->n_ports]) != 0) {
-            snprintf(err, errlen, "listen[%zu]: cannot listen on %s port %u: %s", i, l->address, l->port,
-                     evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+            snprintf(err, errlen, "listen[%zu]: cannot listen on %s port %u: %s", i, l->address,
+                     l->port, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
             goto err;
         }
         agw_log_info("listening on %s port %u", l->address, gw->ports[gw->n_ports]);
@@ -585,7 +612,8 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
     }
     if (cfg->admin != NULL) {
         gw->admin = agw_server_new(gw->base, &so, admin_handler, gw);
-        if (agw_server_listen(gw->admin, cfg->admin->address, cfg->admin->port, &gw->ports[gw->n_ports]) != 0) {
+        if (agw_server_listen(gw->admin, cfg->admin->address, cfg->admin->port,
+                              &gw->ports[gw->n_ports]) != 0) {
             snprintf(err, errlen, "admin: cannot listen on %s port %u: %s", cfg->admin->address,
                      cfg->admin->port, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
             goto err;
@@ -601,8 +629,9 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
     evsignal_add(gw->sig_int, NULL);
     evsignal_add(gw->sig_hup, NULL);
     if (cfg->auth.mode == AGW_AUTH_NONE)
-        agw_log_warn("AUTHENTICATION IS OFF (auth.mode = \"none\"): anyone who reaches this gateway can run "
-                     "every agent");
+        agw_log_warn(
+            "AUTHENTICATION IS OFF (auth.mode = \"none\"): anyone who reaches this gateway can run "
+            "every agent");
     return gw;
 err:
     agw_gateway_free(gw);

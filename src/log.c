@@ -1,5 +1,5 @@
-/* Logging to stderr and the JSON access log. Each line is formatted into one buffer and written with a single
- * write(2), so lines from several threads never interleave. */
+/* Logging to stderr and the JSON access log. Each line is formatted into one buffer and written
+ * with a single write(2), so lines from several threads never interleave. */
 #include "config.h"
 
 #include <errno.h>

@@ -18,22 +18,23 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "Usage: agui-gateway -c FILE [--port-file FILE]\n"
-               "       agui-gateway --check -c FILE\n"
-               "       agui-gateway hash-token < token-file\n"
-               "       agui-gateway --version | --help\n"
-               "\n"
-               "  -c, --config FILE     the JSON configuration (doc/configuration.md)\n"
-               "      --check           validate the configuration and exit (0 = valid)\n"
-               "      --port-file FILE  once listening, write the bound ports there, one per line\n"
-               "                        (listeners in order, then the admin listener)\n"
-               "  hash-token            print the SHA-256 hex digest of the token read from stdin,\n"
-               "                        for auth.keys[].sha256\n");
+    fprintf(f,
+            "Usage: agui-gateway -c FILE [--port-file FILE]\n"
+            "       agui-gateway --check -c FILE\n"
+            "       agui-gateway hash-token < token-file\n"
+            "       agui-gateway --version | --help\n"
+            "\n"
+            "  -c, --config FILE     the JSON configuration (doc/configuration.md)\n"
+            "      --check           validate the configuration and exit (0 = valid)\n"
+            "      --port-file FILE  once listening, write the bound ports there, one per line\n"
+            "                        (listeners in order, then the admin listener)\n"
+            "  hash-token            print the SHA-256 hex digest of the token read from stdin,\n"
+            "                        for auth.keys[].sha256\n");
 }
 
-/* Reads a token from stdin (one trailing newline removed) and prints its digest. The token is checked
- * against the bearer token grammar (RFC 6750 token68) so that a digest printed here can authenticate, and it
- * is never echoed. */
+/* Reads a token from stdin (one trailing newline removed) and prints its digest. The token is
+ * checked against the bearer token grammar (RFC 6750 token68) so that a digest printed here can
+ * authenticate, and it is never echoed. */
 static int hash_token(void)
 {
     char buf[4096 + 3];
@@ -58,8 +59,9 @@ static int hash_token(void)
         bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                   strchr("-._~+/", c) != NULL || (c == '=' && i > 0);
         if (!ok || (i > 0 && buf[i - 1] == '=' && c != '=')) {
-            fprintf(stderr, "agui-gateway: the token has a character a bearer token cannot carry (allowed: "
-                            "letters, digits, - . _ ~ + / and trailing =)\n");
+            fprintf(stderr,
+                    "agui-gateway: the token has a character a bearer token cannot carry (allowed: "
+                    "letters, digits, - . _ ~ + / and trailing =)\n");
             goto out;
         }
     }
@@ -91,9 +93,12 @@ static int write_port_file(const char *path, const uint16_t *ports, size_t n)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"check", no_argument, NULL, 'k'},
-        {"port-file", required_argument, NULL, 'p'}, {"version", no_argument, NULL, 'V'},
-        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},
+        {"check", no_argument, NULL, 'k'},
+        {"port-file", required_argument, NULL, 'p'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *config_path = NULL, *port_file = NULL;
     bool check = false;
@@ -139,17 +144,19 @@ int main(int argc, char **argv)
         return 1;
     }
     if (check) {
-        printf("%s: configuration is valid (%zu agents, %zu listeners)\n", config_path, cfg->n_agents,
-               cfg->n_listeners);
+        printf("%s: configuration is valid (%zu agents, %zu listeners)\n", config_path,
+               cfg->n_agents, cfg->n_listeners);
         agw_config_free(cfg);
         return 0;
     }
     agw_log_set_level((enum agw_log_level)cfg->log.level);
     if (agw_log_access_open(cfg->log.access) != 0) {
-        fprintf(stderr, "agui-gateway: log.access: cannot open '%s': %s\n", cfg->log.access, strerror(errno));
+        fprintf(stderr, "agui-gateway: log.access: cannot open '%s': %s\n", cfg->log.access,
+                strerror(errno));
         goto out;
     }
-    /* A client that disconnects mid-write must not kill the process (libevent writes with writev). */
+    /* A client that disconnects mid-write must not kill the process (libevent writes with writev).
+     */
     signal(SIGPIPE, SIG_IGN);
 
     gw = agw_gateway_new(cfg, err, sizeof(err));

@@ -1,9 +1,10 @@
 /* The relay: one client stream ↔ one upstream exchange. See include/agw/relay.h for the states and
  * doc/internals/relay.md for the design (backpressure, timers, ownership).
  *
- * Lifetime rule: a relay is freed only from the client request's close callback (the request is gone), and
- * never while one of its own callbacks is on the stack: `busy` counts them, and a close that arrives inside
- * one (it cannot today, since libevent never writes synchronously, but the rule is cheap) is deferred. */
+ * Lifetime rule: a relay is freed only from the client request's close callback (the request is
+ * gone), and never while one of its own callbacks is on the stack: `busy` counts them, and a close
+ * that arrives inside one (it cannot today, since libevent never writes synchronously, but the rule
+ * is cheap) is deferred. */
 #include "config.h"
 
 #include <assert.h>
@@ -57,8 +58,8 @@ struct agw_relay {
     size_t n_headers;
     struct agw_upstream_pool **backends;
     size_t n_backends;
-    size_t attempt;       /* index into backends of the current try */
-    unsigned tries_left;  /* further backends that may be tried */
+    size_t attempt;      /* index into backends of the current try */
+    unsigned tries_left; /* further backends that may be tried */
     size_t stream_buffer_bytes;
     uint32_t heartbeat_ms;
     agw_relay_end_fn *on_end;
@@ -113,9 +114,9 @@ static void flush_out(struct agw_relay *r)
     r->last_write_ms = agw_now_ms();
 }
 
-/* The heartbeat timer is lazy: it is armed once per period and, when it fires, writes ": ping" only if
- * nothing was written for a whole period; otherwise it sleeps for the rest of the period. No timer work is
- * done per frame. */
+/* The heartbeat timer is lazy: it is armed once per period and, when it fires, writes ": ping" only
+ * if nothing was written for a whole period; otherwise it sleeps for the rest of the period. No
+ * timer work is done per frame. */
 static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct agw_relay *r = arg;
@@ -163,7 +164,8 @@ static void fail_stream(struct agw_relay *r, const char *code, const char *messa
     finish(r);
 }
 
-/* ---- before the stream: answering with an error or trying the next backend --------------------------- */
+/* ---- before the stream: answering with an error or trying the next backend
+ * --------------------------- */
 
 static void start_attempt(struct agw_relay *r);
 static void client_drain(struct agw_req *req, void *arg);
@@ -213,7 +215,8 @@ static bool is_event_stream(const char *ct)
 
     if (ct == NULL)
         return false;
-    return agw_strieq_n(ct, n, want) || (strncasecmp(ct, want, n) == 0 && (ct[n] == ';' || ct[n] == ' '));
+    return agw_strieq_n(ct, n, want) ||
+           (strncasecmp(ct, want, n) == 0 && (ct[n] == ';' || ct[n] == ' '));
 }
 
 static void up_on_head(void *arg, const struct agw_http1_response *resp)
@@ -226,15 +229,17 @@ static void up_on_head(void *arg, const struct agw_http1_response *resp)
         goto out;
     if (resp->status < 200 || resp->status > 299) {
         r->upstream_error = "status";
-        snprintf(detail, sizeof(detail), "bad gateway: the upstream answered HTTP %d", resp->status);
+        snprintf(detail, sizeof(detail), "bad gateway: the upstream answered HTTP %d",
+                 resp->status);
         reply_error(r, 502, detail);
         goto out;
     }
     if (!is_event_stream(resp->content_type)) {
         r->upstream_error = "content_type";
-        snprintf(detail, sizeof(detail),
-                 "bad gateway: the upstream answered with Content-Type %.80s, not text/event-stream",
-                 resp->content_type ? resp->content_type : "(none)");
+        snprintf(
+            detail, sizeof(detail),
+            "bad gateway: the upstream answered with Content-Type %.80s, not text/event-stream",
+            resp->content_type ? resp->content_type : "(none)");
         reply_error(r, 502, detail);
         goto out;
     }
@@ -273,7 +278,8 @@ static void up_on_body(void *arg, struct evbuffer *body)
     rc = agw_sse_parse(r->sse, body, frame_cb, r);
     evbuffer_drain(body, evbuffer_get_length(body));
     if (rc == -AGW_ETOOBIG) {
-        fail_stream(r, AGW_AGUI_FRAME_TOO_LARGE, "an upstream event exceeded limits.max_frame_bytes");
+        fail_stream(r, AGW_AGUI_FRAME_TOO_LARGE,
+                    "an upstream event exceeded limits.max_frame_bytes");
         goto out;
     }
     if (agw_agui_finished(r->agui)) {
@@ -281,8 +287,8 @@ static void up_on_body(void *arg, struct evbuffer *body)
         goto out;
     }
     flush_out(r);
-    /* Backpressure: stop reading the upstream while the client's queue is above the limit; the server's
-     * drain callback resumes it. */
+    /* Backpressure: stop reading the upstream while the client's queue is above the limit; the
+     * server's drain callback resumes it. */
     if (r->req != NULL && r->up != NULL && agw_req_out_pending(r->req) > r->stream_buffer_bytes)
         agw_upstream_pause(r->up);
 out:
@@ -302,8 +308,8 @@ static void up_on_done(void *arg)
     if (r->state == RL_ST_STREAMING) {
         int rc = agw_sse_finish(r->sse, frame_end_cb, r);
         if (rc == -AGW_ETOOBIG)
-            agw_agui_fail(r->agui, AGW_AGUI_FRAME_TOO_LARGE, "an upstream event exceeded limits.max_frame_bytes",
-                          r->out);
+            agw_agui_fail(r->agui, AGW_AGUI_FRAME_TOO_LARGE,
+                          "an upstream event exceeded limits.max_frame_bytes", r->out);
         agw_agui_end(r->agui, r->out);
         finish(r);
     }
@@ -327,7 +333,8 @@ static void up_on_error(void *arg, const char *kind, const char *detail)
         goto out;
     }
     if (r->state == RL_ST_STREAMING) {
-        const char *code = kind == AGW_UP_ERR_IDLE_TIMEOUT ? AGW_AGUI_TIMEOUT : AGW_AGUI_UPSTREAM_ERROR;
+        const char *code =
+            kind == AGW_UP_ERR_IDLE_TIMEOUT ? AGW_AGUI_TIMEOUT : AGW_AGUI_UPSTREAM_ERROR;
         snprintf(msg, sizeof(msg), "upstream failed: %s", detail);
         fail_stream(r, code, msg);
     }
@@ -344,8 +351,8 @@ static const struct agw_upstream_callbacks up_cbs = {
 
 static void start_attempt(struct agw_relay *r)
 {
-    r->up = agw_upstream_start(r->backends[r->attempt], r->headers, r->n_headers, r->body, r->body_len, &up_cbs,
-                               r);
+    r->up = agw_upstream_start(r->backends[r->attempt], r->headers, r->n_headers, r->body,
+                               r->body_len, &up_cbs, r);
 }
 
 /* ---- client callbacks and timers ---------------------------------------------------------- */
@@ -423,8 +430,10 @@ struct agw_relay *agw_relay_start(struct agw_relay_set *set, const struct agw_re
     r->n_backends = p->n_backends;
     r->backends = agw_xcalloc(p->n_backends, sizeof(*r->backends));
     memcpy(r->backends, p->backends, p->n_backends * sizeof(*r->backends));
-    r->tries_left = p->n_backends > 1 ? (p->retries < p->n_backends - 1 ? p->retries : (unsigned)p->n_backends - 1)
-                                      : 0;
+    r->tries_left =
+        p->n_backends > 1
+            ? (p->retries < p->n_backends - 1 ? p->retries : (unsigned)p->n_backends - 1)
+            : 0;
     r->stream_buffer_bytes = p->stream_buffer_bytes;
     r->heartbeat_ms = p->heartbeat_ms;
     r->on_end = p->on_end;

@@ -1,10 +1,11 @@
-/* The upstream client: one HTTP/1.1 exchange per run over a pooled bufferevent. See include/agw/upstream.h
- * for the contract and doc/internals/upstream.md for the states and timers.
+/* The upstream client: one HTTP/1.1 exchange per run over a pooled bufferevent. See
+ * include/agw/upstream.h for the contract and doc/internals/upstream.md for the states and timers.
  *
  * States of an exchange, each with its own timer:
- *   CONNECTING (connect_ms) → WAITING (first_byte_ms) → BODY (idle_ms, suspended while paused) → DONE
- * and FAILED from any of them. The exchange is freed only by agw_upstream_close(); when that is called from
- * inside one of the exchange's callbacks the free waits until the callback has returned. */
+ *   CONNECTING (connect_ms) → WAITING (first_byte_ms) → BODY (idle_ms, suspended while paused) →
+ * DONE and FAILED from any of them. The exchange is freed only by agw_upstream_close(); when that
+ * is called from inside one of the exchange's callbacks the free waits until the callback has
+ * returned. */
 #include "config.h"
 
 #include <errno.h>
@@ -67,19 +68,20 @@ struct agw_upstream {
     struct event *kick;  /* deferred work: reported failure, input left while paused */
     struct agw_http1_parser *parser;
     struct agw_http1_response resp;
-    struct evbuffer *request; /* the whole request, kept for one retry on a stale pooled connection */
-    struct evbuffer *body;    /* decoded body bytes handed to on_body */
+    struct evbuffer
+        *request;          /* the whole request, kept for one retry on a stale pooled connection */
+    struct evbuffer *body; /* decoded body bytes handed to on_body */
     struct agw_upstream_callbacks cbs;
     void *arg;
     const char *pending_kind; /* failure to report from the kick event */
     char pending_detail[160];
     uint64_t start_ms, connect_ms, first_byte_ms;
     uint64_t last_read_ms; /* for the lazy idle timer */
-    unsigned busy;    /* depth of callbacks running */
-    bool closing;     /* agw_upstream_close() was called */
+    unsigned busy;         /* depth of callbacks running */
+    bool closing;          /* agw_upstream_close() was called */
     bool paused;
-    bool reused;      /* the connection came from the pool */
-    bool got_bytes;   /* at least one response byte arrived */
+    bool reused;    /* the connection came from the pool */
+    bool got_bytes; /* at least one response byte arrived */
 };
 
 static void up_read_cb(struct bufferevent *bev, void *arg);
@@ -141,8 +143,8 @@ size_t agw_upstream_pool_idle(const struct agw_upstream_pool *pool)
     return pool->n_idle;
 }
 
-/* An idle pooled connection said something (the backend closed it, or sent bytes nobody asked for): either
- * way it cannot carry a new request. */
+/* An idle pooled connection said something (the backend closed it, or sent bytes nobody asked for):
+ * either way it cannot carry a new request. */
 static void idle_read_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
@@ -201,7 +203,8 @@ static struct bufferevent *pool_take(struct agw_upstream_pool *pool)
     return bev;
 }
 
-/* ---- exchange: states and callbacks ----------------------------------------------------------- */
+/* ---- exchange: states and callbacks -----------------------------------------------------------
+ */
 
 static void arm_timer(struct agw_upstream *up, uint32_t ms)
 {
@@ -217,7 +220,8 @@ static void arm_timer(struct agw_upstream *up, uint32_t ms)
 
 static void set_state(struct agw_upstream *up, enum up_state st)
 {
-    agw_log_debug("upstream %s: %s -> %s", up->pool->url.authority, state_names[up->state], state_names[st]);
+    agw_log_debug("upstream %s: %s -> %s", up->pool->url.authority, state_names[up->state],
+                  state_names[st]);
     up->state = st;
     switch (st) {
     case UP_ST_CONNECTING:
@@ -237,8 +241,8 @@ static void set_state(struct agw_upstream *up, enum up_state st)
     }
 }
 
-/* Callback bracket: returns false when the exchange was closed by the callback (then it is freed here and
- * must not be touched). */
+/* Callback bracket: returns false when the exchange was closed by the callback (then it is freed
+ * here and must not be touched). */
 static void call_begin(struct agw_upstream *up)
 {
     up->busy++;
@@ -292,7 +296,8 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
         fail(up, AGW_UP_ERR_FIRST_BYTE_TIMEOUT, detail);
         break;
     case UP_ST_BODY: {
-        /* Lazy idle timer: reads only record their time; the timer sleeps again for what is left. */
+        /* Lazy idle timer: reads only record their time; the timer sleeps again for what is left.
+         */
         uint64_t idle = agw_now_ms() - up->last_read_ms;
         if (idle + 5 < up->pool->opts.idle_ms) {
             arm_timer(up, (uint32_t)(up->pool->opts.idle_ms - idle));
@@ -408,9 +413,10 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
         return;
     }
     if (up->state == UP_ST_WAITING && up->reused && !up->got_bytes) {
-        /* The backend had closed the pooled connection before our request reached it: the request was not
-         * processed, so sending it again on a fresh connection is safe. */
-        agw_log_debug("upstream %s: pooled connection was stale, reconnecting", up->pool->url.authority);
+        /* The backend had closed the pooled connection before our request reached it: the request
+         * was not processed, so sending it again on a fresh connection is safe. */
+        agw_log_debug("upstream %s: pooled connection was stale, reconnecting",
+                      up->pool->url.authority);
         bufferevent_free(up->bev);
         up->bev = NULL;
         up->reused = false;
@@ -429,7 +435,8 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
             call_end(up);
             return;
         }
-        fail(up, AGW_UP_ERR_CLOSED, "the backend closed the connection before the end of the response");
+        fail(up, AGW_UP_ERR_CLOSED,
+             "the backend closed the connection before the end of the response");
         return;
     }
     if (what & BEV_EVENT_EOF)
@@ -447,7 +454,8 @@ static int connect_fresh(struct agw_upstream *up)
 {
     struct agw_upstream_pool *pool = up->pool;
 
-    up->bev = bufferevent_socket_new(pool->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    up->bev =
+        bufferevent_socket_new(pool->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     if (up->bev == NULL)
         return -AGW_EIO;
     bufferevent_setcb(up->bev, up_read_cb, NULL, up_event_cb, up);
@@ -455,8 +463,8 @@ static int connect_fresh(struct agw_upstream *up)
     /* The request waits in the output buffer until the connection is up. */
     evbuffer_add_buffer_reference(bufferevent_get_output(up->bev), up->request);
     set_state(up, UP_ST_CONNECTING);
-    if (bufferevent_socket_connect_hostname(up->bev, pool->dns, AF_UNSPEC, pool->url.host, pool->url.port) !=
-        0) {
+    if (bufferevent_socket_connect_hostname(up->bev, pool->dns, AF_UNSPEC, pool->url.host,
+                                            pool->url.port) != 0) {
         /* The event callback reports the reason (deferred); nothing more to do here. */
         agw_log_debug("upstream %s: connect failed at once", pool->url.authority);
     }
@@ -479,8 +487,8 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
     up->parser = agw_http1_parser_new(pool->opts.max_header_bytes);
     up->body = evbuffer_new();
     up->request = evbuffer_new();
-    evbuffer_add_printf(up->request, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %zu\r\n", pool->url.target,
-                        pool->url.authority, body_len);
+    evbuffer_add_printf(up->request, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %zu\r\n",
+                        pool->url.target, pool->url.authority, body_len);
     for (size_t i = 0; i < n_headers; i++)
         evbuffer_add_printf(up->request, "%s: %s\r\n", headers[i].name, headers[i].value);
     evbuffer_add(up->request, "\r\n", 2);

@@ -1,19 +1,22 @@
-/* AG-UI stream normalisation (SPEC §4.1, §4.2, §4.3 "ag-ui"): whatever an upstream sends, the client receives
- * one stream that @ag-ui/client's verifier accepts. Pure: consumes the data of upstream SSE frames, appends
- * complete client frames ("data: <compact JSON>\n\n") to an evbuffer. No sockets, no timers.
+/* AG-UI stream normalisation (SPEC §4.1, §4.2, §4.3 "ag-ui"): whatever an upstream sends, the
+ * client receives one stream that @ag-ui/client's verifier accepts. Pure: consumes the data of
+ * upstream SSE frames, appends complete client frames ("data: <compact JSON>\n\n") to an evbuffer.
+ * No sockets, no timers.
  *
  * One struct agw_agui per run, owned by the relay. Its rules, in short:
- * - exactly one RUN_STARTED first, carrying the client's threadId/runId (injected when missing, rewritten
- *   when different); RUN_FINISHED carries them too;
+ * - exactly one RUN_STARTED first, carrying the client's threadId/runId (injected when missing,
+ * rewritten when different); RUN_FINISHED carries them too;
  * - open text messages, tool calls, reasoning messages and steps are closed before RUN_FINISHED;
  * - exactly one terminal event (RUN_FINISHED or RUN_ERROR); nothing is written after it;
- * - "[DONE]" and empty TEXT_MESSAGE_CONTENT deltas are dropped; non-JSON data → RUN_ERROR INVALID_EVENT;
- * - CloudBase fixes: RUN_ERROR {error:{code,message}} → {message,code}; TEXT_MESSAGE_START without role →
- *   role "assistant"; TOOL_CALL_START with "args" → TOOL_CALL_START + TOOL_CALL_ARGS;
- * - unknown and extension events pass through; a frame that needs no change is written with the upstream's
- *   own data bytes, not re-serialised;
- * - events the gateway makes carry the client's ids, an integer "timestamp" (ms) and never a null field;
- *   upstream events lose null-valued top-level fields and get float timestamps truncated to integers. */
+ * - "[DONE]" and empty TEXT_MESSAGE_CONTENT deltas are dropped; non-JSON data → RUN_ERROR
+ * INVALID_EVENT;
+ * - CloudBase fixes: RUN_ERROR {error:{code,message}} → {message,code}; TEXT_MESSAGE_START without
+ * role → role "assistant"; TOOL_CALL_START with "args" → TOOL_CALL_START + TOOL_CALL_ARGS;
+ * - unknown and extension events pass through; a frame that needs no change is written with the
+ * upstream's own data bytes, not re-serialised;
+ * - events the gateway makes carry the client's ids, an integer "timestamp" (ms) and never a null
+ * field; upstream events lose null-valued top-level fields and get float timestamps truncated to
+ * integers. */
 #ifndef AGW_AGUI_H
 #define AGW_AGUI_H
 
@@ -24,39 +27,41 @@ struct evbuffer;
 struct agw_agui;
 
 /* In-band error codes of SPEC §4.2 (static strings, compare by pointer or by text). */
-extern const char AGW_AGUI_UPSTREAM_ERROR[]; /* "UPSTREAM_ERROR" */
-extern const char AGW_AGUI_TIMEOUT[];        /* "TIMEOUT" */
+extern const char AGW_AGUI_UPSTREAM_ERROR[];  /* "UPSTREAM_ERROR" */
+extern const char AGW_AGUI_TIMEOUT[];         /* "TIMEOUT" */
 extern const char AGW_AGUI_FRAME_TOO_LARGE[]; /* "FRAME_TOO_LARGE" */
-extern const char AGW_AGUI_INVALID_EVENT[];  /* "INVALID_EVENT" */
-extern const char AGW_AGUI_CANCELLED[];      /* "CANCELLED" */
-extern const char AGW_AGUI_SHUTDOWN[];       /* "SHUTDOWN" */
+extern const char AGW_AGUI_INVALID_EVENT[];   /* "INVALID_EVENT" */
+extern const char AGW_AGUI_CANCELLED[];       /* "CANCELLED" */
+extern const char AGW_AGUI_SHUTDOWN[];        /* "SHUTDOWN" */
 
 /* Copies <thread_id> and <run_id> (valid UTF-8, asserted). Owned by the caller. */
-struct agw_agui *agw_agui_new(const char *thread_id, const char *run_id, enum agw_protocol protocol);
+struct agw_agui *agw_agui_new(const char *thread_id, const char *run_id,
+                              enum agw_protocol protocol);
 void agw_agui_free(struct agw_agui *a);
 
-/* Feeds the data of one upstream frame (<data> need not be NUL-terminated). Appends zero or more client frames
- * to <out>. Returns 0, or 1 when the run reached its terminal event during this call (the caller should then
- * stop reading the upstream and end the response once <out> is flushed). After the terminal event every
- * further feed is ignored and returns 1. */
+/* Feeds the data of one upstream frame (<data> need not be NUL-terminated). Appends zero or more
+ * client frames to <out>. Returns 0, or 1 when the run reached its terminal event during this call
+ * (the caller should then stop reading the upstream and end the response once <out> is flushed).
+ * After the terminal event every further feed is ignored and returns 1. */
 int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out);
 
-/* The upstream's stream ended (EOF or end of body). Writes what the run still needs: RUN_STARTED if nothing was
- * sent, then RUN_FINISHED (after closing anything open) when the stream was clean, or RUN_ERROR
- * UPSTREAM_ERROR when it was cut inside a text message, tool call or reasoning message. No-op after the
- * terminal event. */
+/* The upstream's stream ended (EOF or end of body). Writes what the run still needs: RUN_STARTED if
+ * nothing was sent, then RUN_FINISHED (after closing anything open) when the stream was clean, or
+ * RUN_ERROR UPSTREAM_ERROR when it was cut inside a text message, tool call or reasoning message.
+ * No-op after the terminal event. */
 void agw_agui_end(struct agw_agui *a, struct evbuffer *out);
 
-/* Ends the run with RUN_ERROR {"message":<message>,"code":<code>} (RUN_STARTED first if nothing was sent
- * yet). No-op after the terminal event. */
+/* Ends the run with RUN_ERROR {"message":<message>,"code":<code>} (RUN_STARTED first if nothing was
+ * sent yet). No-op after the terminal event. */
 void agw_agui_fail(struct agw_agui *a, const char *code, const char *message, struct evbuffer *out);
 
 /* True once the terminal event has been written. */
 bool agw_agui_finished(const struct agw_agui *a);
 /* Number of events written to the client so far. */
 uint64_t agw_agui_events_out(const struct agw_agui *a);
-/* "RUN_FINISHED", "RUN_ERROR:<code>" ("RUN_ERROR" when the error had no code; a long code is cut), or
- * NULL while running: how the run ended, for logs. Owned by <a>, unchanged until agw_agui_free(). */
+/* "RUN_FINISHED", "RUN_ERROR:<code>" ("RUN_ERROR" when the error had no code; a long code is cut),
+ * or NULL while running: how the run ended, for logs. Owned by <a>, unchanged until
+ * agw_agui_free(). */
 const char *agw_agui_outcome(const struct agw_agui *a);
 
 #endif

@@ -1,4 +1,5 @@
-/* Shared definitions: error codes, the out-of-memory policy and small helpers used by every module. */
+/* Shared definitions: error codes, the out-of-memory policy and small helpers used by every module.
+ */
 #ifndef AGW_COMMON_H
 #define AGW_COMMON_H
 
@@ -6,8 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Functions return 0 (or a count) on success and a negative AGW_E* code on failure. "Needs more bytes" is
- * not an error: incremental parsers return AGW_AGAIN. */
+/* Functions return 0 (or a count) on success and a negative AGW_E* code on failure. "Needs more
+ * bytes" is not an error: incremental parsers return AGW_AGAIN. */
 enum {
     AGW_EINVAL = 1, /* bad argument or malformed input */
     AGW_ENOMEM,     /* allocation refused (only where the caller chose not to abort) */
@@ -24,15 +25,16 @@ enum {
 
 #if defined(__GNUC__)
 #define AGW_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#define AGW_NORETURN __attribute__((noreturn))
+#define AGW_NORETURN     __attribute__((noreturn))
 #else
 #define AGW_PRINTF(f, a)
 #define AGW_NORETURN
 #endif
 
-/* Out-of-memory policy: the daemon cannot do anything useful without memory, so every allocation goes
- * through these wrappers, which log and abort() on failure. Untrusted input never decides an allocation's
- * size without first passing an explicit limit (body, header, frame and buffer ceilings). */
+/* Out-of-memory policy: the daemon cannot do anything useful without memory, so every allocation
+ * goes through these wrappers, which log and abort() on failure. Untrusted input never decides an
+ * allocation's size without first passing an explicit limit (body, header, frame and buffer
+ * ceilings). */
 void *agw_xmalloc(size_t n);
 void *agw_xcalloc(size_t n, size_t size);
 void *agw_xrealloc(void *p, size_t n);
@@ -43,7 +45,8 @@ char *agw_xstrndup(const char *s, size_t n);
 uint64_t agw_now_ms(void);
 uint64_t agw_wall_ms(void);
 
-/* Writes a fresh random 128-bit id as 32 lowercase hex characters plus NUL into <out> (33 bytes). */
+/* Writes a fresh random 128-bit id as 32 lowercase hex characters plus NUL into <out> (33 bytes).
+ */
 void agw_random_hex(char *out, size_t nbytes_of_randomness);
 
 /* Case-insensitive ASCII comparison of <a> (length <alen>) with the NUL-terminated <b>. */

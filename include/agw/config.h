@@ -1,9 +1,10 @@
-/* Configuration: one JSON file (SPEC §10) loaded into plain C structs. No json_t survives loading. Every key is
- * documented in doc/configuration.md; unknown keys are errors; every error names the key path and the reason,
- * e.g. "agents.weather.upstreams[0]: expects an http(s) URL, got 'foo'".
+/* Configuration: one JSON file (SPEC §10) loaded into plain C structs. No json_t survives loading.
+ * Every key is documented in doc/configuration.md; unknown keys are errors; every error names the
+ * key path and the reason, e.g. "agents.weather.upstreams[0]: expects an http(s) URL, got 'foo'".
  *
- * Ownership: agw_config_load_*() returns a config owned by the caller, freed with agw_config_free(). Every
- * string and array inside belongs to it. A loaded config is immutable; a reload builds a new one. */
+ * Ownership: agw_config_load_*() returns a config owned by the caller, freed with
+ * agw_config_free(). Every string and array inside belongs to it. A loaded config is immutable; a
+ * reload builds a new one. */
 #ifndef AGW_CONFIG_H
 #define AGW_CONFIG_H
 
@@ -49,11 +50,11 @@ enum agw_no_active_run {
 
 /* A parsed upstream URL: http://host[:port]/path?query or https://… */
 struct agw_url {
-    char *text;    /* the URL as written */
-    bool tls;      /* https */
-    char *host;    /* host name or address, without brackets */
-    uint16_t port; /* explicit or the scheme's default */
-    char *target;  /* request target: path plus query, always starts with '/' */
+    char *text;      /* the URL as written */
+    bool tls;        /* https */
+    char *host;      /* host name or address, without brackets */
+    uint16_t port;   /* explicit or the scheme's default */
+    char *target;    /* request target: path plus query, always starts with '/' */
     char *authority; /* Host header value: host[:port] as written */
 };
 
@@ -103,7 +104,8 @@ struct agw_auth_config {
 
 struct agw_limits {
     size_t max_body_bytes;      /* request body (default 1 MiB) */
-    size_t stream_buffer_bytes; /* queued output per client stream before the upstream is paused (256 KiB) */
+    size_t stream_buffer_bytes; /* queued output per client stream before the upstream is paused
+                                   (256 KiB) */
     size_t max_frame_bytes;     /* one SSE frame from an upstream (1 MiB) */
     size_t max_header_bytes;    /* an upstream response's status line + headers (16 KiB) */
     unsigned max_json_depth;    /* nesting depth of a request body (64) */
@@ -162,7 +164,8 @@ const struct agw_agent_config *agw_config_find_agent(const struct agw_config *cf
 int agw_parse_duration(const char *s, uint32_t *ms);
 /* "1MiB", "256KiB", "512k", "1m", "100" → bytes. Returns 0 or -AGW_EINVAL. */
 int agw_parse_size(const char *s, size_t *bytes);
-/* Parses an http:// or https:// URL. Returns 0 or -AGW_EINVAL with a reason in <err>. <u> owns its strings. */
+/* Parses an http:// or https:// URL. Returns 0 or -AGW_EINVAL with a reason in <err>. <u> owns its
+ * strings. */
 int agw_url_parse(const char *s, struct agw_url *u, char *err, size_t errlen);
 void agw_url_clear(struct agw_url *u);
 

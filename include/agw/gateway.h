@@ -1,8 +1,8 @@
-/* The gateway: wires a loaded configuration to the server, the upstream pools and the relays, and answers
- * every route of SPEC §2. main.c only parses the command line and calls these.
+/* The gateway: wires a loaded configuration to the server, the upstream pools and the relays, and
+ * answers every route of SPEC §2. main.c only parses the command line and calls these.
  *
- * Ownership: the gateway owns its event loop objects, server, pools and relays; it borrows the config,
- * which must outlive it. */
+ * Ownership: the gateway owns its event loop objects, server, pools and relays; it borrows the
+ * config, which must outlive it. */
 #ifndef AGW_GATEWAY_H
 #define AGW_GATEWAY_H
 
@@ -10,7 +10,8 @@
 
 struct agw_gateway;
 
-/* Builds the gateway and binds every listener. Returns NULL with a reason in <err> (e.g. a port in use). */
+/* Builds the gateway and binds every listener. Returns NULL with a reason in <err> (e.g. a port in
+ * use). */
 struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, size_t errlen);
 void agw_gateway_free(struct agw_gateway *gw);
 

@@ -1,11 +1,12 @@
-/* The HTTP server side: the only module that calls libevhtp (so the server could move to another library
- * without touching the rest). It parses requests, enforces the request limits (413 from headers, 505 for
- * HTTP/1.0, a header+body read timeout against slow clients) and hands complete requests to one handler.
- * Responses are either a whole body or a chunked stream with backpressure callbacks.
+/* The HTTP server side: the only module that calls libevhtp (so the server could move to another
+ * library without touching the rest). It parses requests, enforces the request limits (413 from
+ * headers, 505 for HTTP/1.0, a header+body read timeout against slow clients) and hands complete
+ * requests to one handler. Responses are either a whole body or a chunked stream with backpressure
+ * callbacks.
  *
- * Lifetime: a struct agw_req is created when a request's headers arrive and freed by this module after its
- * response ended or its client went away. A handler that streams registers callbacks; the close callback is
- * the last one, and the request must not be touched after it returns. */
+ * Lifetime: a struct agw_req is created when a request's headers arrive and freed by this module
+ * after its response ended or its client went away. A handler that streams registers callbacks; the
+ * close callback is the last one, and the request must not be touched after it returns. */
 #ifndef AGW_HTTP_SERVER_H
 #define AGW_HTTP_SERVER_H
 
@@ -19,11 +20,12 @@ struct agw_req;
 
 struct agw_server_options {
     size_t max_body_bytes; /* larger bodies get 413 */
-    uint32_t request_ms;   /* a connection must deliver a request's headers and body within this (0 = no limit) */
+    uint32_t request_ms; /* a connection must deliver a request's headers and body within this (0 =
+                            no limit) */
 };
 
-/* Called once per complete request (headers and body). The handler must eventually answer: agw_req_reply*()
- * or agw_req_stream_*(). */
+/* Called once per complete request (headers and body). The handler must eventually answer:
+ * agw_req_reply*() or agw_req_stream_*(). */
 typedef void agw_req_fn(struct agw_req *req, void *arg);
 /* Close and drain callbacks: see agw_req_on_close() and agw_req_stream_start(). */
 typedef void agw_req_event_fn(struct agw_req *req, void *arg);
@@ -32,13 +34,14 @@ typedef void agw_req_event_fn(struct agw_req *req, void *arg);
 struct agw_server *agw_server_new(struct event_base *base, const struct agw_server_options *opts,
                                   agw_req_fn *handler, void *arg);
 void agw_server_free(struct agw_server *srv);
-/* Binds a listener with SO_REUSEPORT (so each worker loop can bind the same address). Port 0 picks a free
- * port; *<bound_port> receives the port actually bound. Returns 0 or -AGW_EIO. */
-int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port, uint16_t *bound_port);
+/* Binds a listener with SO_REUSEPORT (so each worker loop can bind the same address). Port 0 picks
+ * a free port; *<bound_port> receives the port actually bound. Returns 0 or -AGW_EIO. */
+int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port,
+                      uint16_t *bound_port);
 /* Closes the listening sockets (drain): running requests go on. */
 void agw_server_stop_listening(struct agw_server *srv);
-/* Drain: stop listening, close idle kept-alive connections, and close every other connection after its
- * current answer. */
+/* Drain: stop listening, close idle kept-alive connections, and close every other connection after
+ * its current answer. */
 void agw_server_drain(struct agw_server *srv);
 bool agw_server_draining(const struct agw_server *srv);
 /* Requests currently alive on this server. */
@@ -49,7 +52,8 @@ enum agw_method agw_req_method(const struct agw_req *req);
 const char *agw_req_method_name(const struct agw_req *req);
 const char *agw_req_path(const struct agw_req *req);  /* without the query, still percent-encoded */
 const char *agw_req_query(const struct agw_req *req); /* raw query string or NULL */
-const char *agw_req_header(const struct agw_req *req, const char *name); /* case-insensitive; NULL if absent */
+const char *agw_req_header(const struct agw_req *req,
+                           const char *name); /* case-insensitive; NULL if absent */
 typedef void agw_header_fn(const char *name, const char *value, void *arg);
 void agw_req_foreach_header(const struct agw_req *req, agw_header_fn *fn, void *arg);
 /* The request body (complete when the handler runs); borrowed. */
@@ -64,21 +68,25 @@ uint64_t agw_req_start_ms(const struct agw_req *req);
 /* ---- answering with a whole body ---- */
 /* Adds a response header (copied). Before the reply or stream start only. */
 void agw_req_add_header(struct agw_req *req, const char *name, const char *value);
-void agw_req_reply(struct agw_req *req, int status, const char *content_type, const char *body, size_t len);
+void agw_req_reply(struct agw_req *req, int status, const char *content_type, const char *body,
+                   size_t len);
 /* Answers {"error":"<message>"} as application/json. */
 void agw_req_reply_error(struct agw_req *req, int status, const char *fmt, ...) AGW_PRINTF(3, 4);
 /* Status sent, or 0 while unanswered. */
 int agw_req_status(const struct agw_req *req);
 
-/* Registers <on_close>, run once when the request is gone: the client disconnected, the response was fully
- * written, or the server is shutting down. The request is freed right after it returns. Anything that keeps
- * a pointer to the request (an upstream exchange waiting for its answer) registers it at once. */
+/* Registers <on_close>, run once when the request is gone: the client disconnected, the response
+ * was fully written, or the server is shutting down. The request is freed right after it returns.
+ * Anything that keeps a pointer to the request (an upstream exchange waiting for its answer)
+ * registers it at once. */
 void agw_req_on_close(struct agw_req *req, agw_req_event_fn *on_close, void *arg);
 
 /* ---- answering with a stream (chunked transfer coding) ---- */
-/* Sends the status line and headers now. From then on <on_drain> runs whenever the bytes queued toward the
- * client fall to <low_watermark> or below (the relay resumes reading its upstream there). */
-void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark, agw_req_event_fn *on_drain);
+/* Sends the status line and headers now. From then on <on_drain> runs whenever the bytes queued
+ * toward the client fall to <low_watermark> or below (the relay resumes reading its upstream
+ * there). */
+void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
+                          agw_req_event_fn *on_drain);
 /* Moves every byte of <buf> to the client as one chunk (no-op when <buf> is empty). */
 void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf);
 /* Ends the chunked body. The request is freed (and on_close runs) once the client took it. */
@@ -87,7 +95,8 @@ void agw_req_stream_end(struct agw_req *req);
 size_t agw_req_out_pending(const struct agw_req *req);
 /* Removes the close and drain callbacks (their owner is going away first). */
 void agw_req_detach(struct agw_req *req);
-/* Ends the connection now (a stream that cannot be completed cleanly); on_close runs from the loop. */
+/* Ends the connection now (a stream that cannot be completed cleanly); on_close runs from the loop.
+ */
 void agw_req_abort(struct agw_req *req);
 
 #endif

@@ -1,5 +1,6 @@
-/* Logging: one line per event on stderr, "<ISO time> <level> <message>". The access log (one JSON line per
- * request) is written by agw_log_access(). Thread-safe: each line is written with one write(2). */
+/* Logging: one line per event on stderr, "<ISO time> <level> <message>". The access log (one JSON
+ * line per request) is written by agw_log_access(). Thread-safe: each line is written with one
+ * write(2). */
 #ifndef AGW_LOG_H
 #define AGW_LOG_H
 
@@ -26,8 +27,8 @@ void agw_log_access(const char *json_line);
 void agw_log_access_close(void);
 
 #define agw_log_error(...) agw_log(AGW_LOG_ERROR, __VA_ARGS__)
-#define agw_log_warn(...) agw_log(AGW_LOG_WARN, __VA_ARGS__)
-#define agw_log_info(...) agw_log(AGW_LOG_INFO, __VA_ARGS__)
+#define agw_log_warn(...)  agw_log(AGW_LOG_WARN, __VA_ARGS__)
+#define agw_log_info(...)  agw_log(AGW_LOG_INFO, __VA_ARGS__)
 #define agw_log_debug(...)                                                                         \
     do {                                                                                           \
         if (agw_log_get_level() >= AGW_LOG_DEBUG)                                                  \

@@ -2,10 +2,10 @@
  *   CONNECTING  the upstream is being reached; the client has no answer yet (errors → 502/504 JSON;
  *               failures before the first byte are retried on the next backend)
  *   STREAMING   200 text/event-stream sent; upstream frames are parsed (sse), normalised (agui) and
- *               written; backpressure pauses the upstream while the client's queue is above the limit
- *   FINISHING   the terminal event is written and the chunked body ended; waiting for the client to take it
- * A run ends when the client's request is gone (normal end or disconnect): the upstream is closed at once,
- * the on_end callback reports the summary, and the relay is freed.
+ *               written; backpressure pauses the upstream while the client's queue is above the
+ * limit FINISHING   the terminal event is written and the chunked body ended; waiting for the
+ * client to take it A run ends when the client's request is gone (normal end or disconnect): the
+ * upstream is closed at once, the on_end callback reports the summary, and the relay is freed.
  *
  * Ownership: relays belong to their struct agw_relay_set (one per event loop). */
 #ifndef AGW_RELAY_H
@@ -24,12 +24,13 @@ struct agw_relay_summary {
     const char *agent_id;
     const char *thread_id;
     const char *run_id;
-    int status;             /* HTTP status sent to the client (0: none, the client left first) */
-    uint64_t events;        /* events written to the client */
-    uint64_t bytes;         /* body bytes written to the client */
+    int status;      /* HTTP status sent to the client (0: none, the client left first) */
+    uint64_t events; /* events written to the client */
+    uint64_t bytes;  /* body bytes written to the client */
     uint64_t duration_ms;
-    const char *upstream;   /* authority of the last backend tried, or NULL */
-    const char *outcome;    /* "RUN_FINISHED", "RUN_ERROR:<code>", "client_closed", "upstream_error", … */
+    const char *upstream; /* authority of the last backend tried, or NULL */
+    const char
+        *outcome; /* "RUN_FINISHED", "RUN_ERROR:<code>", "client_closed", "upstream_error", … */
     const char *upstream_error; /* AGW_UP_ERR_* kind of the last upstream failure, or NULL */
     uint64_t connect_ms, first_byte_ms;
 };
@@ -44,7 +45,7 @@ struct agw_relay_params {
     enum agw_protocol protocol;
     struct agw_upstream_pool *const *backends; /* in the order to try them; copied */
     size_t n_backends;
-    unsigned retries; /* extra backends to try before the first byte */
+    unsigned retries;                          /* extra backends to try before the first byte */
     const struct agw_upstream_header *headers; /* upstream request headers; copied */
     size_t n_headers;
     const char *body; /* the client's body, forwarded byte for byte; copied */
@@ -61,7 +62,8 @@ struct agw_relay_set *agw_relay_set_new(struct event_base *base);
 /* All relays must have ended (agw_relay_set_count() == 0). */
 void agw_relay_set_free(struct agw_relay_set *set);
 size_t agw_relay_set_count(const struct agw_relay_set *set);
-/* Ends every running stream with RUN_ERROR {code:"SHUTDOWN"} and fails runs still connecting with 503. */
+/* Ends every running stream with RUN_ERROR {code:"SHUTDOWN"} and fails runs still connecting with
+ * 503. */
 void agw_relay_set_shutdown(struct agw_relay_set *set);
 
 /* Starts a run. Everything is reported through the client's response and <on_end>. */

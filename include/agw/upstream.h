@@ -1,11 +1,11 @@
-/* The upstream client: non-blocking HTTP/1.1 exchanges with agent backends over libevent bufferevents, with
- * a keep-alive connection pool per backend URL and per event loop, evdns name resolution, and the three
- * pre-stream/stream timeouts (connect, first byte, idle between reads).
+/* The upstream client: non-blocking HTTP/1.1 exchanges with agent backends over libevent
+ * bufferevents, with a keep-alive connection pool per backend URL and per event loop, evdns name
+ * resolution, and the three pre-stream/stream timeouts (connect, first byte, idle between reads).
  *
- * Ownership: a pool belongs to the caller (one per backend per loop) and must outlive its exchanges. An
- * exchange (struct agw_upstream) belongs to whoever started it and ends with agw_upstream_close(), which is
- * safe to call from inside the exchange's own callbacks (the free is deferred until the callback returns).
- * After on_error or on_done nothing more is delivered. */
+ * Ownership: a pool belongs to the caller (one per backend per loop) and must outlive its
+ * exchanges. An exchange (struct agw_upstream) belongs to whoever started it and ends with
+ * agw_upstream_close(), which is safe to call from inside the exchange's own callbacks (the free is
+ * deferred until the callback returns). After on_error or on_done nothing more is delivered. */
 #ifndef AGW_UPSTREAM_H
 #define AGW_UPSTREAM_H
 
@@ -19,22 +19,24 @@ struct evbuffer;
 struct agw_upstream_pool;
 struct agw_upstream;
 
-/* Why an exchange failed (static strings, compared by pointer; the text is for logs and metrics). */
-extern const char AGW_UP_ERR_CONNECT[];         /* "connect" — refused, unreachable, DNS failure */
-extern const char AGW_UP_ERR_CONNECT_TIMEOUT[]; /* "connect_timeout" */
+/* Why an exchange failed (static strings, compared by pointer; the text is for logs and metrics).
+ */
+extern const char AGW_UP_ERR_CONNECT[]; /* "connect" — refused, unreachable, DNS failure */
+extern const char AGW_UP_ERR_CONNECT_TIMEOUT[];    /* "connect_timeout" */
 extern const char AGW_UP_ERR_FIRST_BYTE_TIMEOUT[]; /* "first_byte_timeout" */
-extern const char AGW_UP_ERR_IDLE_TIMEOUT[];    /* "idle_timeout" */
-extern const char AGW_UP_ERR_PROTOCOL[];        /* "protocol" — malformed or oversized response head/body */
-extern const char AGW_UP_ERR_CLOSED[];          /* "closed" — connection lost before the body's end */
-extern const char AGW_UP_ERR_TLS[];             /* "tls" */
+extern const char AGW_UP_ERR_IDLE_TIMEOUT[];       /* "idle_timeout" */
+extern const char
+    AGW_UP_ERR_PROTOCOL[]; /* "protocol" — malformed or oversized response head/body */
+extern const char AGW_UP_ERR_CLOSED[]; /* "closed" — connection lost before the body's end */
+extern const char AGW_UP_ERR_TLS[];    /* "tls" */
 
 struct agw_upstream_pool_options {
     uint32_t connect_ms;
     uint32_t first_byte_ms;
-    uint32_t idle_ms;          /* 0 = never */
+    uint32_t idle_ms; /* 0 = never */
     size_t max_header_bytes;
-    unsigned max_idle_conns;   /* kept-alive connections kept per pool */
-    uint32_t keepalive_ms;     /* an idle pooled connection is closed after this */
+    unsigned max_idle_conns; /* kept-alive connections kept per pool */
+    uint32_t keepalive_ms;   /* an idle pooled connection is closed after this */
 };
 
 struct agw_upstream_pool *agw_upstream_pool_new(struct event_base *base, struct evdns_base *dns,
@@ -46,9 +48,11 @@ const struct agw_url *agw_upstream_pool_url(const struct agw_upstream_pool *pool
 size_t agw_upstream_pool_idle(const struct agw_upstream_pool *pool);
 
 struct agw_upstream_callbacks {
-    /* The response head arrived. The callee may agw_upstream_close() here (e.g. a non-2xx status). */
+    /* The response head arrived. The callee may agw_upstream_close() here (e.g. a non-2xx status).
+     */
     void (*on_head)(void *arg, const struct agw_http1_response *resp);
-    /* Decoded body bytes are in <body>; the callee drains what it consumed (normally everything). */
+    /* Decoded body bytes are in <body>; the callee drains what it consumed (normally everything).
+     */
     void (*on_body)(void *arg, struct evbuffer *body);
     /* The body ended cleanly. */
     void (*on_done)(void *arg);
@@ -61,9 +65,9 @@ struct agw_upstream_header {
     const char *value;
 };
 
-/* Starts "POST <url target>" with the given extra headers (Host, Content-Length and Connection are added
- * here) and body (copied). Returns the exchange; every outcome is reported through <cbs>, never from inside
- * this call. */
+/* Starts "POST <url target>" with the given extra headers (Host, Content-Length and Connection are
+ * added here) and body (copied). Returns the exchange; every outcome is reported through <cbs>,
+ * never from inside this call. */
 struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
                                         const struct agw_upstream_header *headers, size_t n_headers,
                                         const char *body, size_t body_len,
@@ -73,11 +77,13 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
 void agw_upstream_pause(struct agw_upstream *up);
 void agw_upstream_resume(struct agw_upstream *up);
 
-/* Ends the exchange: the connection goes back to the pool when the response was complete and reusable, else
- * it is closed (the backend sees its connection close). No callback runs afterwards. */
+/* Ends the exchange: the connection goes back to the pool when the response was complete and
+ * reusable, else it is closed (the backend sees its connection close). No callback runs afterwards.
+ */
 void agw_upstream_close(struct agw_upstream *up);
 
-/* Milliseconds from start to connected / to the first response byte (0 until known), for metrics. */
+/* Milliseconds from start to connected / to the first response byte (0 until known), for metrics.
+ */
 uint64_t agw_upstream_connect_ms(const struct agw_upstream *up);
 uint64_t agw_upstream_first_byte_ms(const struct agw_upstream *up);
 

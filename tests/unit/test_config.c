@@ -253,10 +253,10 @@ Test(config, errors_name_the_key_path)
                  ",\"agents\":{\"a\":{\"upstreams\":[\"http://h/\"],\"protocol\":\"grpc\"}}}",
                  "agents.a.protocol: expects one of \"ag-ui\", \"ag-kit\", got 'grpc'");
     expect_error("{" BASE ",\"agents\":{\"a\":{\"upstreams\":[\"http://h/"
-                          "\"],\"upstream_headers\":{\"Bad Name\":\"x\"}}}}",
+                 "\"],\"upstream_headers\":{\"Bad Name\":\"x\"}}}}",
                  "agents.a.upstream_headers.Bad Name: not a valid header name");
     expect_error("{" BASE ",\"agents\":{\"a\":{\"upstreams\":[\"http://h/"
-                          "\"],\"forward_headers\":[\"Authorization\"]}}}",
+                 "\"],\"forward_headers\":[\"Authorization\"]}}}",
                  "agents.a.forward_headers[0]: 'Authorization' is never forwarded");
     expect_error(
         "{" BASE ",\"agents\":{\"a\":{\"upstreams\":[\"http://h/\"],"
