@@ -67,6 +67,7 @@ struct agw_relay {
     /* accounting */
     uint64_t start_ms;
     uint64_t bytes_out;
+    int status; /* HTTP status sent to the client, 0 until then */
     const char *outcome;
     const char *upstream_error;
     uint64_t connect_ms, first_byte_ms;
@@ -180,8 +181,10 @@ static void reply_error(struct agw_relay *r, int status, const char *msg)
     set_state(r, RL_ST_FINISHING);
     if (r->outcome == NULL)
         r->outcome = "upstream_error";
-    if (r->req != NULL)
+    if (r->req != NULL) {
+        r->status = status;
         agw_req_reply_error(r->req, status, "%s", msg);
+    }
 }
 
 /* A failure before the first byte: the next backend is tried when retries remain. */
@@ -249,6 +252,7 @@ static void up_on_head(void *arg, const struct agw_http1_response *resp)
     agw_req_add_header(r->req, "Cache-Control", "no-cache");
     agw_req_add_header(r->req, "X-Accel-Buffering", "no");
     set_state(r, RL_ST_STREAMING);
+    r->status = 200;
     agw_req_stream_start(r->req, 200, r->stream_buffer_bytes / 2, client_drain);
     r->last_write_ms = agw_now_ms();
     if (r->heartbeat_ms > 0)
@@ -463,6 +467,7 @@ static void relay_free(struct agw_relay *r)
         .agent_id = r->agent_id,
         .thread_id = r->thread_id,
         .run_id = r->run_id,
+        .status = r->status,
         .events = agw_agui_events_out(r->agui),
         .bytes = r->bytes_out,
         .duration_ms = agw_now_ms() - r->start_ms,

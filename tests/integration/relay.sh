@@ -133,6 +133,10 @@ if [ "$grew" -lt 8192 ]; then ok "memory bounded while the client does not read 
 check_eq "the slow client gets the whole stream" 20000 "$(grep -c '"type":"TEXT_MESSAGE_CONTENT"' "$T/big.out")"
 check_contains "and its end" '"type":"RUN_FINISHED"' "$(tail -c 400 "$T/big.out")"
 
+check_contains "access log: a relayed run" '"agent":"plain","thread":"thread-1","run":"run-1","status":200' "$(cat "$GW_LOG")"
+check_contains "access log: how it ended" '"outcome":"RUN_FINISHED"' "$(cat "$GW_LOG")"
+check_contains "access log: a run cut by the upstream" '"outcome":"RUN_ERROR:UPSTREAM_ERROR"' "$(cat "$GW_LOG")"
+
 stop_pid "$GW_PID" >/dev/null
 st=$STOP_STATUS
 check_eq "clean exit" 0 "$st"
