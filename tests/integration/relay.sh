@@ -138,6 +138,68 @@ check_contains "access log: how it ended" '"outcome":"RUN_FINISHED"' "$(cat "$GW
 check_contains "access log: a run cut by the upstream" '"outcome":"RUN_ERROR:UPSTREAM_ERROR"' "$(cat "$GW_LOG")"
 
 stop_pid "$GW_PID" >/dev/null
+
+# Second gateway: retries on the next backend, the connect timeout, the run timeout, frame limits, and response
+# headers flushed as soon as the upstream answered.
+# A listener whose accept queue is full: connecting to it hangs (SYNs are dropped), so the connect timer fires.
+python3 -c '
+import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(0)
+port = s.getsockname()[1]
+fill = []
+for _ in range(4):
+    c = socket.socket(); c.setblocking(False); c.connect_ex(("127.0.0.1", port)); fill.append(c)
+open("'"$T"'/blackhole.port", "w").write("%d\n" % port)
+time.sleep(60)
+' &
+PIDS="$PIDS $!"
+wait_port_file "$T/blackhole.port" || exit 1
+BH=$(cat "$T/blackhole.port")
+cat >"$T/gw2.json" <<JSON
+{
+  "listen": [ { "address": "127.0.0.1", "port": 0 } ],
+  "auth": { "mode": "none" },
+  "agents": {
+    "retry": { "upstreams": ["http://127.0.0.1:9/agent", "$D/agent"], "balance": "round_robin" },
+    "noretry": { "upstreams": ["http://127.0.0.1:9/agent", "$D/agent"], "balance": "round_robin", "retries": 0 },
+    "blackhole": { "upstreams": ["http://127.0.0.1:$BH/agent"] },
+    $(agent stall "?stall=1"),
+    $(agent huge "?events=1&size=300000")
+  },
+  "timeouts": { "connect": "500ms", "run": "1500ms", "idle": "10s", "heartbeat": "10s" },
+  "limits": { "max_frame_bytes": "256KiB" }
+}
+JSON
+start_gateway "$T/gw2.json" || exit 1
+U=http://127.0.0.1:$GW_PORT/v1/ag-ui/agents
+for i in 1 2 3 4; do
+    http POST $U/retry/runs -H 'Content-Type: application/json' -d "$BODY_OK"
+    check_eq "a refused backend is retried on the next one ($i)" 200 "$STATUS"
+done
+codes=""
+for i in 1 2; do
+    http POST $U/noretry/runs -H 'Content-Type: application/json' -d "$BODY_OK"
+    codes="$codes $STATUS"
+done
+check_contains "retries 0: the refused backend answers 502 on its turn" "502" "$codes"
+start=$(date +%s%N)
+http POST $U/blackhole/runs -H 'Content-Type: application/json' -d "$BODY_OK"
+elapsed=$(( ($(date +%s%N) - start) / 1000000 ))
+check_eq "connect timeout" 502 "$STATUS"
+check_contains "connect timeout is named" "no connection within 500 ms" "$BODY"
+CHECKS=$((CHECKS + 1))
+if [ "$elapsed" -lt 3000 ]; then ok "connect timeout after ~500 ms ($elapsed ms)"; else fail "connect timeout took $elapsed ms"; fi
+run stall
+check_eq "run timeout: RUN_ERROR" RUN_ERROR "$(last)"
+check_contains "run timeout: code TIMEOUT" '"code":"TIMEOUT"' "$(tail -n 2 "$T/s")"
+run huge
+check_eq "a frame over limits.max_frame_bytes: RUN_ERROR" RUN_ERROR "$(last)"
+check_contains "code FRAME_TOO_LARGE" '"code":"FRAME_TOO_LARGE"' "$(tail -n 2 "$T/s")"
+# Headers leave as soon as the upstream answered, before any event is complete enough to end the run.
+curl -sS -N -m 1 -D "$T/h2" -o /dev/null -H 'Content-Type: application/json' -d "$BODY_OK" "$U/stall/runs" 2>/dev/null
+check_contains "response headers flushed at once" "HTTP/1.1 200" "$(cat "$T/h2")"
+
+stop_pid "$GW_PID" >/dev/null
 st=$STOP_STATUS
 check_eq "clean exit" 0 "$st"
 finish
