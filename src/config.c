@@ -384,13 +384,72 @@ static int get_port(struct ctx *c, const char *path, json_t *v, uint16_t *out)
     return 0;
 }
 
+static int parse_cert_pair(struct ctx *c, const char *path, json_t *v, char **cert, char **key)
+{
+    char q[320];
+
+    join(q, sizeof(q), path, "cert");
+    if (json_object_get(v, "cert") == NULL)
+        return fail(c, q, "required");
+    if (get_string(c, q, json_object_get(v, "cert"), cert))
+        return -AGW_EINVAL;
+    join(q, sizeof(q), path, "key");
+    if (json_object_get(v, "key") == NULL)
+        return fail(c, q, "required");
+    return get_string(c, q, json_object_get(v, "key"), key);
+}
+
+static int parse_tls(struct ctx *c, const char *path, json_t *tls, struct agw_tls_config *t)
+{
+    static const char *const tls_keys[] = {"cert",      "key",    "certificates",
+                                           "client_ca", "verify", NULL};
+    static const char *const pair_keys[] = {"cert", "key", NULL};
+    static const char *const verifies[] = {"none", "optional", "require", NULL};
+    char q[320], r[340];
+    json_t *x, *e;
+    size_t i;
+    int v;
+
+    if (want_object(c, path, tls) || check_keys(c, path, tls, tls_keys) ||
+        parse_cert_pair(c, path, tls, &t->cert, &t->key))
+        return -AGW_EINVAL;
+    if ((x = json_object_get(tls, "certificates")) != NULL) {
+        join(q, sizeof(q), path, "certificates");
+        if (!json_is_array(x) || json_array_size(x) > 64)
+            return fail(c, q, "expects an array of up to 64 {\"cert\", \"key\"} chosen by SNI");
+        t->sni = agw_xcalloc(json_array_size(x) + 1, sizeof(*t->sni));
+        json_array_foreach(x, i, e)
+        {
+            join_index(r, sizeof(r), q, i);
+            t->n_sni = i + 1;
+            if (want_object(c, r, e) || check_keys(c, r, e, pair_keys) ||
+                parse_cert_pair(c, r, e, &t->sni[i].cert, &t->sni[i].key))
+                return -AGW_EINVAL;
+        }
+    }
+    if ((x = json_object_get(tls, "client_ca")) != NULL) {
+        join(q, sizeof(q), path, "client_ca");
+        if (get_string(c, q, x, &t->client_ca))
+            return -AGW_EINVAL;
+        t->verify = AGW_TLS_VERIFY_REQUIRE;
+    }
+    if ((x = json_object_get(tls, "verify")) != NULL) {
+        join(q, sizeof(q), path, "verify");
+        if (get_enum(c, q, x, verifies, &v))
+            return -AGW_EINVAL;
+        t->verify = (enum agw_tls_verify)v;
+        if (t->verify != AGW_TLS_VERIFY_NONE && t->client_ca == NULL)
+            return fail(c, q, "client certificates need \"client_ca\"");
+    }
+    return 0;
+}
+
 static int parse_listener(struct ctx *c, const char *path, json_t *v, struct agw_listener_config *l,
                           bool allow_tls)
 {
     static const char *const keys[] = {"address", "port", "tls", NULL};
     static const char *const admin_keys[] = {"address", "port", NULL};
-    static const char *const tls_keys[] = {"cert", "key", NULL};
-    char p[256], q[256];
+    char p[256];
     json_t *tls;
 
     if (want_object(c, path, v) || check_keys(c, path, v, allow_tls ? keys : admin_keys) ||
@@ -399,18 +458,7 @@ static int parse_listener(struct ctx *c, const char *path, json_t *v, struct agw
     tls = json_object_get(v, "tls");
     if (tls != NULL) {
         join(p, sizeof(p), path, "tls");
-        if (want_object(c, p, tls) || check_keys(c, p, tls, tls_keys))
-            return -AGW_EINVAL;
-        join(q, sizeof(q), p, "cert");
-        if (json_object_get(tls, "cert") == NULL)
-            return fail(c, q, "required");
-        if (get_string(c, q, json_object_get(tls, "cert"), &l->tls.cert))
-            return -AGW_EINVAL;
-        join(q, sizeof(q), p, "key");
-        if (json_object_get(tls, "key") == NULL)
-            return fail(c, q, "required");
-        if (get_string(c, q, json_object_get(tls, "key"), &l->tls.key))
-            return -AGW_EINVAL;
+        return parse_tls(c, p, tls, &l->tls);
     }
     return 0;
 }
@@ -454,12 +502,53 @@ static bool reserved_header(const char *name, bool allow_authorization)
     return false;
 }
 
+/* Replaces every "${NAME}" in <in> by the environment variable NAME, so secrets need not sit in the
+ * file. An unset variable is an error (naming the variable, never a value). *<out> is owned by the
+ * caller. */
+static int expand_env(struct ctx *c, const char *path, const char *in, char **out)
+{
+    size_t cap = strlen(in) + 1, n = 0;
+    char *buf = agw_xmalloc(cap);
+
+    while (*in) {
+        const char *end, *val;
+        char var[128];
+        size_t vl, add;
+        if (in[0] != '$' || in[1] != '{') {
+            buf[n++] = *in++;
+            continue;
+        }
+        end = strchr(in + 2, '}');
+        vl = end != NULL ? (size_t)(end - in - 2) : 0;
+        if (end == NULL || vl == 0 || vl >= sizeof(var)) {
+            free(buf);
+            return fail(c, path, "bad environment variable reference (write ${NAME})");
+        }
+        memcpy(var, in + 2, vl);
+        var[vl] = '\0';
+        val = getenv(var);
+        if (val == NULL) {
+            free(buf);
+            return fail(c, path, "environment variable %s is not set", var);
+        }
+        add = strlen(val);
+        cap += add;
+        buf = agw_xrealloc(buf, cap);
+        memcpy(buf + n, val, add);
+        n += add;
+        in = end + 1;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    return 0;
+}
+
 static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *v,
                        struct agw_agent_config *a)
 {
     static const char *const keys[] = {
         "upstreams",        "protocol",        "balance", "retries", "on_client_disconnect",
-        "upstream_headers", "forward_headers", NULL};
+        "upstream_headers", "forward_headers", "ca_file", NULL};
     static const char *const protocols[] = {"ag-ui", "ag-kit", NULL};
     static const char *const balances[] = {"thread_affinity", "round_robin", NULL};
     static const char *const disconnects[] = {"cancel", "detach", NULL};
@@ -514,6 +603,11 @@ static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *
             return -AGW_EINVAL;
         a->on_client_disconnect = (enum agw_on_disconnect)e;
     }
+    if ((x = json_object_get(v, "ca_file")) != NULL) {
+        join(p, sizeof(p), path, "ca_file");
+        if (get_string(c, p, x, &a->ca_file))
+            return -AGW_EINVAL;
+    }
     if ((x = json_object_get(v, "retries")) != NULL) {
         join(p, sizeof(p), path, "retries");
         if (get_uint(c, p, x, 0, 10, &a->retries))
@@ -528,7 +622,7 @@ static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *
         a->upstream_headers = agw_xcalloc(json_object_size(x) + 1, sizeof(*a->upstream_headers));
         json_object_foreach(x, name, hv)
         {
-            const char *val;
+            char *expanded = NULL;
             join(q, sizeof(q), p, name);
             if (!header_name_ok(name))
                 return fail(c, q, "not a valid header name");
@@ -536,24 +630,14 @@ static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *
                 return fail(c, q, "the gateway sets this header itself; it cannot be configured");
             if (!json_is_string(hv))
                 return fail(c, q, "expects a string value");
-            val = json_string_value(hv);
-            if (val[0] == '$' && val[1] == '{' && val[strlen(val) - 1] == '}') {
-                /* "${NAME}": the value comes from the environment, so secrets need not sit in the
-                 * file. */
-                char var[128];
-                size_t n = strlen(val) - 3;
-                if (n == 0 || n >= sizeof(var))
-                    return fail(c, q, "bad environment variable reference");
-                memcpy(var, val + 2, n);
-                var[n] = '\0';
-                val = getenv(var);
-                if (val == NULL)
-                    return fail(c, q, "environment variable %s is not set", var);
-            }
-            if (strpbrk(val, "\r\n") != NULL || strlen(val) > 8192)
+            if (expand_env(c, q, json_string_value(hv), &expanded) != 0)
+                return -AGW_EINVAL;
+            if (strpbrk(expanded, "\r\n") != NULL || strlen(expanded) > 8192) {
+                free(expanded);
                 return fail(c, q, "the value must be one line of at most 8192 bytes");
+            }
             a->upstream_headers[a->n_upstream_headers].name = agw_xstrdup(name);
-            a->upstream_headers[a->n_upstream_headers].value = agw_xstrdup(val);
+            a->upstream_headers[a->n_upstream_headers].value = expanded;
             a->n_upstream_headers++;
         }
     }
@@ -982,6 +1066,12 @@ static void free_listener(struct agw_listener_config *l)
     free(l->address);
     free(l->tls.cert);
     free(l->tls.key);
+    for (size_t i = 0; i < l->tls.n_sni; i++) {
+        free(l->tls.sni[i].cert);
+        free(l->tls.sni[i].key);
+    }
+    free(l->tls.sni);
+    free(l->tls.client_ca);
 }
 
 void agw_config_free(struct agw_config *cfg)
@@ -1016,6 +1106,7 @@ void agw_config_free(struct agw_config *cfg)
         for (size_t j = 0; j < a->n_forward_headers; j++)
             free(a->forward_headers[j]);
         free(a->forward_headers);
+        free(a->ca_file);
     }
     free(cfg->agents);
     free(cfg->store.path);

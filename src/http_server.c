@@ -25,6 +25,7 @@
 #include <event2/listener.h>
 #include <evhtp.h>
 #include <jansson.h>
+#include <openssl/ssl.h>
 
 #include "agw/http_server.h"
 #include "agw/log.h"
@@ -619,7 +620,7 @@ void agw_server_free(struct agw_server *srv)
     free(srv);
 }
 
-int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port,
+int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port, void *tls,
                       uint16_t *bound_port)
 {
     evhtp_t *htp;
@@ -628,11 +629,20 @@ int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port
     socklen_t sl = sizeof(ss);
     evutil_socket_t fd;
 
-    if (srv->n_htps == MAX_LISTENERS)
+    if (srv->n_htps == MAX_LISTENERS) {
+        SSL_CTX_free(tls);
         return -AGW_EINVAL;
+    }
     htp = evhtp_new(srv->base, NULL);
-    if (htp == NULL)
+    if (htp == NULL) {
+        SSL_CTX_free(tls);
         return -AGW_EIO;
+    }
+    /* libevhtp makes an SSL from htp->ssl_ctx for each accepted connection and frees the context in
+     * evhtp_free(); we build the context ourselves (src/tls.c) rather than through
+     * evhtp_ssl_init(), which cannot set a minimum version and reports success for missing files.
+     */
+    htp->ssl_ctx = tls;
     /* No libevhtp 100-continue (we answer Expect ourselves), no evhtp read timeouts (they would
      * kill streams; we run our own timers), Nagle off so each frame leaves at once, SO_REUSEPORT so
      * every worker loop binds the same address. */
@@ -658,8 +668,21 @@ int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port
         *bound_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     else
         *bound_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    srv->htps[srv->n_htps++] = htp;
-    return 0;
+    srv->htps[srv->n_htps] = htp;
+    return (int)srv->n_htps++;
+}
+
+void agw_server_set_tls(struct agw_server *srv, int index, void *tls)
+{
+    evhtp_t *htp;
+    SSL_CTX *old;
+
+    assert(index >= 0 && (size_t)index < srv->n_htps);
+    htp = srv->htps[index];
+    /* Each open connection's SSL holds its own reference to the context it was made from. */
+    old = htp->ssl_ctx;
+    htp->ssl_ctx = tls;
+    SSL_CTX_free(old);
 }
 
 void agw_server_stop_listening(struct agw_server *srv)

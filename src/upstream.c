@@ -18,9 +18,13 @@
 #include <event2/bufferevent.h>
 #include <event2/dns.h>
 #include <event2/event.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/util.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "agw/log.h"
+#include "agw/tls.h"
 #include "agw/upstream.h"
 
 const char AGW_UP_ERR_CONNECT[] = "connect";
@@ -110,6 +114,8 @@ struct agw_upstream_pool *agw_upstream_pool_new(struct event_base *base, struct 
     pool->dns = dns;
     url_copy(&pool->url, url);
     pool->opts = *opts;
+    if (opts->tls != NULL)
+        SSL_CTX_up_ref(opts->tls);
     TAILQ_INIT(&pool->idle);
     return pool;
 }
@@ -129,6 +135,7 @@ void agw_upstream_pool_free(struct agw_upstream_pool *pool)
         return;
     while (!TAILQ_EMPTY(&pool->idle))
         idle_conn_free(TAILQ_FIRST(&pool->idle));
+    SSL_CTX_free(pool->opts.tls);
     agw_url_clear(&pool->url);
     free(pool);
 }
@@ -403,6 +410,16 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
     }
     if (up->state == UP_ST_CONNECTING) {
         int dns_err = bufferevent_socket_get_dns_error(bev);
+        unsigned long ssl_err = up->pool->url.tls ? bufferevent_get_openssl_error(bev) : 0;
+        SSL *ssl = up->pool->url.tls ? bufferevent_openssl_get_ssl(bev) : NULL;
+        if (ssl != NULL && (ssl_err != 0 || SSL_get_verify_result(ssl) != X509_V_OK)) {
+            char why[128];
+            agw_tls_error(ssl, ssl_err, why, sizeof(why));
+            snprintf(detail, sizeof(detail), "TLS handshake with %s failed: %s",
+                     up->pool->url.authority, why);
+            fail(up, AGW_UP_ERR_TLS, detail);
+            return;
+        }
         if (dns_err != 0)
             snprintf(detail, sizeof(detail), "cannot resolve %s: %s", up->pool->url.host,
                      evutil_gai_strerror(dns_err));
@@ -454,10 +471,26 @@ static int connect_fresh(struct agw_upstream *up)
 {
     struct agw_upstream_pool *pool = up->pool;
 
-    up->bev =
-        bufferevent_socket_new(pool->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    if (up->bev == NULL)
-        return -AGW_EIO;
+    if (pool->url.tls) {
+        SSL *ssl = SSL_new(pool->opts.tls);
+        if (ssl == NULL || agw_tls_client_prepare(ssl, pool->url.host) != 0) {
+            SSL_free(ssl);
+            return -AGW_EIO;
+        }
+        /* The bufferevent owns the SSL from here (freed with it). */
+        up->bev = bufferevent_openssl_socket_new(pool->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                                                 BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+        if (up->bev == NULL)
+            return -AGW_EIO;
+        /* Backends often close without close_notify; a run cut short is caught by the AG-UI rules.
+         */
+        bufferevent_openssl_set_allow_dirty_shutdown(up->bev, 1);
+    } else {
+        up->bev =
+            bufferevent_socket_new(pool->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+        if (up->bev == NULL)
+            return -AGW_EIO;
+    }
     bufferevent_setcb(up->bev, up_read_cb, NULL, up_event_cb, up);
     bufferevent_enable(up->bev, EV_READ | EV_WRITE);
     /* The request waits in the output buffer until the connection is up. */
@@ -494,12 +527,6 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
     evbuffer_add(up->request, "\r\n", 2);
     evbuffer_add(up->request, body, body_len);
 
-    if (pool->url.tls) {
-        /* Upstream TLS arrives with the security edge (issue 4); refuse clearly until then. */
-        up->state = UP_ST_CONNECTING;
-        fail_later(up, AGW_UP_ERR_TLS, "https upstreams are not supported yet");
-        return up;
-    }
     up->bev = pool_take(pool);
     if (up->bev != NULL) {
         up->reused = true;

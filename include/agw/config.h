@@ -63,9 +63,24 @@ struct agw_header {
     char *value; /* already expanded when written as "${ENV_VAR}" */
 };
 
-struct agw_tls_config {
-    char *cert; /* PEM chain file; NULL = no TLS */
+enum agw_tls_verify {
+    AGW_TLS_VERIFY_NONE = 0, /* no client certificate asked for */
+    AGW_TLS_VERIFY_OPTIONAL, /* "optional": asked for; a presented certificate must verify */
+    AGW_TLS_VERIFY_REQUIRE,  /* "require": a valid client certificate is mandatory */
+};
+
+struct agw_tls_cert {
+    char *cert; /* PEM chain file */
     char *key;  /* PEM private key file */
+};
+
+struct agw_tls_config {
+    char *cert; /* the default certificate chain; NULL = no TLS on this listener */
+    char *key;
+    struct agw_tls_cert *sni; /* further certificates, chosen by the client's SNI name */
+    size_t n_sni;
+    char *client_ca; /* CA file for client certificates (mTLS), or NULL */
+    enum agw_tls_verify verify;
 };
 
 struct agw_listener_config {
@@ -86,6 +101,7 @@ struct agw_agent_config {
     size_t n_upstream_headers;
     char **forward_headers; /* allow-list of client header names forwarded upstream */
     size_t n_forward_headers;
+    char *ca_file; /* CA file to verify https upstreams; NULL = the system trust store */
 };
 
 struct agw_auth_key {

@@ -35,9 +35,14 @@ struct agw_server *agw_server_new(struct event_base *base, const struct agw_serv
                                   agw_req_fn *handler, void *arg);
 void agw_server_free(struct agw_server *srv);
 /* Binds a listener with SO_REUSEPORT (so each worker loop can bind the same address). Port 0 picks
- * a free port; *<bound_port> receives the port actually bound. Returns 0 or -AGW_EIO. */
-int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port,
+ * a free port; *<bound_port> receives the port actually bound. <tls> (an SSL_CTX, or NULL for plain
+ * HTTP) becomes the listener's: the server frees it. Returns the listener's index (0, 1, … in call
+ * order) or -AGW_EIO. */
+int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port, void *tls,
                       uint16_t *bound_port);
+/* Replaces listener <index>'s TLS context (certificate reload): new connections use <tls>;
+ * connections already open keep the context they started with until they end. Takes ownership. */
+void agw_server_set_tls(struct agw_server *srv, int index, void *tls);
 /* Closes the listening sockets (drain): running requests go on. */
 void agw_server_stop_listening(struct agw_server *srv);
 /* Drain: stop listening, close idle kept-alive connections, and close every other connection after

@@ -37,6 +37,7 @@ struct agw_upstream_pool_options {
     size_t max_header_bytes;
     unsigned max_idle_conns; /* kept-alive connections kept per pool */
     uint32_t keepalive_ms;   /* an idle pooled connection is closed after this */
+    void *tls; /* SSL_CTX for https upstreams (the pool takes its own reference), or NULL */
 };
 
 struct agw_upstream_pool *agw_upstream_pool_new(struct event_base *base, struct evdns_base *dns,

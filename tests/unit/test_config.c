@@ -76,7 +76,7 @@ Test(config, minimal_and_defaults)
 Test(config, full)
 {
     char err[AGW_CONFIG_ERR_MAX] = "";
-    setenv("AGW_TEST_SECRET", "Bearer backend-secret", 1);
+    setenv("AGW_TEST_SECRET", "backend-secret", 1);
     struct agw_config *cfg =
         load("{\"listen\":[{\"address\":\"127.0.0.1\",\"port\":8080},"
              "{\"address\":\"::1\",\"port\":8443,\"tls\":{\"cert\":\"c.pem\",\"key\":\"k.pem\"}}],"
@@ -90,7 +90,7 @@ Test(config, full)
              "\"agents\":{\"z\":{\"upstreams\":\"https://backend.example:8443/"
              "run?x=1\",\"protocol\":\"ag-kit\","
              "\"balance\":\"round_robin\",\"retries\":3,\"on_client_disconnect\":\"detach\","
-             "\"upstream_headers\":{\"X-Api-Key\":\"k1\",\"X-Auth\":\"${AGW_TEST_SECRET}\"},"
+             "\"upstream_headers\":{\"X-Api-Key\":\"k1\",\"X-Auth\":\"Bearer ${AGW_TEST_SECRET}\"},"
              "\"forward_headers\":[\"X-Tenant\"]},"
              "\"a\":{\"upstreams\":[\"http://[::1]:9001/a\",\"http://h2\"]}},"
              "\"limits\":{\"max_body_bytes\":\"2MiB\",\"stream_buffer_bytes\":65536,\"max_frame_"
