@@ -22,6 +22,7 @@
 #include "agw/log.h"
 #include "agw/relay.h"
 #include "agw/router.h"
+#include "agw/tls.h"
 #include "agw/upstream.h"
 
 #define MAX_PORTS            17
@@ -64,6 +65,7 @@ struct agw_gateway {
     struct agent_rt *agents; /* parallel to cfg->agents */
     uint16_t ports[MAX_PORTS];
     size_t n_ports;
+    int listener_index[MAX_PORTS]; /* server listener index of cfg->listeners[i] */
     struct event *sig_term, *sig_int, *sig_hup, *drain_poll;
     bool draining;
     bool shutdown_sent;
@@ -545,14 +547,39 @@ static void begin_drain(struct agw_gateway *gw, const char *why)
     evtimer_add(gw->drain_poll, &tv);
 }
 
+/* SIGHUP: certificates and keys are read again for every TLS listener. A listener whose new files
+ * do not load keeps its current ones (and the reason is logged); streams already running are
+ * untouched, since each connection keeps the context it started with. (Reloading the whole
+ * configuration is a later step.) */
+static void reload_certificates(struct agw_gateway *gw)
+{
+    const struct agw_config *cfg = gw->cfg;
+    size_t reloaded = 0;
+
+    for (size_t i = 0; i < cfg->n_listeners; i++) {
+        char path[64], err[AGW_CONFIG_ERR_MAX];
+        SSL_CTX *tls;
+        if (cfg->listeners[i].tls.cert == NULL)
+            continue;
+        snprintf(path, sizeof(path), "listen[%zu].tls", i);
+        tls = agw_tls_server_ctx_new(&cfg->listeners[i].tls, path, err, sizeof(err));
+        if (tls == NULL) {
+            agw_log_error("SIGHUP: keeping the current certificate of listen[%zu]: %s", i, err);
+            continue;
+        }
+        agw_server_set_tls(gw->srv, gw->listener_index[i], tls);
+        reloaded++;
+    }
+    agw_log_info("SIGHUP: reloaded the certificates of %zu TLS listeners", reloaded);
+}
+
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
     struct agw_gateway *gw = arg;
 
     (void)what;
     if (sig == SIGHUP) {
-        agw_log_warn(
-            "SIGHUP: configuration reload is not supported yet; keeping the running configuration");
+        reload_certificates(gw);
         return;
     }
     begin_drain(gw, sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -588,32 +615,53 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
     gw->relays = agw_relay_set_new(gw->base);
     gw->agents = agw_xcalloc(cfg->n_agents, sizeof(*gw->agents));
     for (size_t i = 0; i < cfg->n_agents; i++) {
-        gw->agents[i].cfg = &cfg->agents[i];
-        gw->agents[i].pools =
-            agw_xcalloc(cfg->agents[i].n_upstreams, sizeof(struct agw_upstream_pool *));
-        for (size_t j = 0; j < cfg->agents[i].n_upstreams; j++)
+        const struct agw_agent_config *a = &cfg->agents[i];
+        SSL_CTX *client_tls = NULL;
+        gw->agents[i].cfg = a;
+        gw->agents[i].pools = agw_xcalloc(a->n_upstreams, sizeof(struct agw_upstream_pool *));
+        for (size_t j = 0; j < a->n_upstreams && client_tls == NULL; j++) {
+            if (!a->upstreams[j].tls)
+                continue;
+            char why[256];
+            client_tls = agw_tls_client_ctx_new(a->ca_file, why, sizeof(why));
+            if (client_tls == NULL) {
+                snprintf(err, errlen, "agents.%s.ca_file: %s", a->id, why);
+                goto err;
+            }
+        }
+        po.tls = client_tls;
+        for (size_t j = 0; j < a->n_upstreams; j++)
             gw->agents[i].pools[j] =
-                agw_upstream_pool_new(gw->base, gw->dns, &cfg->agents[i].upstreams[j], &po);
+                agw_upstream_pool_new(gw->base, gw->dns, &a->upstreams[j], &po);
+        /* Each pool holds its own reference. */
+        SSL_CTX_free(client_tls);
+        po.tls = NULL;
     }
     gw->srv = agw_server_new(gw->base, &so, main_handler, gw);
     for (size_t i = 0; i < cfg->n_listeners; i++) {
         const struct agw_listener_config *l = &cfg->listeners[i];
-        if (l->tls.cert != NULL) {
-            snprintf(err, errlen, "listen[%zu].tls: TLS listeners are not supported yet", i);
+        SSL_CTX *tls = NULL;
+        char path[64];
+        int index;
+        snprintf(path, sizeof(path), "listen[%zu].tls", i);
+        if (l->tls.cert != NULL &&
+            (tls = agw_tls_server_ctx_new(&l->tls, path, err, errlen)) == NULL)
             goto err;
-        }
-        if (agw_server_listen(gw->srv, l->address, l->port, &gw->ports[gw->n_ports]) != 0) {
+        index = agw_server_listen(gw->srv, l->address, l->port, tls, &gw->ports[gw->n_ports]);
+        if (index < 0) {
             snprintf(err, errlen, "listen[%zu]: cannot listen on %s port %u: %s", i, l->address,
                      l->port, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
             goto err;
         }
-        agw_log_info("listening on %s port %u", l->address, gw->ports[gw->n_ports]);
+        gw->listener_index[i] = index;
+        agw_log_info("listening on %s port %u%s", l->address, gw->ports[gw->n_ports],
+                     tls != NULL ? " (TLS)" : "");
         gw->n_ports++;
     }
     if (cfg->admin != NULL) {
         gw->admin = agw_server_new(gw->base, &so, admin_handler, gw);
-        if (agw_server_listen(gw->admin, cfg->admin->address, cfg->admin->port,
-                              &gw->ports[gw->n_ports]) != 0) {
+        if (agw_server_listen(gw->admin, cfg->admin->address, cfg->admin->port, NULL,
+                              &gw->ports[gw->n_ports]) < 0) {
             snprintf(err, errlen, "admin: cannot listen on %s port %u: %s", cfg->admin->address,
                      cfg->admin->port, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
             goto err;
