@@ -128,8 +128,11 @@ rss1=$(rss)
 timeout 60 cat <&3 >"$T/big.out"
 exec 3>&-
 grew=$((rss1 - rss0))
-CHECKS=$((CHECKS + 1))
-if [ "$grew" -lt 8192 ]; then ok "memory bounded while the client does not read (+$grew KiB)"; else fail "RSS grew by $grew KiB"; fi
+# (Sanitized builds keep freed memory in quarantine, so RSS says nothing there; the plain build checks it.)
+if [ -z "${AGW_SANITIZED:-}" ]; then
+    CHECKS=$((CHECKS + 1))
+    if [ "$grew" -lt 8192 ]; then ok "memory bounded while the client does not read (+$grew KiB)"; else fail "RSS grew by $grew KiB"; fi
+fi
 check_eq "the slow client gets the whole stream" 20000 "$(grep -c '"type":"TEXT_MESSAGE_CONTENT"' "$T/big.out")"
 check_contains "and its end" '"type":"RUN_FINISHED"' "$(tail -c 400 "$T/big.out")"
 
