@@ -147,7 +147,9 @@ static void finish(struct agw_relay *r)
     if (r->up != NULL) {
         r->connect_ms = agw_upstream_connect_ms(r->up);
         r->first_byte_ms = agw_upstream_first_byte_ms(r->up);
-        agw_upstream_close(r->up);
+        /* The backend's response usually ends right after the terminal event: let it, so its
+         * connection can serve the next run. */
+        agw_upstream_release(r->up);
         r->up = NULL;
     }
     evtimer_del(r->heartbeat);

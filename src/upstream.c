@@ -44,6 +44,13 @@ struct idle_conn {
 };
 
 TAILQ_HEAD(idle_list, idle_conn);
+TAILQ_HEAD(linger_list, agw_upstream);
+
+/* After the caller has what it wanted (the run's terminal event), the rest of a response is read
+ * and discarded for at most this long and this much, so that its connection can go back to the
+ * pool. */
+#define LINGER_MS        1000
+#define LINGER_MAX_BYTES (64 * 1024)
 
 struct agw_upstream_pool {
     struct event_base *base;
@@ -52,6 +59,7 @@ struct agw_upstream_pool {
     struct agw_upstream_pool_options opts;
     struct idle_list idle;
     size_t n_idle;
+    struct linger_list lingering; /* released exchanges finishing their response */
 };
 
 enum up_state {
@@ -86,6 +94,9 @@ struct agw_upstream {
     bool paused;
     bool reused;    /* the connection came from the pool */
     bool got_bytes; /* at least one response byte arrived */
+    bool lingering; /* released: reading the rest of the response for the pool's sake */
+    size_t linger_bytes;
+    TAILQ_ENTRY(agw_upstream) linger_link;
 };
 
 static void up_read_cb(struct bufferevent *bev, void *arg);
@@ -117,6 +128,7 @@ struct agw_upstream_pool *agw_upstream_pool_new(struct event_base *base, struct 
     if (opts->tls != NULL)
         SSL_CTX_up_ref(opts->tls);
     TAILQ_INIT(&pool->idle);
+    TAILQ_INIT(&pool->lingering);
     return pool;
 }
 
@@ -133,6 +145,8 @@ void agw_upstream_pool_free(struct agw_upstream_pool *pool)
 {
     if (pool == NULL)
         return;
+    while (!TAILQ_EMPTY(&pool->lingering))
+        agw_upstream_close(TAILQ_FIRST(&pool->lingering));
     while (!TAILQ_EMPTY(&pool->idle))
         idle_conn_free(TAILQ_FIRST(&pool->idle));
     SSL_CTX_free(pool->opts.tls);
@@ -293,6 +307,10 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    if (up->lingering) {
+        agw_upstream_close(up);
+        return;
+    }
     switch (up->state) {
     case UP_ST_CONNECTING:
         snprintf(detail, sizeof(detail), "no connection within %u ms", up->pool->opts.connect_ms);
@@ -571,6 +589,8 @@ void agw_upstream_resume(struct agw_upstream *up)
 
 static void destroy(struct agw_upstream *up)
 {
+    if (up->lingering)
+        TAILQ_REMOVE(&up->pool->lingering, up, linger_link);
     if (up->bev != NULL) {
         bool reusable = up->state == UP_ST_DONE && up->resp.keep_alive &&
                         evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 &&
@@ -596,6 +616,58 @@ void agw_upstream_close(struct agw_upstream *up)
     up->closing = true;
     if (up->busy == 0)
         destroy(up);
+}
+
+static void linger_head(void *arg, const struct agw_http1_response *resp)
+{
+    (void)arg;
+    (void)resp;
+}
+
+static void linger_body(void *arg, struct evbuffer *body)
+{
+    struct agw_upstream *up = arg;
+
+    up->linger_bytes += evbuffer_get_length(body);
+    evbuffer_drain(body, evbuffer_get_length(body));
+    if (up->linger_bytes > LINGER_MAX_BYTES)
+        agw_upstream_close(up);
+}
+
+static void linger_done(void *arg)
+{
+    agw_upstream_close(arg); /* DONE: the connection goes back to the pool */
+}
+
+static void linger_error(void *arg, const char *kind, const char *detail)
+{
+    (void)kind;
+    (void)detail;
+    agw_upstream_close(arg);
+}
+
+void agw_upstream_release(struct agw_upstream *up)
+{
+    static const struct agw_upstream_callbacks linger_cbs = {linger_head, linger_body, linger_done,
+                                                             linger_error};
+
+    if (up == NULL || up->closing)
+        return;
+    if (up->state != UP_ST_BODY || !up->resp.keep_alive || up->resp.body == AGW_HTTP1_BODY_CLOSE) {
+        agw_upstream_close(up);
+        return;
+    }
+    up->cbs = linger_cbs;
+    up->arg = up;
+    up->lingering = true;
+    TAILQ_INSERT_TAIL(&up->pool->lingering, up, linger_link);
+    arm_timer(up, LINGER_MS);
+    if (up->paused) {
+        up->paused = false;
+        bufferevent_enable(up->bev, EV_READ);
+    }
+    if (evbuffer_get_length(bufferevent_get_input(up->bev)) > 0)
+        event_active(up->kick, EV_TIMEOUT, 0);
 }
 
 uint64_t agw_upstream_connect_ms(const struct agw_upstream *up)

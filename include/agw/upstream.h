@@ -83,6 +83,12 @@ void agw_upstream_resume(struct agw_upstream *up);
  */
 void agw_upstream_close(struct agw_upstream *up);
 
+/* Like agw_upstream_close() for a caller that got what it wanted before the response ended (the
+ * run's terminal event): the rest of the response is read and discarded (at most 1 s and 64 KiB) so
+ * that the connection can return to the pool; otherwise it is closed. No callback runs afterwards.
+ */
+void agw_upstream_release(struct agw_upstream *up);
+
 /* Milliseconds from start to connected / to the first response byte (0 until known), for metrics.
  */
 uint64_t agw_upstream_connect_ms(const struct agw_upstream *up);
