@@ -1,43 +1,69 @@
 /* Incremental HTTP/1.1 response parser for the upstream side (see include/agw/http1.h).
  *
- * The head is parsed only once it is complete (the parser looks for the blank line without copying,
- * and gives up past max_head), so the head parser itself is a plain function over one contiguous
- * block. Bodies are moved, not copied: Content-Length and chunk data go from <in> to <out> with
- * evbuffer_remove_buffer(). */
+ * Head: the parser looks for the blank line one line at a time with evbuffer_search_range(),
+ * remembering how far it has looked (<scan>), so bytes are examined once however the head is cut
+ * into reads, and never past <max_head>. Only a complete head is made contiguous (one pullup of
+ * at most <max_head> bytes) and parsed as a plain block.
+ *
+ * Body: bytes are moved, not copied. Content-Length and chunk data go from <in> to <out> with
+ * evbuffer_remove_buffer() (whole evbuffer chains change hands); a close-delimited body with
+ * evbuffer_add_buffer(). Only chunk-size lines (<= MAX_CHUNK_LINE) are copied, to a stack buffer,
+ * and a trailer line is made contiguous to be checked.
+ *
+ * Chunk-size and trailer lines are searched the same resumable way, within their own ceilings
+ * (MAX_CHUNK_LINE; max_head for the whole trailer section).
+ *
+ * Errors are sticky: once a call has failed, later parse_head()/parse_body() calls return the same
+ * code (and parse_eof() -AGW_EPROTO) until agw_http1_parser_reset(). */
 #include "config.h"
 
+#include <assert.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <event2/buffer.h>
 
 #include "agw/http1.h"
 
-#define MAX_CHUNK_LINE 1024
-#define MAX_CHUNK_SIZE (UINT64_C(1) << 62)
+#define MAX_CHUNK_LINE 1024                  /* a chunk-size line, without its line end */
+#define MAX_CHUNK_SIZE (UINT64_C(1) << 62)   /* larger chunk sizes are refused, not wrapped */
+#define MAX_INTERIM    32                    /* 1xx responses skipped before the final one */
+#define MAX_MOVE       ((size_t)INT_MAX / 2) /* evbuffer_remove_buffer() returns an int */
+
+enum parser_state {
+    ST_HEAD = 0, /* waiting for the (final) response head */
+    ST_BODY,     /* moving body bytes, framed by <body> */
+    ST_DONE,     /* the body is complete */
+    ST_ERROR,    /* a call failed with <error>; only a reset leaves this state */
+};
 
 enum chunk_state {
-    CH_SIZE = 0, /* reading "hex[;ext]\r\n" */
+    CH_SIZE = 0, /* reading "hex [OWS] [;ext] CRLF" */
     CH_DATA,     /* <remaining> bytes of chunk data */
     CH_DATA_END, /* the CRLF after chunk data */
     CH_TRAILERS, /* trailer lines until an empty one */
-    CH_DONE,
 };
 
 struct agw_http1_parser {
-    size_t max_head;
+    size_t max_head;         /* ceiling for a head, and for the trailer section */
+    enum parser_state state; /* see enum parser_state */
+    int error;               /* ST_ERROR: the negative code returned by every call */
+    /* ST_HEAD: bytes of <in> known to hold only non-empty head lines; ST_BODY: bytes of the
+     * chunk-size or trailer line being read known to hold no LF. */
+    size_t scan;
+    unsigned interim; /* ST_HEAD: 1xx responses skipped so far */
     enum agw_http1_body body;
-    uint64_t remaining; /* LENGTH: body bytes left; CHUNKED: bytes left in the chunk */
-    enum chunk_state chunk;
-    size_t trailer_bytes;
-    bool done; /* the body is complete */
+    uint64_t remaining;     /* LENGTH: body bytes left; CHUNKED: bytes left in the chunk */
+    enum chunk_state chunk; /* CHUNKED only */
+    size_t trailer_bytes;   /* CHUNKED: trailer section bytes consumed, <= max_head */
 };
 
 struct agw_http1_parser *agw_http1_parser_new(size_t max_head)
 {
     struct agw_http1_parser *p = agw_xcalloc(1, sizeof(*p));
 
+    assert(max_head > 0);
     p->max_head = max_head;
     return p;
 }
@@ -61,145 +87,259 @@ void agw_http1_response_clear(struct agw_http1_response *resp)
     memset(resp, 0, sizeof(*resp));
 }
 
+static int fail(struct agw_http1_parser *p, int rc)
+{
+    assert(rc < 0 && rc != AGW_AGAIN);
+    p->state = ST_ERROR;
+    p->error = rc;
+    return rc;
+}
+
+/* ---- lexical helpers (RFC 9110 §5.6) ----------------------------------------------------- */
+
 static bool is_tchar(unsigned char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
            (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
 }
 
-/* Does the comma-separated list <v> (<n> bytes) contain <token> (case-insensitive)? */
-static bool list_has(const char *v, size_t n, const char *token)
+static bool is_ows(char c)
 {
-    size_t tl = strlen(token);
-    size_t i = 0;
+    return c == ' ' || c == '\t';
+}
 
-    while (i < n) {
-        size_t s, e;
-        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
-            i++;
-        s = i;
-        while (i < n && v[i] != ',')
-            i++;
-        e = i;
-        while (e > s && (v[e - 1] == ' ' || v[e - 1] == '\t'))
-            e--;
-        if (e - s == tl && strncasecmp(v + s, token, tl) == 0)
-            return true;
+/* field-vchar / SP / HTAB: any byte but the controls (HTAB excepted) and DEL. obs-text passes. */
+static bool is_field_char(unsigned char c)
+{
+    return c == '\t' || (c >= 0x20 && c != 0x7f);
+}
+
+static bool all_field_chars(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!is_field_char((unsigned char)s[i]))
+            return false;
+    return true;
+}
+
+/* Cuts the next element off the comma-separated list that *s walks (up to <end>; *s becomes NULL
+ * after the last element) into [*e, *e + *elen), trimmed of OWS. Returns false when the list is
+ * exhausted. Empty elements are returned, with length 0, for the caller to judge. */
+static bool next_element(const char **s, const char *end, const char **e, size_t *elen)
+{
+    const char *a = *s, *b;
+
+    if (a == NULL)
+        return false;
+    b = memchr(a, ',', (size_t)(end - a));
+    if (b == NULL) {
+        b = end;
+        *s = NULL;
+    } else {
+        *s = b + 1;
     }
-    return false;
+    while (a < b && is_ows(*a))
+        a++;
+    while (b > a && is_ows(b[-1]))
+        b--;
+    *e = a;
+    *elen = (size_t)(b - a);
+    return true;
 }
 
-/* The last element of the comma-separated list <v> is <token>? */
-static bool list_last_is(const char *v, size_t n, const char *token)
+/* evbuffer_pullup() of at most max_head bytes. libevent refusing an allocation aborts, as
+ * agw_xmalloc() does (the daemon's out-of-memory policy). */
+static const char *pullup(struct evbuffer *in, size_t n)
 {
-    size_t tl = strlen(token), e = n, s;
+    const char *h = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
 
-    while (e > 0 && (v[e - 1] == ' ' || v[e - 1] == '\t' || v[e - 1] == ','))
-        e--;
-    s = e;
-    while (s > 0 && v[s - 1] != ',')
-        s--;
-    while (s < e && (v[s] == ' ' || v[s] == '\t'))
-        s++;
-    return e - s == tl && strncasecmp(v + s, token, tl) == 0;
+    if (h == NULL)
+        abort();
+    return h;
 }
 
-/* Parses one complete head in <h> (<len> bytes, ending with the blank line). Returns 0, or
- * -AGW_EPROTO. */
-static int parse_head_block(const char *h, size_t len, struct agw_http1_response *resp)
-{
-    const char *end = h + len, *line = h, *eol;
-    bool have_cl = false, chunked = false, has_te = false, conn_close = false, conn_keep = false;
-    uint64_t cl = 0;
+/* ---- head ----------------------------------------------------------------------------------- */
 
-    memset(resp, 0, sizeof(*resp));
-    /* status line: HTTP/1.x SSS [reason] */
-    eol = memchr(line, '\n', (size_t)(end - line));
-    if (eol == NULL || eol - line < 12 || memcmp(line, "HTTP/1.", 7) != 0 ||
-        (line[7] != '0' && line[7] != '1') || line[8] != ' ')
+/* What the header fields of one head said about framing. */
+struct framing {
+    bool have_cl;
+    uint64_t cl;
+    bool have_te; /* a valid "Transfer-Encoding: chunked" was seen */
+    bool conn_close;
+    bool conn_keep_alive;
+};
+
+/* Splits a field line "name: value" (no line end) into its trimmed parts. Returns 0 or
+ * -AGW_EPROTO: no colon, an empty name or one with non-token bytes (which includes whitespace
+ * before the colon and a leading space, i.e. obs-fold), or a value with control bytes. */
+static int split_field(const char *line, size_t n, size_t *nlen, const char **v, size_t *vlen)
+{
+    const char *colon = memchr(line, ':', n), *end = line + n, *vb, *ve;
+
+    if (colon == NULL || colon == line)
         return -AGW_EPROTO;
-    resp->minor_version = line[7] - '0';
-    for (int i = 9; i < 12; i++)
+    for (const char *c = line; c < colon; c++)
+        if (!is_tchar((unsigned char)*c))
+            return -AGW_EPROTO;
+    vb = colon + 1;
+    ve = end;
+    while (vb < ve && is_ows(*vb))
+        vb++;
+    while (ve > vb && is_ows(ve[-1]))
+        ve--;
+    if (!all_field_chars(vb, (size_t)(ve - vb)))
+        return -AGW_EPROTO;
+    *nlen = (size_t)(colon - line);
+    *v = vb;
+    *vlen = (size_t)(ve - vb);
+    return 0;
+}
+
+/* Content-Length: 1*DIGIT, or a list of identical such values (RFC 9110 §8.6); every field line
+ * must agree with the ones before. */
+static int parse_content_length(const char *v, size_t n, struct framing *f)
+{
+    const char *s = v, *end = v + n, *e = NULL;
+    size_t elen;
+
+    if (n == 0)
+        return -AGW_EPROTO;
+    while (next_element(&s, end, &e, &elen)) {
+        uint64_t x = 0;
+
+        if (elen == 0)
+            return -AGW_EPROTO;
+        for (size_t i = 0; i < elen; i++) {
+            unsigned d = (unsigned)(unsigned char)e[i] - '0';
+            if (d > 9 || x > (UINT64_MAX - d) / 10)
+                return -AGW_EPROTO;
+            x = x * 10 + d;
+        }
+        if (f->have_cl && x != f->cl)
+            return -AGW_EPROTO;
+        f->have_cl = true;
+        f->cl = x;
+    }
+    return 0;
+}
+
+/* Transfer-Encoding: we decode chunked and nothing else, so the only acceptable coding list, over
+ * all field lines together, is a single "chunked" (which is then also the final coding). gzip or
+ * any other coding would reach the SSE parser undecoded; "chunked, chunked" is invalid. */
+static int parse_transfer_encoding(const char *v, size_t n, struct framing *f)
+{
+    const char *s = v, *end = v + n, *e = NULL;
+    size_t elen;
+    bool any = false;
+
+    while (next_element(&s, end, &e, &elen)) {
+        if (elen == 0)
+            continue; /* "chunked," : empty list elements are legal and mean nothing */
+        if (f->have_te || !agw_strieq_n(e, elen, "chunked"))
+            return -AGW_EPROTO;
+        f->have_te = true;
+        any = true;
+    }
+    return any ? 0 : -AGW_EPROTO;
+}
+
+static void parse_connection(const char *v, size_t n, struct framing *f)
+{
+    const char *s = v, *end = v + n, *e = NULL;
+    size_t elen;
+
+    while (next_element(&s, end, &e, &elen)) {
+        if (agw_strieq_n(e, elen, "close"))
+            f->conn_close = true;
+        else if (agw_strieq_n(e, elen, "keep-alive"))
+            f->conn_keep_alive = true;
+    }
+}
+
+/* "HTTP/1.x SSS[ reason]" without its line end. */
+static int parse_status_line(const char *line, size_t n, struct agw_http1_response *resp)
+{
+    if (n < 12 || memcmp(line, "HTTP/1.", 7) != 0 || (line[7] != '0' && line[7] != '1') ||
+        line[8] != ' ')
+        return -AGW_EPROTO;
+    for (size_t i = 9; i < 12; i++)
         if (line[i] < '0' || line[i] > '9')
             return -AGW_EPROTO;
-    resp->status = (line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0');
-    if (resp->status < 100 || (eol - line > 12 && line[12] != ' ' && line[12] != '\r'))
+    /* The reason phrase is optional, and so is, in practice, the space before an empty one. */
+    if (n > 12 && (line[12] != ' ' || !all_field_chars(line + 13, n - 13)))
         return -AGW_EPROTO;
-    line = eol + 1;
+    resp->minor_version = line[7] - '0';
+    resp->status = (line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0');
+    if (resp->status < 100 || resp->status > 599)
+        return -AGW_EPROTO;
+    return 0;
+}
 
-    while (line < end) {
-        const char *colon, *v, *ve;
-        size_t nlen;
+/* Length of the line at <h> (up to <end>, which a '\n' precedes), without CR LF or LF; *next is
+ * set past the line end. A bare CR elsewhere in the line stays in it (and fails validation). */
+static size_t cut_line(const char *h, const char *end, const char **next)
+{
+    const char *lf = memchr(h, '\n', (size_t)(end - h));
+    size_t n;
 
-        eol = memchr(line, '\n', (size_t)(end - line));
-        if (eol == NULL)
-            return -AGW_EPROTO;
-        ve = eol;
-        if (ve > line && ve[-1] == '\r')
-            ve--;
-        if (ve == line)
-            break; /* the blank line */
-        if (*line == ' ' || *line == '\t')
-            return -AGW_EPROTO; /* obsolete line folding */
-        colon = memchr(line, ':', (size_t)(ve - line));
-        if (colon == NULL || colon == line)
-            return -AGW_EPROTO;
-        for (const char *c = line; c < colon; c++)
-            if (!is_tchar((unsigned char)*c))
-                return -AGW_EPROTO;
-        nlen = (size_t)(colon - line);
-        v = colon + 1;
-        while (v < ve && (*v == ' ' || *v == '\t'))
-            v++;
-        while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
-            ve--;
-        for (const char *c = v; c < ve; c++)
-            if ((unsigned char)*c < 0x20 && *c != '\t')
-                return -AGW_EPROTO;
+    assert(lf != NULL);
+    *next = lf + 1;
+    n = (size_t)(lf - h);
+    if (n > 0 && h[n - 1] == '\r')
+        n--;
+    return n;
+}
 
-        if (nlen == 14 && strncasecmp(line, "content-length", 14) == 0) {
-            uint64_t n = 0;
-            if (v == ve)
-                return -AGW_EPROTO;
-            for (const char *c = v; c < ve; c++) {
-                if (*c < '0' || *c > '9' || n > (UINT64_MAX - 9) / 10)
-                    return -AGW_EPROTO;
-                n = n * 10 + (uint64_t)(*c - '0');
-            }
-            if (have_cl && n != cl)
-                return -AGW_EPROTO;
-            have_cl = true;
-            cl = n;
-        } else if (nlen == 17 && strncasecmp(line, "transfer-encoding", 17) == 0) {
-            has_te = true;
-            /* chunked must be the final coding; we decode nothing else. */
-            chunked = list_last_is(v, (size_t)(ve - v), "chunked") &&
-                      !(list_has(v, (size_t)(ve - v), "gzip") ||
-                        list_has(v, (size_t)(ve - v), "deflate") ||
-                        list_has(v, (size_t)(ve - v), "compress"));
-            if (!chunked)
-                return -AGW_EPROTO;
-        } else if (nlen == 10 && strncasecmp(line, "connection", 10) == 0) {
-            conn_close |= list_has(v, (size_t)(ve - v), "close");
-            conn_keep |= list_has(v, (size_t)(ve - v), "keep-alive");
-        } else if (nlen == 12 && strncasecmp(line, "content-type", 12) == 0) {
-            free(resp->content_type);
-            resp->content_type = agw_xstrndup(v, (size_t)(ve - v));
+/* Parses one complete head: <h>, <len> bytes, ending with its blank line. Fills <resp> (which
+ * the caller has zeroed). Returns 0 or -AGW_EPROTO; on error <resp> may hold a content_type. */
+static int parse_head_block(const char *h, size_t len, struct agw_http1_response *resp)
+{
+    const char *end = h + len, *line = h, *next, *v;
+    struct framing f = {0};
+    size_t n, nlen, vlen;
+    int rc;
+
+    n = cut_line(line, end, &next);
+    if ((rc = parse_status_line(line, n, resp)) != 0)
+        return rc;
+    for (line = next; (n = cut_line(line, end, &next)) > 0; line = next) {
+        if ((rc = split_field(line, n, &nlen, &v, &vlen)) != 0)
+            return rc;
+        if (nlen == 14 && agw_strieq_n(line, nlen, "content-length"))
+            rc = parse_content_length(v, vlen, &f);
+        else if (nlen == 17 && agw_strieq_n(line, nlen, "transfer-encoding"))
+            rc = parse_transfer_encoding(v, vlen, &f);
+        else if (nlen == 10 && agw_strieq_n(line, nlen, "connection"))
+            parse_connection(v, vlen, &f);
+        else if (nlen == 12 && agw_strieq_n(line, nlen, "content-type")) {
+            /* A second, different media type leaves the body's type undecidable. */
+            if (resp->content_type == NULL)
+                resp->content_type = agw_xstrndup(v, vlen);
+            else if (strlen(resp->content_type) != vlen || memcmp(resp->content_type, v, vlen) != 0)
+                rc = -AGW_EPROTO;
         }
-        line = eol + 1;
+        if (rc != 0)
+            return rc;
     }
+    assert(next == end);
 
-    resp->keep_alive = resp->minor_version == 1 ? !conn_close : (conn_keep && !conn_close);
-    if ((resp->status >= 100 && resp->status < 200) || resp->status == 204 || resp->status == 304) {
+    if (resp->minor_version == 1)
+        resp->keep_alive = !f.conn_close;
+    else
+        resp->keep_alive = f.conn_keep_alive && !f.conn_close;
+
+    if (resp->status < 200 || resp->status == 204 || resp->status == 304) {
         resp->body = AGW_HTTP1_BODY_NONE;
-    } else if (has_te) {
+    } else if (f.have_te) {
         resp->body = AGW_HTTP1_BODY_CHUNKED;
-        if (have_cl)
-            resp->keep_alive =
-                false; /* RFC 9112 §6.3: TE wins, and the connection cannot be trusted */
-    } else if (have_cl) {
+        /* RFC 9112 §6.1, §6.3: Transfer-Encoding wins over Content-Length, but such a message
+         * (or an HTTP/1.0 one with Transfer-Encoding) may be a smuggling attempt: do not reuse
+         * the connection after it. */
+        if (f.have_cl || resp->minor_version == 0)
+            resp->keep_alive = false;
+    } else if (f.have_cl) {
         resp->body = AGW_HTTP1_BODY_LENGTH;
-        resp->content_length = cl;
+        resp->content_length = f.cl;
     } else {
         resp->body = AGW_HTTP1_BODY_CLOSE;
         resp->keep_alive = false;
@@ -207,202 +347,308 @@ static int parse_head_block(const char *h, size_t len, struct agw_http1_response
     return 0;
 }
 
-/* Length of the head at the start of <in> including its blank line, 0 if not complete yet. */
-static size_t find_head_end(struct evbuffer *in)
+/* Looks for the blank line that ends the head at the start of <in>, resuming at <p->scan>.
+ * Returns the head's length including that line, AGW_AGAIN, -AGW_ETOOBIG when no head fits in
+ * max_head bytes, or -AGW_EPROTO when the bytes cannot be an HTTP/1 response. */
+static ev_ssize_t find_head_end(struct agw_http1_parser *p, struct evbuffer *in)
 {
-    struct evbuffer_ptr crlf, lflf;
-    size_t best = 0;
+    size_t len = evbuffer_get_length(in);
+    size_t limit = len < p->max_head ? len : p->max_head;
+    char start[7];
+    size_t k = limit < sizeof(start) ? limit : sizeof(start); /* within max_head: split-invariant */
 
-    crlf = evbuffer_search(in, "\r\n\r\n", 4, NULL);
-    if (crlf.pos >= 0)
-        best = (size_t)crlf.pos + 4;
-    /* Bare LF heads: accepted, as the RFC allows recipients to. Search only before a CRLF end. */
-    lflf = evbuffer_search_range(in, "\n\n", 2, NULL, NULL);
-    if (lflf.pos >= 0 && (best == 0 || (size_t)lflf.pos + 2 < best))
-        best = (size_t)lflf.pos + 2;
-    return best;
+    if (p->scan > len)
+        p->scan = 0; /* the caller drained <in>: start over rather than trust a stale offset */
+    /* Fail fast on a peer that is not speaking HTTP/1 (TLS, HTTP/2, garbage) rather than wait
+     * for max_head bytes or the idle timeout. */
+    if (p->scan == 0) {
+        evbuffer_copyout(in, start, k);
+        if (memcmp(start, "HTTP/1.", k) != 0)
+            return -AGW_EPROTO;
+    }
+    while (p->scan < limit) {
+        struct evbuffer_ptr from, to, lf;
+        char cr;
+
+        evbuffer_ptr_set(in, &from, p->scan, EVBUFFER_PTR_SET);
+        evbuffer_ptr_set(in, &to, limit, EVBUFFER_PTR_SET);
+        lf = evbuffer_search_range(in, "\n", 1, &from, &to);
+        if (lf.pos < 0)
+            break;
+        if ((size_t)lf.pos == p->scan ||
+            ((size_t)lf.pos == p->scan + 1 && evbuffer_copyout_from(in, &from, &cr, 1) == 1 &&
+             cr == '\r')) {
+            if (p->scan == 0)
+                return -AGW_EPROTO; /* an empty status line */
+            return lf.pos + 1;
+        }
+        p->scan = (size_t)lf.pos + 1;
+    }
+    return len >= p->max_head ? -AGW_ETOOBIG : AGW_AGAIN;
 }
 
 int agw_http1_parse_head(struct agw_http1_parser *p, struct evbuffer *in,
                          struct agw_http1_response *resp)
 {
+    assert(p->state != ST_BODY);
+    if (p->state == ST_BODY)
+        return -AGW_EINVAL; /* the body is unread: a caller bug, refused even without asserts */
+    if (p->state == ST_ERROR)
+        return p->error;
+    if (p->state == ST_DONE)
+        agw_http1_parser_reset(p);
+    memset(resp, 0, sizeof(*resp));
     for (;;) {
-        size_t n = find_head_end(in);
+        ev_ssize_t n = find_head_end(p, in);
+        const char *h;
         int rc;
 
-        if (n == 0)
-            return evbuffer_get_length(in) >= p->max_head ? -AGW_ETOOBIG : AGW_AGAIN;
-        if (n > p->max_head)
-            return -AGW_ETOOBIG;
-        rc = parse_head_block((const char *)evbuffer_pullup(in, (ssize_t)n), n, resp);
+        if (n == AGW_AGAIN)
+            return AGW_AGAIN;
+        if (n < 0)
+            return fail(p, (int)n);
+        h = pullup(in, (size_t)n);
+        rc = parse_head_block(h, (size_t)n, resp);
+        /* A protocol switch is of no use to a run; an endless stream of interim answers would
+         * keep the exchange alive without ever producing one. */
+        if (rc == 0 && resp->status < 200 && (resp->status == 101 || ++p->interim > MAX_INTERIM))
+            rc = -AGW_EPROTO;
         if (rc != 0) {
             agw_http1_response_clear(resp);
-            return rc;
+            return fail(p, rc);
         }
-        evbuffer_drain(in, n);
-        if (resp->status >= 100 && resp->status < 200) {
-            /* Interim answers are skipped; a protocol switch is not something a run can use. */
-            bool upgrade = resp->status == 101;
-            agw_http1_response_clear(resp);
-            if (upgrade)
-                return -AGW_EPROTO;
-            continue;
-        }
-        agw_http1_parser_reset(p);
-        p->body = resp->body;
-        p->remaining = resp->content_length;
-        p->done = resp->body == AGW_HTTP1_BODY_NONE ||
-                  (resp->body == AGW_HTTP1_BODY_LENGTH && p->remaining == 0);
-        return 0;
-    }
-}
-
-/* Reads one line (without its line end) of at most <max> bytes from <in> into <line>. Returns its
- * length, AGW_AGAIN when no full line is there yet, or -AGW_ETOOBIG. */
-static int read_line(struct evbuffer *in, char *line, size_t max)
-{
-    struct evbuffer_ptr lf = evbuffer_search(in, "\n", 1, NULL);
-    size_t n;
-
-    if (lf.pos < 0)
-        return evbuffer_get_length(in) > max ? -AGW_ETOOBIG : AGW_AGAIN;
-    n = (size_t)lf.pos;
-    if (n > max)
-        return -AGW_ETOOBIG;
-    evbuffer_remove(in, line, n + 1);
-    if (n > 0 && line[n - 1] == '\r')
-        n--;
-    line[n] = '\0';
-    return (int)n;
-}
-
-static int parse_chunk_size(const char *line, uint64_t *size)
-{
-    uint64_t n = 0;
-    const char *c = line;
-    bool any = false;
-
-    for (; *c; c++) {
-        int d;
-        if (*c >= '0' && *c <= '9')
-            d = *c - '0';
-        else if (*c >= 'a' && *c <= 'f')
-            d = *c - 'a' + 10;
-        else if (*c >= 'A' && *c <= 'F')
-            d = *c - 'A' + 10;
-        else
+        evbuffer_drain(in, (size_t)n);
+        p->scan = 0;
+        if (resp->status >= 200)
             break;
-        if (n >= MAX_CHUNK_SIZE / 16)
-            return -AGW_EPROTO;
-        n = n * 16 + (uint64_t)d;
-        any = true;
+        agw_http1_response_clear(resp); /* 100 Continue, 103 Early Hints: wait for the real one */
     }
-    if (!any)
-        return -AGW_EPROTO;
-    while (*c == ' ' || *c == '\t')
-        c++;
-    if (*c != '\0' && *c != ';')
-        return -AGW_EPROTO;
-    *size = n;
+    p->state = ST_BODY;
+    p->body = resp->body;
+    p->remaining = resp->content_length;
+    if (resp->body == AGW_HTTP1_BODY_NONE ||
+        (resp->body == AGW_HTTP1_BODY_LENGTH && p->remaining == 0))
+        p->state = ST_DONE;
     return 0;
 }
 
+/* ---- body ----------------------------------------------------------------------------------- */
+
+/* Moves up to <*left> bytes from <in> to <out>, decrementing <*left>. */
+static void move_bytes(struct evbuffer *in, struct evbuffer *out, uint64_t *left)
+{
+    size_t avail = evbuffer_get_length(in);
+
+    while (avail > 0 && *left > 0) {
+        size_t take = avail < *left ? avail : (size_t)*left;
+        int rc;
+
+        if (take > MAX_MOVE)
+            take = MAX_MOVE;
+        rc = evbuffer_remove_buffer(in, out, take);
+        assert(rc == (int)take); /* only a frozen buffer or in == out refuses */
+        if (rc <= 0)
+            break;
+        *left -= (size_t)rc;
+        avail -= (size_t)rc;
+    }
+}
+
+/* Finds the '\n' ending the line at the start of <in> within its first <max> bytes, resuming the
+ * search where the previous call stopped (<p->scan>), so a line trickling in is scanned once.
+ * Returns the line's length including its line end (the caller then consumes it), AGW_AGAIN, or
+ * -AGW_ETOOBIG when <max> bytes hold no '\n'. */
+static ev_ssize_t line_end(struct agw_http1_parser *p, struct evbuffer *in, size_t max)
+{
+    size_t len = evbuffer_get_length(in);
+    size_t limit = len < max ? len : max;
+
+    if (p->scan > len)
+        p->scan = 0;
+    if (p->scan < limit) {
+        struct evbuffer_ptr from, to, lf;
+
+        evbuffer_ptr_set(in, &from, p->scan, EVBUFFER_PTR_SET);
+        evbuffer_ptr_set(in, &to, limit, EVBUFFER_PTR_SET);
+        lf = evbuffer_search_range(in, "\n", 1, &from, &to);
+        if (lf.pos >= 0) {
+            p->scan = 0;
+            return lf.pos + 1;
+        }
+        p->scan = limit;
+    }
+    return len >= max ? -AGW_ETOOBIG : AGW_AGAIN;
+}
+
+/* chunk-size [ OWS ] [ ";" chunk-ext ] (RFC 9112 §7.1), without the line end. The extensions are
+ * ignored but must be made of field bytes. */
+static int parse_chunk_size(const char *line, size_t n, uint64_t *size)
+{
+    const char *c = line, *end = line + n;
+    uint64_t x = 0;
+
+    if (c == end)
+        return -AGW_EPROTO;
+    for (; c < end; c++) {
+        unsigned d;
+
+        if (*c >= '0' && *c <= '9')
+            d = (unsigned)(*c - '0');
+        else if (*c >= 'a' && *c <= 'f')
+            d = (unsigned)(*c - 'a' + 10);
+        else if (*c >= 'A' && *c <= 'F')
+            d = (unsigned)(*c - 'A' + 10);
+        else
+            break;
+        if (x > (MAX_CHUNK_SIZE - d) / 16)
+            return -AGW_EPROTO;
+        x = x * 16 + d;
+    }
+    if (c == line)
+        return -AGW_EPROTO; /* no hex digit */
+    while (c < end && is_ows(*c))
+        c++;
+    if (c < end && (*c != ';' || !all_field_chars(c, (size_t)(end - c))))
+        return -AGW_EPROTO;
+    *size = x;
+    return 0;
+}
+
+/* One trailer field line (or the empty line that ends the section). Returns 1 at the end of the
+ * section, 0 after a field line, AGW_AGAIN, or a negative error. Trailers are checked for syntax
+ * (a framing desync shows up here: a status line is no field line) and dropped. */
+static int parse_trailer_line(struct agw_http1_parser *p, struct evbuffer *in)
+{
+    ev_ssize_t n = line_end(p, in, p->max_head - p->trailer_bytes);
+    const char *line, *v;
+    size_t len, nlen, vlen;
+
+    if (n < 0)
+        return (int)n;
+    line = pullup(in, (size_t)n);
+    len = (size_t)n - 1;
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+    if (len > 0 && split_field(line, len, &nlen, &v, &vlen) != 0)
+        return -AGW_EPROTO;
+    p->trailer_bytes += (size_t)n;
+    evbuffer_drain(in, (size_t)n);
+    return len == 0 ? 1 : 0;
+}
+
+/* Returns 1 when the last chunk and the trailers have been consumed, 0 when <in> ran out, or a
+ * negative error (not yet recorded in <p>). */
 static int parse_chunked(struct agw_http1_parser *p, struct evbuffer *in, struct evbuffer *out)
 {
-    char line[MAX_CHUNK_LINE + 2];
-    int n;
-
     for (;;) {
         switch (p->chunk) {
-        case CH_SIZE:
-            n = read_line(in, line, MAX_CHUNK_LINE);
+        case CH_SIZE: {
+            char line[MAX_CHUNK_LINE + 2];
+            ev_ssize_t n = line_end(p, in, sizeof(line));
+            size_t len;
+
             if (n == AGW_AGAIN)
                 return 0;
             if (n < 0)
-                return n;
-            if (parse_chunk_size(line, &p->remaining) != 0)
+                return (int)n;
+            evbuffer_remove(in, line, (size_t)n);
+            len = (size_t)n - 1;
+            if (len > 0 && line[len - 1] == '\r')
+                len--;
+            if (len > MAX_CHUNK_LINE)
+                return -AGW_ETOOBIG;
+            if (parse_chunk_size(line, len, &p->remaining) != 0)
                 return -AGW_EPROTO;
             p->chunk = p->remaining == 0 ? CH_TRAILERS : CH_DATA;
             break;
-        case CH_DATA: {
-            size_t avail = evbuffer_get_length(in);
-            size_t take = avail < p->remaining ? avail : (size_t)p->remaining;
-            if (take == 0)
-                return 0;
-            evbuffer_remove_buffer(in, out, take);
-            p->remaining -= take;
-            if (p->remaining == 0)
-                p->chunk = CH_DATA_END;
-            break;
         }
-        case CH_DATA_END:
-            n = read_line(in, line, 2);
-            if (n == AGW_AGAIN) {
-                /* Anything but CR or LF here is a framing error: do not wait for more to say so. */
-                size_t avail = evbuffer_get_length(in);
-                if (avail > 0) {
-                    char c;
-                    evbuffer_copyout(in, &c, 1);
-                    if (c != '\r' && c != '\n')
-                        return -AGW_EPROTO;
-                }
+        case CH_DATA:
+            move_bytes(in, out, &p->remaining);
+            if (p->remaining > 0)
                 return 0;
-            }
-            if (n != 0)
+            p->chunk = CH_DATA_END;
+            break;
+        case CH_DATA_END: {
+            /* Exactly CRLF (or a bare LF); a chunk longer than announced fails here at once. */
+            char crlf[2];
+            ev_ssize_t k = evbuffer_copyout(in, crlf, 2);
+
+            if (k <= 0)
+                return 0;
+            if (crlf[0] == '\n') {
+                evbuffer_drain(in, 1);
+            } else if (crlf[0] != '\r') {
                 return -AGW_EPROTO;
+            } else if (k == 1) {
+                return 0;
+            } else if (crlf[1] == '\n') {
+                evbuffer_drain(in, 2);
+            } else {
+                return -AGW_EPROTO;
+            }
             p->chunk = CH_SIZE;
             break;
-        case CH_TRAILERS:
-            n = read_line(in, line, MAX_CHUNK_LINE);
-            if (n == AGW_AGAIN)
-                return evbuffer_get_length(in) + p->trailer_bytes > p->max_head ? -AGW_ETOOBIG : 0;
-            if (n < 0)
-                return n;
-            p->trailer_bytes += (size_t)n + 2;
-            if (p->trailer_bytes > p->max_head)
-                return -AGW_ETOOBIG;
-            if (n == 0) {
-                p->chunk = CH_DONE;
-                p->done = true;
-                return 1;
-            }
+        }
+        case CH_TRAILERS: {
+            int rc = parse_trailer_line(p, in);
+
+            if (rc == AGW_AGAIN)
+                return 0;
+            if (rc != 0)
+                return rc;
             break;
-        case CH_DONE:
-            return 1;
+        }
         }
     }
 }
 
 int agw_http1_parse_body(struct agw_http1_parser *p, struct evbuffer *in, struct evbuffer *out)
 {
-    if (p->done)
+    int rc = 0;
+
+    assert(p->state != ST_HEAD);
+    switch (p->state) {
+    case ST_HEAD:
+        return -AGW_EINVAL; /* no head yet: a caller bug, refused even without asserts */
+    case ST_ERROR:
+        return p->error;
+    case ST_DONE:
         return 1;
+    case ST_BODY:
+        break;
+    }
     switch (p->body) {
     case AGW_HTTP1_BODY_NONE:
-        p->done = true;
-        return 1;
-    case AGW_HTTP1_BODY_LENGTH: {
-        size_t avail = evbuffer_get_length(in);
-        size_t take = avail < p->remaining ? avail : (size_t)p->remaining;
-        if (take > 0)
-            evbuffer_remove_buffer(in, out, take);
-        p->remaining -= take;
-        if (p->remaining == 0)
-            p->done = true;
-        return p->done ? 1 : 0;
-    }
+        rc = 1;
+        break;
+    case AGW_HTTP1_BODY_LENGTH:
+        move_bytes(in, out, &p->remaining);
+        rc = p->remaining == 0 ? 1 : 0;
+        break;
     case AGW_HTTP1_BODY_CHUNKED:
-        return parse_chunked(p, in, out);
+        rc = parse_chunked(p, in, out);
+        break;
     case AGW_HTTP1_BODY_CLOSE:
         evbuffer_add_buffer(out, in);
-        return 0;
+        rc = 0;
+        break;
     }
-    return -AGW_EPROTO;
+    if (rc < 0)
+        return fail(p, rc);
+    if (rc == 1)
+        p->state = ST_DONE;
+    return rc;
 }
 
 int agw_http1_parse_eof(struct agw_http1_parser *p)
 {
-    if (p->done || p->body == AGW_HTTP1_BODY_CLOSE || p->body == AGW_HTTP1_BODY_NONE)
+    if (p->state == ST_DONE)
         return 1;
+    if (p->state == ST_BODY && p->body == AGW_HTTP1_BODY_CLOSE) {
+        p->state = ST_DONE;
+        return 1;
+    }
+    if (p->state != ST_ERROR)
+        fail(p, -AGW_EPROTO);
     return -AGW_EPROTO;
 }
