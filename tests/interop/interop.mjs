@@ -1,0 +1,147 @@
+// Interop tests: the official @ag-ui/client (pinned in package.json) against the real gateway in front of the
+// real demo agent. Every scenario must pass the client's own verifier (runAgent resolves) and rebuild the
+// expected messages; hostile upstreams must reach the client as one valid stream, and a run cut mid-message
+// must reach it as RUN_ERROR, never as a clean success. Environment: GW (gateway base URL), DEMO (demo agent
+// base URL), TOKEN (bearer token), CA (CA file for the TLS listener, with GWTLS its https base URL).
+import { HttpAgent } from "@ag-ui/client";
+
+const GW = process.env.GW, DEMO = process.env.DEMO, TOKEN = process.env.TOKEN;
+let passed = 0, failed = 0;
+const ok = (what) => { passed++; console.log(`ok: ${what}`); };
+const fail = (what, why) => { failed++; console.log(`FAIL: ${what}: ${why}`); };
+const check = (what, cond, why = "") => (cond ? ok(what) : fail(what, why));
+
+// Runs one agent turn with a 10 s bound. Returns {events, messages, error, result}.
+async function run(url, { threadId = "thread-" + Math.random().toString(16).slice(2), messages, tools = [], headers } = {}) {
+  const agent = new HttpAgent({
+    url,
+    threadId,
+    headers: headers ?? { Authorization: `Bearer ${TOKEN}` },
+    initialMessages: messages,
+  });
+  const events = [];
+  const abortController = new AbortController();
+  const timer = setTimeout(() => abortController.abort(), 10000);
+  let error = null, result = null;
+  try {
+    result = await agent.runAgent({ tools, abortController }, {
+      onEvent: ({ event }) => { events.push(event); },
+    });
+  } catch (e) {
+    error = e;
+  } finally {
+    clearTimeout(timer);
+  }
+  return { agent, events, messages: agent.messages, error, result, threadId };
+}
+
+const types = (events) => events.map((e) => e.type);
+const user = (id, content) => ({ id, role: "user", content });
+const idsMatch = (r) =>
+  r.events.every((e) => (e.threadId === undefined || e.threadId === r.threadId));
+
+// 1. Pure conversation (seed scenario 1).
+{
+  const r = await run(`${GW}/agents/demo/runs`, { messages: [user("m1", "Hello")] });
+  check("conversation: the verifier accepts the stream", !r.error, r.error);
+  const last = r.messages[r.messages.length - 1];
+  check("conversation: an assistant message is rebuilt", last?.role === "assistant" && last.content === "Hello! How can I help you?",
+        JSON.stringify(last));
+  check("conversation: events carry the client's threadId", idsMatch(r));
+  check("conversation: RUN_STARTED first, RUN_FINISHED last",
+        types(r.events)[0] === "RUN_STARTED" && types(r.events).at(-1) === "RUN_FINISHED", types(r.events).join(","));
+}
+
+// 2. Server-side tool get_weather (scenario 2).
+{
+  const r = await run(`${GW}/agents/demo/runs`, { messages: [user("m1", "What is the weather in Paris?")] });
+  check("server tool: the verifier accepts the stream", !r.error, r.error);
+  const call = r.messages.flatMap((m) => m.toolCalls ?? []).find((c) => c.function.name === "get_weather");
+  check("server tool: assistant toolCalls with get_weather", !!call, JSON.stringify(r.messages));
+  let args = null;
+  try { args = JSON.parse(call?.function.arguments ?? ""); } catch { /* checked below */ }
+  check("server tool: arguments assembled into JSON", args && typeof args.city === "string", call?.function.arguments);
+  check("server tool: a tool message with the result", r.messages.some((m) => m.role === "tool" && m.toolCallId === call?.id));
+  check("server tool: a final assistant text", r.messages.at(-1)?.role === "assistant" && /sunny/i.test(r.messages.at(-1)?.content ?? ""),
+        JSON.stringify(r.messages.at(-1)));
+}
+
+// 3. Frontend tool (scenario 3), then the follow-up run with its result.
+{
+  const tools = [{ name: "search_local_files", description: "Search files on this computer",
+                   parameters: { type: "object", properties: { keyword: { type: "string" } }, required: ["keyword"] } }];
+  const r = await run(`${GW}/agents/demo/runs`, { messages: [user("m1", "Search my local files for report")], tools });
+  check("frontend tool: the verifier accepts the stream", !r.error, r.error);
+  const call = r.messages.flatMap((m) => m.toolCalls ?? []).find((c) => c.function.name === "search_local_files");
+  check("frontend tool: the run ends with a call to the client's tool", !!call && types(r.events).at(-1) === "RUN_FINISHED",
+        types(r.events).join(","));
+  const follow = [...r.messages, { id: "tool-result-1", role: "tool", toolCallId: call?.id, content: JSON.stringify(["a.pdf", "b.pdf"]) }];
+  const r2 = await run(`${GW}/agents/demo/runs`, { threadId: r.threadId, messages: follow, tools });
+  check("frontend tool: the follow-up run passes", !r2.error, r2.error);
+  check("frontend tool: the final text uses the result", /2 files/.test(r2.messages.at(-1)?.content ?? ""), JSON.stringify(r2.messages.at(-1)));
+}
+
+// 4. Human in the loop: confirmAction (scenario 4), approved and denied.
+for (const [decision, expect] of [["true", /Successfully deleted/], ['{"approved":false}', /Cancelled/]]) {
+  const tools = [{ name: "confirmAction", description: "Ask the user to confirm",
+                   parameters: { type: "object", properties: { action: { type: "string" } } } }];
+  const r = await run(`${GW}/agents/demo/runs`, { messages: [user("m1", "Please delete the temporary files")], tools });
+  check(`confirm (${decision}): the first run passes`, !r.error, r.error);
+  const call = r.messages.flatMap((m) => m.toolCalls ?? []).find((c) => c.function.name === "confirmAction");
+  check(`confirm (${decision}): the run asks for confirmation`, !!call, JSON.stringify(r.messages));
+  const follow = [...r.messages, { id: "decision-1", role: "tool", toolCallId: call?.id, content: decision }];
+  const r2 = await run(`${GW}/agents/demo/runs`, { threadId: r.threadId, messages: follow, tools });
+  check(`confirm (${decision}): the decision run passes`, !r2.error, r2.error);
+  check(`confirm (${decision}): the answer reflects the decision`, expect.test(r2.messages.at(-1)?.content ?? ""),
+        JSON.stringify(r2.messages.at(-1)));
+}
+
+// 5. Hostile upstreams through the gateway: one valid stream each.
+for (const agent of ["bytewise", "crlf", "bare", "multiline"]) {
+  const r = await run(`${GW}/agents/${agent}/runs`, { messages: [user("m1", "Hello")] });
+  check(`${agent} upstream: the verifier accepts the stream`, !r.error, r.error);
+  check(`${agent} upstream: the assistant text is complete`, r.messages.at(-1)?.content === "Hello! How can I help you?",
+        JSON.stringify(r.messages.at(-1)));
+  check(`${agent} upstream: one RUN_STARTED, RUN_FINISHED last`,
+        types(r.events).filter((t) => t === "RUN_STARTED").length === 1 && types(r.events).at(-1) === "RUN_FINISHED",
+        types(r.events).join(","));
+}
+{
+  const r = await run(`${GW}/agents/cloudbase/runs`, { messages: [user("m1", "Hello")] });
+  const err = r.events.find((e) => e.type === "RUN_ERROR");
+  check("CloudBase dialect: RUN_ERROR reaches the client with message and code",
+        err && typeof err.message === "string" && typeof err.code === "string", JSON.stringify(err ?? r.error?.message));
+}
+{
+  const r = await run(`${GW}/agents/drop/runs`, { messages: [user("m1", "Hello")] });
+  const err = r.events.find((e) => e.type === "RUN_ERROR");
+  check("upstream lost mid-message: the client sees RUN_ERROR UPSTREAM_ERROR, not success",
+        err?.code === "UPSTREAM_ERROR" && !r.events.some((e) => e.type === "RUN_FINISHED"),
+        `${types(r.events).join(",")} ${r.error?.message ?? ""}`);
+}
+
+// 6. Controls: the same hostile upstreams straight to the client fail, so the gateway is what fixes them.
+{
+  const r = await run(`${DEMO}/agent?crlf=1`, { messages: [user("m1", "Hello")], headers: {} });
+  check("control: a CRLF upstream without the gateway breaks the client", !!r.error || r.messages.at(-1)?.role !== "assistant",
+        "the client accepted it");
+}
+{
+  const r = await run(`${DEMO}/agent?lifecycle=none&done=1`, { messages: [user("m1", "Hello")], headers: {} });
+  check("control: [DONE] without the gateway breaks the client", !!r.error, "the client accepted it");
+}
+// 7. Errors before the stream reach the client as HTTP status + JSON.
+{
+  const r = await run(`${GW}/agents/demo/runs`, { messages: [user("m1", "Hello")], headers: { Authorization: "Bearer wrong" } });
+  check("a wrong token: the client fails with HTTP 401", r.error && /401/.test(String(r.error?.message ?? r.error)), String(r.error));
+}
+
+// 8. A full run over TLS.
+if (process.env.GWTLS) {
+  const r = await run(`${process.env.GWTLS}/agents/demo/runs`, { messages: [user("m1", "Hello")] });
+  check("a run over TLS passes the verifier", !r.error && r.messages.at(-1)?.content === "Hello! How can I help you?",
+        r.error ?? JSON.stringify(r.messages.at(-1)));
+}
+
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
