@@ -309,6 +309,30 @@ static void forward_header(const char *name, const char *value, void *arg)
     }
 }
 
+/* Bearer auth for everything under /v1/ (SPEC §7). <agent_id> NULL: any valid key will do. Answers
+ * 401 or 403 itself and returns false; on success *<key> is the matching key (NULL with auth off).
+ */
+static bool authorize(struct agw_gateway *gw, struct agw_req *req, const char *agent_id,
+                      const struct agw_auth_key **key)
+{
+    char msg[AGW_ID_MAX + 80];
+
+    switch (agw_auth_check(&gw->cfg->auth, agw_req_header(req, "Authorization"), agent_id, key)) {
+    case AGW_AUTH_OK:
+        return true;
+    case AGW_AUTH_FORBIDDEN:
+        gw->m.auth_failures++;
+        snprintf(msg, sizeof(msg), "forbidden: this key may not use agent '%s'", agent_id);
+        reply_error(gw, req, agent_id, 403, msg);
+        return false;
+    default:
+        gw->m.auth_failures++;
+        agw_req_add_header(req, "WWW-Authenticate", "Bearer realm=\"agui-gateway\"");
+        reply_error(gw, req, agent_id, 401, "unauthorized: a valid bearer token is required");
+        return false;
+    }
+}
+
 static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct agw_route *route)
 {
     const struct agw_config *cfg = gw->cfg;
@@ -322,22 +346,8 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
     char err[AGW_INPUT_ERR_MAX], msg[AGW_INPUT_ERR_MAX + 80];
     int status;
 
-    switch (
-        agw_auth_check(&cfg->auth, agw_req_header(req, "Authorization"), route->agent_id, &key)) {
-    case AGW_AUTH_OK:
-        break;
-    case AGW_AUTH_FORBIDDEN:
-        gw->m.auth_failures++;
-        snprintf(msg, sizeof(msg), "forbidden: this key may not use agent '%s'", route->agent_id);
-        reply_error(gw, req, route->agent_id, 403, msg);
+    if (!authorize(gw, req, route->agent_id, &key))
         return;
-    default:
-        gw->m.auth_failures++;
-        agw_req_add_header(req, "WWW-Authenticate", "Bearer realm=\"agui-gateway\"");
-        reply_error(gw, req, route->agent_id, 401,
-                    "unauthorized: a valid bearer token is required");
-        return;
-    }
     agent = agw_config_find_agent(cfg, route->agent_id);
     if (agent == NULL) {
         snprintf(msg, sizeof(msg), "agent not found: %s", route->agent_id);
@@ -424,7 +434,7 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
 {
     struct agw_gateway *gw = arg;
     struct agw_route route;
-    char msg[160];
+    char msg[AGW_ID_MAX + 160];
     int rc;
 
     rc = agw_router_match(agw_req_path(req), agw_req_method(req), &route);
@@ -479,10 +489,20 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
         handle_run(gw, req, &route);
         return;
     case AGW_ROUTE_CANCEL:
-    case AGW_ROUTE_THREAD_MESSAGES:
-        reply_error(gw, req, NULL, 501,
+    case AGW_ROUTE_THREAD_MESSAGES: {
+        const struct agw_auth_key *key = NULL;
+        const char *agent = route.id == AGW_ROUTE_CANCEL ? route.agent_id : NULL;
+        if (!authorize(gw, req, agent, &key))
+            return;
+        if (agent != NULL && agw_config_find_agent(gw->cfg, agent) == NULL) {
+            snprintf(msg, sizeof(msg), "agent not found: %s", agent);
+            reply_error(gw, req, NULL, 404, msg);
+            return;
+        }
+        reply_error(gw, req, agent, 501,
                     "not implemented yet: this endpoint arrives with a later release");
         return;
+    }
     case AGW_ROUTE_NONE:
         break;
     }

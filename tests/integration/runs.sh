@@ -84,6 +84,19 @@ http POST $U/a/runs -H "$WEB" -H "$J" -d "$OK"
 check_eq "upstream unreachable before the stream" 502 "$STATUS"
 check_contains "502 is a JSON error" '"error":"bad gateway' "$BODY"
 
+# The same bearer rules guard the cancel and thread-history endpoints.
+V=http://127.0.0.1:$GW_PORT/v1/ag-ui
+http POST $U/a/runs/r1/cancel
+check_eq "cancel without a token" 401 "$STATUS"
+http POST $U/b/runs/r1/cancel -H "$WEB"
+check_eq "cancel with a key outside its agents" 403 "$STATUS"
+http POST $U/zzz/runs/r1/cancel -H 'Authorization: Bearer ops-token'
+check_eq "cancel on an unknown agent" 404 "$STATUS"
+http GET $V/threads/t1/messages
+check_eq "thread history without a token" 401 "$STATUS"
+http GET $V/threads/t1/messages -H 'Authorization: Bearer nope'
+check_eq "thread history with an unknown token" 401 "$STATUS"
+
 check_contains "access log names the key id" '"key":"web"' "$(cat "$T/access.log")"
 check_not_contains "access log never holds a token" 'web-token' "$(cat "$T/access.log" "$GW_LOG")"
 stop_pid "$GW_PID" >/dev/null
