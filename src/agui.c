@@ -621,6 +621,222 @@ static void on_close(struct agw_agui *a, struct evbuffer *out, json_t *ev, enum 
     write_upstream(a, out, ev, data, len, changed);
 }
 
+/* ---- fast path for content events --------------------------------------------------------------
+ *
+ * Most frames of a stream are TEXT_MESSAGE_CONTENT / TOOL_CALL_ARGS / REASONING_MESSAGE_CONTENT for
+ * an open item, and need no change. For those a full jansson parse (a DOM, an allocation per value)
+ * is most of the gateway's CPU, so a strict allocation-free scanner reads flat events first: one
+ * object whose values are strings (plus an integer "timestamp"), valid JSON and valid UTF-8.
+ * Anything else — nesting, other value types, escapes in the type or id, \u0000, lone surrogates,
+ * duplicate known keys, a float timestamp, an id that is not open — goes to the full path, which
+ * decides exactly as before. The fast path only ever writes the upstream's own bytes, which is what
+ * the full path writes for such events. */
+
+struct span {
+    const char *p;
+    size_t n;
+    bool escaped;
+};
+
+struct flat_event {
+    struct span type, message_id, tool_call_id, delta;
+};
+
+static int hexdigit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Length of the valid UTF-8 sequence (non-ASCII) at <p>, or 0. */
+static size_t utf8_seq(const unsigned char *p, const unsigned char *end)
+{
+    unsigned char c = p[0];
+    size_t n;
+    unsigned cp;
+
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, cp = c & 0x07;
+    else
+        return 0;
+    if ((size_t)(end - p) < n)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (n == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return n;
+}
+
+/* Scans a JSON string at *<pp> (on the opening quote). Returns false for anything the fast path
+ * leaves to jansson. */
+static bool scan_string(const char **pp, const char *end, struct span *out)
+{
+    const unsigned char *p = (const unsigned char *)*pp + 1, *e = (const unsigned char *)end;
+
+    out->p = (const char *)p;
+    out->escaped = false;
+    while (p < e) {
+        unsigned char c = *p;
+        if (c == '"') {
+            out->n = (size_t)((const char *)p - out->p);
+            *pp = (const char *)p + 1;
+            return true;
+        }
+        if (c < 0x20)
+            return false;
+        if (c == '\\') {
+            out->escaped = true;
+            if (p + 1 >= e)
+                return false;
+            c = p[1];
+            if (c == 'u') {
+                int v = 0;
+                if (e - p < 6)
+                    return false;
+                for (int i = 2; i < 6; i++) {
+                    int h = hexdigit((char)p[i]);
+                    if (h < 0)
+                        return false;
+                    v = v * 16 + h;
+                }
+                if (v == 0 || (v >= 0xd800 && v <= 0xdfff))
+                    return false; /* NUL, surrogates: the full parser decides */
+                p += 6;
+            } else if (strchr("\"\\/bfnrt", c) != NULL && c != '\0') {
+                p += 2;
+            } else {
+                return false;
+            }
+            continue;
+        }
+        if (c >= 0x80) {
+            size_t n = utf8_seq(p, e);
+            if (n == 0)
+                return false;
+            p += n;
+            continue;
+        }
+        p++;
+    }
+    return false;
+}
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    return p;
+}
+
+static bool key_is(const struct span *k, const char *name)
+{
+    size_t n = strlen(name);
+    return !k->escaped && k->n == n && memcmp(k->p, name, n) == 0;
+}
+
+/* Sets <slot> from <v> unless it was set already (a duplicate key: left to jansson). */
+static bool take(struct span *slot, const struct span *v)
+{
+    if (slot->p != NULL)
+        return false;
+    *slot = *v;
+    return true;
+}
+
+static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
+{
+    const char *p = data, *end = data + len;
+    bool seen_ts = false;
+
+    memset(fe, 0, sizeof(*fe));
+    p = skip_ws(p, end);
+    if (p == end || *p++ != '{')
+        return false;
+    for (;;) {
+        struct span k, v;
+        p = skip_ws(p, end);
+        if (p == end || *p != '"' || !scan_string(&p, end, &k))
+            return false;
+        p = skip_ws(p, end);
+        if (p == end || *p++ != ':')
+            return false;
+        p = skip_ws(p, end);
+        if (p == end)
+            return false;
+        if (*p == '"') {
+            if (!scan_string(&p, end, &v))
+                return false;
+            if (key_is(&k, "type")         ? !take(&fe->type, &v)
+                : key_is(&k, "messageId")  ? !take(&fe->message_id, &v)
+                : key_is(&k, "toolCallId") ? !take(&fe->tool_call_id, &v)
+                : key_is(&k, "delta")      ? !take(&fe->delta, &v)
+                                           : k.escaped || key_is(&k, "timestamp"))
+                return false;
+        } else if (key_is(&k, "timestamp") && !seen_ts && *p >= '0' && *p <= '9') {
+            const char *d = p;
+            while (p < end && *p >= '0' && *p <= '9')
+                p++;
+            if ((p - d > 1 && *d == '0') || p - d > 15 ||
+                (p < end && (*p == '.' || *p == 'e' || *p == 'E')))
+                return false;
+            seen_ts = true;
+        } else {
+            return false;
+        }
+        p = skip_ws(p, end);
+        if (p == end)
+            return false;
+        if (*p == ',') {
+            p++;
+            continue;
+        }
+        if (*p++ != '}')
+            return false;
+        break;
+    }
+    return skip_ws(p, end) == end && fe->type.p != NULL && !fe->type.escaped;
+}
+
+/* Returns true when the frame was fully handled here. */
+static bool fast_content(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out)
+{
+    struct flat_event fe;
+    enum item_kind kind;
+    const struct span *id;
+
+    if (a->state != AGW_AGUI_ST_RUNNING || len < 16 || !scan_flat_event(data, len, &fe))
+        return false;
+    if (fe.type.n == 20 && memcmp(fe.type.p, "TEXT_MESSAGE_CONTENT", 20) == 0)
+        kind = ITEM_TEXT_MESSAGE, id = &fe.message_id;
+    else if (fe.type.n == 14 && memcmp(fe.type.p, "TOOL_CALL_ARGS", 14) == 0)
+        kind = ITEM_TOOL_CALL, id = &fe.tool_call_id;
+    else if (fe.type.n == 25 && memcmp(fe.type.p, "REASONING_MESSAGE_CONTENT", 25) == 0)
+        kind = ITEM_REASONING_MESSAGE, id = &fe.message_id;
+    else
+        return false;
+    if (id->p == NULL || id->escaped || fe.delta.p == NULL ||
+        !find_open(a, kind, id->p, id->n, NULL))
+        return false;
+    if (fe.delta.n == 0 && kind != ITEM_TOOL_CALL)
+        return true; /* dropped, as the full path does */
+    write_frame(a, out, data, len);
+    return true;
+}
+
 #ifndef NDEBUG
 static bool valid_utf8(const char *s)
 {
@@ -678,6 +894,8 @@ int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, struct evbuf
     if (data == NULL)
         data = "";
     if (is_done_marker(data, len))
+        return 0;
+    if (fast_content(a, data, len, out))
         return 0;
 
     /* Flags 0: one JSON document (object or array) and nothing after it, valid UTF-8, no \u0000. */

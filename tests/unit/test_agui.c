@@ -1497,3 +1497,66 @@ Test(agui, hostile_streams_always_verify)
     cr_assert_gt(finished, 500);
     cr_assert_gt(errors, 500);
 }
+
+/* The allocation-free fast path for content events must decide exactly as the full parser: each
+ * frame below is fed after RUN_STARTED + TEXT_MESSAGE_START m1, and the expected relay is stated
+ * explicitly. */
+Test(agui, content_fast_path_agrees_with_the_full_parser)
+{
+    static const struct {
+        const char *frame;
+        const char
+            *expect; /* the second output frame's data, NULL = dropped, "ERROR" = INVALID_EVENT */
+    } cases[] = {
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"hi\"}", "="},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"h\\u00e9 \\\"q\\\" "
+         "\\n\"}",
+         "="},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"caf\xc3\xa9 "
+         "\xf0\x9f\x98\x80\"}",
+         "="},
+        {"{ \"type\" : \"TEXT_MESSAGE_CONTENT\" , \"messageId\":\"m1\", \"delta\":\"x\", "
+         "\"timestamp\":1700000000000 }",
+         "="},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"\"}", NULL},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\\u0031\",\"delta\":\"x\"}", "="},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",\"timestamp\":1."
+         "5}",
+         "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",\"timestamp\":"
+         "1}"},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",\"extra\":null}",
+         "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\"}"},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m2\",\"delta\":\"x\"}", "ERROR"},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"bad \xc3\x28\"}",
+         "ERROR"},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"nul \\u0000\"}",
+         "ERROR"},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\"}x", "ERROR"},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",}", "ERROR"},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":7}", "ERROR"},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"ctl \x01\"}",
+         "ERROR"},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct result r = RUN(
+            END_NONE, "{\"type\":\"RUN_STARTED\",\"threadId\":\"" TID "\",\"runId\":\"" RID "\"}",
+            "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\"}",
+            cases[i].frame);
+        const char *exp = cases[i].expect;
+        if (exp == NULL) {
+            cr_assert_eq(r.n_out, 2, "case %zu: the frame is dropped", i);
+        } else if (strcmp(exp, "ERROR") == 0) {
+            assert_run_error(&r, 2, "INVALID_EVENT", "");
+        } else {
+            cr_assert_eq(r.n_out, 3, "case %zu", i);
+            const char *third =
+                strstr(strstr(strstr(r.text, "\n\n") + 2, "\n\n") + 2, "data: ") + 6;
+            size_t n = (size_t)(strstr(third, "\n\n") - third);
+            const char *want = strcmp(exp, "=") == 0 ? cases[i].frame : exp;
+            cr_assert(n == strlen(want) && memcmp(third, want, n) == 0, "case %zu: got %.*s", i,
+                      (int)n, third);
+        }
+        result_free(&r);
+    }
+}
