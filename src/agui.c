@@ -681,6 +681,14 @@ static size_t utf8_seq(const unsigned char *p, const unsigned char *end)
     return n;
 }
 
+/* Bytes that need no attention inside a JSON string: printable ASCII except '"' and '\\'. */
+static const bool plain_char[256] = {
+    [0x20] = 1,
+    [0x21] = 1,
+    [0x23 ... 0x5b] = 1,
+    [0x5d ... 0x7f] = 1,
+};
+
 /* Scans a JSON string at *<pp> (on the opening quote). Returns false for anything the fast path
  * leaves to jansson. */
 static bool scan_string(const char **pp, const char *end, struct span *out)
@@ -690,7 +698,13 @@ static bool scan_string(const char **pp, const char *end, struct span *out)
     out->p = (const char *)p;
     out->escaped = false;
     while (p < e) {
-        unsigned char c = *p;
+        unsigned char c;
+        /* Plain printable ASCII is the common case: skip it in a tight loop. */
+        while (p < e && plain_char[*p])
+            p++;
+        if (p == e)
+            break;
+        c = *p;
         if (c == '"') {
             out->n = (size_t)((const char *)p - out->p);
             *pp = (const char *)p + 1;

@@ -238,6 +238,7 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
     /* The on_write hook runs when the output falls to the low watermark: the relay resumes its
      * upstream. */
     bufferevent_setwatermark(bev, EV_WRITE, low_watermark, 0);
+    bufferevent_set_max_single_write(bev, 64 * 1024);
     evhtp_send_reply_chunk_start(req->r, (evhtp_res)status);
     bufferevent_flush(bev, EV_WRITE, BEV_FLUSH);
 }

@@ -509,6 +509,9 @@ static int connect_fresh(struct agw_upstream *up)
         if (up->bev == NULL)
             return -AGW_EIO;
     }
+    /* libevent reads 4 KiB per call by default: a fast stream would cost a syscall and a callback
+     * per 4 KiB. The relay's backpressure still bounds what is held. */
+    bufferevent_set_max_single_read(up->bev, 64 * 1024);
     bufferevent_setcb(up->bev, up_read_cb, NULL, up_event_cb, up);
     bufferevent_enable(up->bev, EV_READ | EV_WRITE);
     /* The request waits in the output buffer until the connection is up. */
