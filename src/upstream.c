@@ -365,6 +365,7 @@ static bool process_input(struct agw_upstream *up)
             return false;
     }
     while (up->state == UP_ST_BODY && !up->paused) {
+        size_t before = evbuffer_get_length(in);
         rc = agw_http1_parse_body(up->parser, in, up->body);
         if (rc < 0) {
             fail(up, AGW_UP_ERR_PROTOCOL, "malformed response body framing");
@@ -383,7 +384,9 @@ static bool process_input(struct agw_upstream *up)
             call_end(up);
             return false;
         }
-        if (evbuffer_get_length(in) == 0)
+        /* Stop when the input is used up, or when the parser needs more bytes than the input holds (a chunk
+         * line or the CRLF after chunk data cut by the read): looping again would spin forever. */
+        if (evbuffer_get_length(in) == 0 || evbuffer_get_length(in) == before)
             break;
     }
     return true;
