@@ -384,8 +384,9 @@ static bool process_input(struct agw_upstream *up)
             call_end(up);
             return false;
         }
-        /* Stop when the input is used up, or when the parser needs more bytes than the input holds (a chunk
-         * line or the CRLF after chunk data cut by the read): looping again would spin forever. */
+        /* Stop when the input is used up, or when the parser needs more bytes than the input holds
+         * (a chunk line or the CRLF after chunk data cut by the read): looping again would spin
+         * forever. */
         if (evbuffer_get_length(in) == 0 || evbuffer_get_length(in) == before)
             break;
     }
