@@ -642,17 +642,6 @@ struct flat_event {
     struct span type, message_id, tool_call_id, delta;
 };
 
-static int hexdigit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Length of the valid UTF-8 sequence (non-ASCII) at <p>, or 0. */
 static size_t utf8_seq(const unsigned char *p, const unsigned char *end)
 {
@@ -722,7 +711,7 @@ static bool scan_string(const char **pp, const char *end, struct span *out)
                 if (e - p < 6)
                     return false;
                 for (int i = 2; i < 6; i++) {
-                    int h = hexdigit((char)p[i]);
+                    int h = agw_hexval((char)p[i]);
                     if (h < 0)
                         return false;
                     v = v * 16 + h;

@@ -137,17 +137,6 @@ void agw_auth_hash_hex(const char *token, size_t len, char hex[65])
     OPENSSL_cleanse(md, sizeof(md));
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int agw_auth_parse_hex(const char *hex, uint8_t out[32])
 {
     uint8_t tmp[32];
@@ -157,7 +146,7 @@ int agw_auth_parse_hex(const char *hex, uint8_t out[32])
     for (size_t i = 0; i < sizeof(tmp); i++) {
         int hi, lo;
         /* hex[2i] is checked before hex[2i+1] is read, so a short string stops at its NUL. */
-        if ((hi = hexval(hex[2 * i])) < 0 || (lo = hexval(hex[2 * i + 1])) < 0)
+        if ((hi = agw_hexval(hex[2 * i])) < 0 || (lo = agw_hexval(hex[2 * i + 1])) < 0)
             return -AGW_EINVAL;
         tmp[i] = (uint8_t)(hi << 4 | lo);
     }

@@ -15,6 +15,7 @@
 
 #include <jansson.h>
 
+#include "agw/auth.h"
 #include "agw/config.h"
 #include "agw/log.h"
 #include "agw/router.h"
@@ -662,17 +663,6 @@ static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *
     return 0;
 }
 
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 static int parse_auth(struct ctx *c, json_t *v, struct agw_config *cfg)
 {
     static const char *const keys[] = {"mode", "keys", NULL};
@@ -723,15 +713,8 @@ static int parse_auth(struct ctx *c, json_t *v, struct agw_config *cfg)
         if (f == NULL)
             return fail(c, q, "required");
         /* The message never repeats the value: it could be a token pasted by mistake. */
-        if (!json_is_string(f) || json_string_length(f) != 64)
+        if (!json_is_string(f) || agw_auth_parse_hex(json_string_value(f), key->sha256) != 0)
             return fail(c, q, "expects 64 hex characters (the SHA-256 of the token)");
-        for (j = 0; j < 32; j++) {
-            int hi = hexval(json_string_value(f)[2 * j]),
-                lo = hexval(json_string_value(f)[2 * j + 1]);
-            if (hi < 0 || lo < 0)
-                return fail(c, q, "expects 64 hex characters (the SHA-256 of the token)");
-            key->sha256[j] = (uint8_t)(hi * 16 + lo);
-        }
         join(q, sizeof(q), p, "agents");
         ag = json_object_get(k, "agents");
         if (!json_is_array(ag) || json_array_size(ag) == 0)

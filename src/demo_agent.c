@@ -508,16 +508,6 @@ bad:
     return -AGW_EINVAL;
 }
 
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    ch = ascii_lower(ch);
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    return -1;
-}
-
 /* Percent-decodes <s> (length <len>, '+' = space) into a new string. Returns NULL when it decodes a
  * NUL. */
 static char *url_decode(const char *s, size_t len)
@@ -526,8 +516,8 @@ static char *url_decode(const char *s, size_t len)
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {
         int hi, lo;
-        if (s[i] == '%' && i + 2 < len && (hi = hexval(s[i + 1])) >= 0 &&
-            (lo = hexval(s[i + 2])) >= 0) {
+        if (s[i] == '%' && i + 2 < len && (hi = agw_hexval(s[i + 1])) >= 0 &&
+            (lo = agw_hexval(s[i + 2])) >= 0) {
             out[n++] = (char)(hi * 16 + lo);
             i += 2;
         } else {
@@ -2139,7 +2129,7 @@ static int read_body(struct conn *c, const char **err)
             if (c->cst == CHUNK_SIZE) {
                 errno = 0;
                 v = strtoull(line, &end, 16);
-                if (hexval(line[0]) < 0 || errno != 0 ||
+                if (agw_hexval(line[0]) < 0 || errno != 0 ||
                     (*end != '\0' && *end != ';' && *end != ' ' && *end != '\t')) {
                     free(line);
                     *err = "malformed chunk size";

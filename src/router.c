@@ -39,17 +39,6 @@ static int eat_id(const char **p, char out[AGW_ID_MAX + 1])
     return rc < 0 ? rc : 0;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF. */
 static bool utf8_valid(const unsigned char *s, size_t n)
 {
@@ -101,7 +90,7 @@ int agw_path_id_decode(const char *in, size_t len, char *out, size_t outlen)
         unsigned char c = (unsigned char)in[i];
         if (c == '%') {
             int hi, lo;
-            if (len - i < 3 || (hi = hexval(in[i + 1])) < 0 || (lo = hexval(in[i + 2])) < 0)
+            if (len - i < 3 || (hi = agw_hexval(in[i + 1])) < 0 || (lo = agw_hexval(in[i + 2])) < 0)
                 goto bad;
             c = (unsigned char)(hi << 4 | lo);
             i += 2;

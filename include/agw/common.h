@@ -49,6 +49,9 @@ uint64_t agw_wall_ms(void);
  */
 void agw_random_hex(char *out, size_t nbytes_of_randomness);
 
+/* The value of one hex digit (either case), or -1. */
+int agw_hexval(char c);
+
 /* Case-insensitive ASCII comparison of <a> (length <alen>) with the NUL-terminated <b>. */
 bool agw_strieq_n(const char *a, size_t alen, const char *b);
 
