@@ -13,6 +13,7 @@ cat >"$T/gw.json" <<JSON
   "auth": { "mode": "none" },
   "agents": {
     $(agent plain ""),
+    "fwd": { "upstreams": ["$D/agent"], "forward_headers": ["X-Tenant"] },
     $(agent bytewise "?bytewise=1"),
     $(agent crlf "?crlf=1&comments=1"),
     $(agent bare "?lifecycle=none&done=1"),
@@ -62,6 +63,12 @@ check_contains "upstream gets Content-Type: application/json" '"content-type":"a
 check_contains "upstream gets X-Request-Id" '"x-request-id"' "$BODY"
 check_contains "traceparent passed on" '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' "$BODY"
 check_not_contains "the client's Authorization never goes upstream" 'secret-of-client' "$BODY"
+curl -sS -N -m 20 -o /dev/null -H 'Content-Type: application/json' -H 'X-Tenant: acme' -H 'X-Other: nope' \
+    -H 'Authorization: Bearer secret-of-client' -d "$BODY_OK" "$U/fwd/runs"
+http GET $D/_demo/last-request
+check_contains "forward_headers passes allowed client headers" '"x-tenant":"acme"' "$BODY"
+check_not_contains "other client headers are not forwarded" 'x-other' "$BODY"
+check_not_contains "nor the client's Authorization" 'secret-of-client' "$BODY"
 body_seen=$(printf %s "$BODY" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>process.stdout.write(JSON.parse(s).body))')
 check_eq "the body is forwarded byte for byte" "$BODY_OK" "$body_seen"
 
