@@ -434,28 +434,6 @@ static bool hdr_is(const char *line, size_t len, const char *name, const char **
     return true;
 }
 
-static bool has_token(const char *v, const char *tok)
-{
-    size_t tl = strlen(tok);
-    for (const char *p = v; *p;) {
-        const char *e;
-        while (*p == ' ' || *p == ',' || *p == '\t')
-            p++;
-        e = p;
-        while (*e && *e != ',')
-            e++;
-        {
-            const char *t = e;
-            while (t > p && (t[-1] == ' ' || t[-1] == '\t'))
-                t--;
-            if ((size_t)(t - p) == tl && agw_strieq_n(p, tl, tok))
-                return true;
-        }
-        p = e;
-    }
-    return false;
-}
-
 /* Returns 1 when the head is complete, 0 for more bytes, -1 on error. */
 static int parse_head(struct conn *c, struct evbuffer *in)
 {
@@ -492,12 +470,12 @@ static int parse_head(struct conn *c, struct evbuffer *in)
             if (c->body != BODY_CHUNKED)
                 c->body = BODY_LENGTH;
         } else if (hdr_is(line, len, "Transfer-Encoding", &v)) {
-            if (has_token(v, "chunked"))
+            if (agw_header_has_token(v, "chunked"))
                 c->body = BODY_CHUNKED;
         } else if (hdr_is(line, len, "Connection", &v)) {
-            if (has_token(v, "close"))
+            if (agw_header_has_token(v, "close"))
                 c->keep_alive = false;
-            else if (has_token(v, "keep-alive"))
+            else if (agw_header_has_token(v, "keep-alive"))
                 c->keep_alive = true;
         }
         free(line);

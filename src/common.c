@@ -117,3 +117,24 @@ int agw_hexval(char c)
         return c - 'A' + 10;
     return -1;
 }
+
+bool agw_header_has_token(const char *value, const char *token)
+{
+    size_t tl = strlen(token);
+
+    for (const char *p = value; p != NULL && *p != '\0';) {
+        const char *end, *e;
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        end = p;
+        while (*end != '\0' && *end != ',')
+            end++;
+        e = end;
+        while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if ((size_t)(e - p) == tl && agw_strieq_n(p, tl, token))
+            return true;
+        p = end;
+    }
+    return false;
+}

@@ -394,26 +394,6 @@ static const char *header_get(const struct conn *c, const char *name)
     return NULL;
 }
 
-/* True when the comma-separated header value <v> holds <token> (case-insensitive). */
-static bool header_has_token(const char *v, const char *token)
-{
-    size_t tl = strlen(token);
-    while (v && *v) {
-        while (*v == ' ' || *v == '\t' || *v == ',')
-            v++;
-        const char *end = v;
-        while (*end && *end != ',')
-            end++;
-        const char *e = end;
-        while (e > v && (e[-1] == ' ' || e[-1] == '\t'))
-            e--;
-        if ((size_t)(e - v) == tl && agw_strieq_n(v, tl, token))
-            return true;
-        v = end;
-    }
-    return false;
-}
-
 /* ---- knobs ----------------------------------------------------------------------------------- */
 static void knobs_init(struct knobs *k)
 {
@@ -2056,8 +2036,8 @@ static int head_done(struct conn *c, const char **err)
     const char *expect = header_get(c, "expect");
     bool has_cl = false;
 
-    c->keep_alive =
-        c->minor == 1 ? !header_has_token(conn, "close") : header_has_token(conn, "keep-alive");
+    c->keep_alive = c->minor == 1 ? !agw_header_has_token(conn, "close")
+                                  : agw_header_has_token(conn, "keep-alive");
     for (size_t i = 0; i < c->nhdrs; i++) {
         char *end = NULL;
         unsigned long long v;

@@ -52,6 +52,10 @@ void agw_random_hex(char *out, size_t nbytes_of_randomness);
 /* The value of one hex digit (either case), or -1. */
 int agw_hexval(char c);
 
+/* True when the comma-separated header value <value> (e.g. a Connection header) holds <token>,
+ * case-insensitively, ignoring spaces and tabs around elements. <value> may be NULL. */
+bool agw_header_has_token(const char *value, const char *token);
+
 /* Case-insensitive ASCII comparison of <a> (length <alen>) with the NUL-terminated <b>. */
 bool agw_strieq_n(const char *a, size_t alen, const char *b);
 

@@ -55,3 +55,13 @@ Test(common, clocks_move_forward)
     cr_assert_gt(w, (uint64_t)1600000000000ULL, "wall clock in ms since the epoch");
     cr_assert_geq(agw_now_ms(), a);
 }
+
+Test(common, header_has_token)
+{
+    cr_assert(agw_header_has_token("close", "close"));
+    cr_assert(agw_header_has_token("Keep-Alive, Upgrade", "upgrade"));
+    cr_assert(agw_header_has_token(" a ,\tclose\t, b", "close"));
+    cr_assert_not(agw_header_has_token("closed", "close"));
+    cr_assert_not(agw_header_has_token("", "close"));
+    cr_assert_not(agw_header_has_token(NULL, "close"));
+}
