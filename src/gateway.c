@@ -22,6 +22,7 @@
 #include "agw/log.h"
 #include "agw/relay.h"
 #include "agw/router.h"
+#include "agw/runs.h"
 #include "agw/tls.h"
 #include "agw/upstream.h"
 
@@ -48,6 +49,7 @@ struct metrics {
     struct status_count *requests;
     size_t n_requests, cap_requests;
     uint64_t events, bytes, runs_started, auth_failures;
+    uint64_t decisions_forwarded, decisions_failed, decisions_rejected, runs_cancelled;
     uint64_t upstream_failures[8];
 };
 
@@ -62,6 +64,7 @@ struct agw_gateway {
     struct agw_server *srv;
     struct agw_server *admin;
     struct agw_relay_set *relays;
+    struct agw_runs *runs;   /* the active-run registry (SPEC §5) */
     struct agent_rt *agents; /* parallel to cfg->agents */
     uint16_t ports[MAX_PORTS];
     size_t n_ports;
@@ -126,8 +129,12 @@ static void serve_metrics(struct agw_gateway *gw, struct agw_req *req)
                             m->requests[i].agent, m->requests[i].status, m->requests[i].n);
     evbuffer_add_printf(
         b,
-        "# HELP agw_active_runs Runs currently relayed.\n# TYPE agw_active_runs gauge\n"
-        "agw_active_runs %zu\n"
+        "# HELP agw_active_runs Runs in the active-run registry (streaming, attached or "
+        "detached).\n"
+        "# TYPE agw_active_runs gauge\nagw_active_runs %zu\n"
+        "# HELP agw_open_relays Runs being relayed, including those still reaching their "
+        "upstream.\n"
+        "# TYPE agw_open_relays gauge\nagw_open_relays %zu\n"
         "# HELP agw_runs_started_total Runs handed to an upstream.\n"
         "# TYPE agw_runs_started_total counter\nagw_runs_started_total %" PRIu64 "\n"
         "# HELP agw_events_relayed_total AG-UI events written to clients.\n"
@@ -136,9 +143,21 @@ static void serve_metrics(struct agw_gateway *gw, struct agw_req *req)
         "# TYPE agw_bytes_relayed_total counter\nagw_bytes_relayed_total %" PRIu64 "\n"
         "# HELP agw_auth_failures_total Requests refused with 401 or 403.\n"
         "# TYPE agw_auth_failures_total counter\nagw_auth_failures_total %" PRIu64 "\n"
+        "# HELP agw_decisions_forwarded_total Decision-only requests forwarded to a live run "
+        "(202).\n"
+        "# TYPE agw_decisions_forwarded_total counter\nagw_decisions_forwarded_total %" PRIu64 "\n"
+        "# HELP agw_decision_failures_total Decisions the backend refused or did not answer "
+        "(502/504).\n"
+        "# TYPE agw_decision_failures_total counter\nagw_decision_failures_total %" PRIu64 "\n"
+        "# HELP agw_decisions_rejected_total Decisions with no active run, refused (400).\n"
+        "# TYPE agw_decisions_rejected_total counter\nagw_decisions_rejected_total %" PRIu64 "\n"
+        "# HELP agw_runs_cancelled_total Runs ended by the cancel endpoint.\n"
+        "# TYPE agw_runs_cancelled_total counter\nagw_runs_cancelled_total %" PRIu64 "\n"
         "# HELP agw_upstream_failures_total Upstream failures, by kind.\n"
         "# TYPE agw_upstream_failures_total counter\n",
-        agw_relay_set_count(gw->relays), m->runs_started, m->events, m->bytes, m->auth_failures);
+        agw_runs_count(gw->runs), agw_relay_set_count(gw->relays), m->runs_started, m->events,
+        m->bytes, m->auth_failures, m->decisions_forwarded, m->decisions_failed,
+        m->decisions_rejected, m->runs_cancelled);
     for (size_t i = 0; i < AGW_ARRAY_LEN(failure_kinds); i++)
         evbuffer_add_printf(b, "agw_upstream_failures_total{kind=\"%s\"} %" PRIu64 "\n",
                             failure_kinds[i], m->upstream_failures[i]);
@@ -149,22 +168,43 @@ static void serve_metrics(struct agw_gateway *gw, struct agw_req *req)
 
 /* ---- access log ------------------------------------------------------------------------------ */
 
-static void access_log(const struct agw_req *req, const char *agent, const char *thread,
+/* What the access log says of a request; a run's copy outlives the request when the run detaches.
+ */
+struct req_info {
+    char *id, *peer, *method, *path;
+};
+
+static void req_info_copy(struct req_info *ri, const struct agw_req *req)
+{
+    ri->id = agw_xstrdup(agw_req_id(req));
+    ri->peer = agw_xstrdup(agw_req_peer(req));
+    ri->method = agw_xstrdup(agw_req_method_name(req));
+    ri->path = agw_xstrdup(agw_req_path(req));
+}
+
+static void req_info_clear(struct req_info *ri)
+{
+    free(ri->id);
+    free(ri->peer);
+    free(ri->method);
+    free(ri->path);
+}
+
+static void access_log(const struct req_info *ri, const char *agent, const char *thread,
                        const char *run, const char *key_id, int status, uint64_t events,
                        uint64_t bytes, uint64_t duration_ms, const char *upstream,
-                       const char *outcome)
+                       const char *outcome, bool detached)
 {
     json_t *o = json_object();
     char *line;
 
     json_object_set_new(o, "time", json_integer((json_int_t)agw_wall_ms()));
-    json_object_set_new(o, "request_id", json_string(agw_req_id(req)));
-    json_object_set_new(o, "client", json_string(agw_req_peer(req)));
-    json_object_set_new(o, "method", json_string(agw_req_method_name(req)));
+    json_object_set_new(o, "request_id", json_string(ri->id));
+    json_object_set_new(o, "client", json_string(ri->peer));
+    json_object_set_new(o, "method", json_string(ri->method));
     /* The path may hold ids a client chose: jansson refuses invalid UTF-8, so it is logged only
      * when valid. */
-    json_object_set_new(o, "path",
-                        json_string(agw_req_path(req)) ?: json_string("(invalid utf-8)"));
+    json_object_set_new(o, "path", json_string(ri->path) ?: json_string("(invalid utf-8)"));
     if (agent != NULL)
         json_object_set_new(o, "agent", json_string(agent));
     if (thread != NULL)
@@ -181,6 +221,8 @@ static void access_log(const struct agw_req *req, const char *agent, const char 
         json_object_set_new(o, "upstream", json_string(upstream));
     if (outcome != NULL)
         json_object_set_new(o, "outcome", json_string(outcome));
+    if (detached)
+        json_object_set_new(o, "detached", json_true());
     line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (line != NULL)
         agw_log_access(line);
@@ -192,10 +234,14 @@ static void access_log(const struct agw_req *req, const char *agent, const char 
 static void reply_error(struct agw_gateway *gw, struct agw_req *req, const char *agent, int status,
                         const char *msg)
 {
+    struct req_info ri;
+
     agw_req_reply_error(req, status, "%s", msg);
     count_request(gw, agent, status);
-    access_log(req, agent, NULL, NULL, NULL, status, 0, 0, agw_now_ms() - agw_req_start_ms(req),
-               NULL, "error");
+    req_info_copy(&ri, req);
+    access_log(&ri, agent, NULL, NULL, NULL, status, 0, 0, agw_now_ms() - agw_req_start_ms(req),
+               NULL, "error", false);
+    req_info_clear(&ri);
 }
 
 /* ---- runs --------------------------------------------------------------------------------------
@@ -203,7 +249,7 @@ static void reply_error(struct agw_gateway *gw, struct agw_req *req, const char 
 
 struct run_ctx {
     struct agw_gateway *gw;
-    struct agw_req *req;
+    struct req_info ri;
     const char *key_id; /* borrowed from the config */
 };
 
@@ -217,10 +263,9 @@ static void run_ended(void *arg, const struct agw_relay_summary *s)
     count_request(gw, s->agent_id, s->status ? s->status : 499);
     if (s->upstream_error != NULL)
         count_failure(gw, s->upstream_error);
-    /* The request is still alive while the relay reports (the relay ends from the request's close).
-     */
-    access_log(rc->req, s->agent_id, s->thread_id, s->run_id, rc->key_id, s->status, s->events,
-               s->bytes, s->duration_ms, s->upstream, s->outcome);
+    access_log(&rc->ri, s->agent_id, s->thread_id, s->run_id, rc->key_id, s->status, s->events,
+               s->bytes, s->duration_ms, s->upstream, s->outcome, s->detached);
+    req_info_clear(&rc->ri);
     free(rc);
 }
 
@@ -333,6 +378,210 @@ static bool authorize(struct agw_gateway *gw, struct agw_req *req, const char *a
     }
 }
 
+/* ---- human in the loop (SPEC §5) --------------------------------------------------------------
+ */
+
+/* One decision on its way to the backend of the run waiting for it. Lives until the client's
+ * request is gone. */
+struct decision {
+    struct agw_gateway *gw;
+    struct agw_req *req;
+    struct agw_upstream *up;
+    struct req_info ri;
+    const char *agent_id, *key_id; /* borrowed from the config */
+    char *thread_id, *run_id;      /* the active run's */
+    char *backend;                 /* its backend's authority, for the log */
+    int status;                    /* answered to the client */
+    const char *outcome;
+};
+
+static void decision_answer(struct decision *d, int status, const char *outcome, const char *msg)
+{
+    struct agw_gateway *gw = d->gw;
+
+    d->status = status;
+    d->outcome = outcome;
+    count_request(gw, d->agent_id, status);
+    if (status == 202) {
+        json_t *o = json_pack("{s:s,s:s,s:s}", "status", "decision_forwarded", "threadId",
+                              d->thread_id, "runId", d->run_id);
+        char *txt = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        if (txt == NULL)
+            abort(); /* out of memory (ids are valid UTF-8: they came from parsed JSON) */
+        gw->m.decisions_forwarded++;
+        agw_req_reply(d->req, 202, "application/json", txt, strlen(txt));
+        free(txt);
+        json_decref(o);
+    } else {
+        gw->m.decisions_failed++;
+        agw_req_reply_error(d->req, status, "%s", msg);
+    }
+}
+
+static void decision_on_head(void *arg, const struct agw_http1_response *resp)
+{
+    struct decision *d = arg;
+    char msg[128];
+
+    if (resp->status >= 200 && resp->status <= 299) {
+        decision_answer(d, 202, "decision_forwarded", NULL);
+    } else {
+        snprintf(msg, sizeof(msg), "bad gateway: the backend refused the decision with HTTP %d",
+                 resp->status);
+        decision_answer(d, 502, "decision_refused", msg);
+    }
+    /* The backend's answer body is not wanted; reading it to its end lets the connection be
+     * reused. */
+    agw_upstream_release(d->up);
+    d->up = NULL;
+}
+
+static void decision_on_body(void *arg, struct evbuffer *body)
+{
+    (void)arg;
+    evbuffer_drain(body, evbuffer_get_length(body));
+}
+
+static void decision_on_done(void *arg)
+{
+    (void)arg; /* on_head has answered */
+}
+
+static void decision_on_error(void *arg, const char *kind, const char *detail)
+{
+    struct decision *d = arg;
+    bool timeout = kind == AGW_UP_ERR_FIRST_BYTE_TIMEOUT;
+    char msg[256];
+
+    count_failure(d->gw, kind);
+    snprintf(msg, sizeof(msg), "%s: the decision could not be forwarded: %s",
+             timeout ? "gateway timeout" : "bad gateway", detail);
+    agw_upstream_close(d->up);
+    d->up = NULL;
+    decision_answer(d, timeout ? 504 : 502, "decision_failed", msg);
+}
+
+static const struct agw_upstream_callbacks decision_cbs = {
+    .on_head = decision_on_head,
+    .on_body = decision_on_body,
+    .on_done = decision_on_done,
+    .on_error = decision_on_error,
+};
+
+static void decision_closed(struct agw_req *req, void *arg)
+{
+    struct decision *d = arg;
+
+    agw_upstream_close(d->up); /* the client left before the backend answered */
+    access_log(&d->ri, d->agent_id, d->thread_id, d->run_id, d->key_id, d->status, 0, 0,
+               agw_now_ms() - agw_req_start_ms(req), d->backend,
+               d->outcome != NULL ? d->outcome : "client_closed", false);
+    req_info_clear(&d->ri);
+    free(d->thread_id);
+    free(d->run_id);
+    free(d->backend);
+    free(d);
+}
+
+/* A decision-only request (SPEC §5). When an active run matches, the same body goes to the backend
+ * serving it and the client gets 202; with decisions.no_active_run = "reject" an unmatched
+ * decision gets 400. Returns false when the request should start a new run instead. */
+static bool route_decision(struct agw_gateway *gw, struct agw_req *req,
+                           const struct agw_agent_config *agent, const struct agw_auth_key *key,
+                           const struct agw_input *in, const struct agw_upstream_header *h,
+                           size_t n, const char *body, size_t body_len)
+{
+    const struct agw_decisions_config *dc = &gw->cfg->decisions;
+    struct agw_run_entry *e;
+    struct decision *d;
+    char msg[1024];
+
+    e = dc->match == AGW_MATCH_THREAD
+            ? agw_runs_latest(gw->runs, agent->id, in->thread_id)
+            : agw_runs_find(gw->runs, agent->id, in->thread_id, in->run_id);
+    if (e == NULL) {
+        if (dc->no_active_run == AGW_NO_ACTIVE_RUN_NEW_RUN)
+            return false;
+        gw->m.decisions_rejected++;
+        snprintf(msg, sizeof(msg),
+                 "bad request: no active run found for thread '%s', runId: %s; cannot "
+                 "apply decisions",
+                 in->thread_id, in->run_id);
+        reply_error(gw, req, agent->id, 400, msg);
+        return true;
+    }
+    d = agw_xcalloc(1, sizeof(*d));
+    d->gw = gw;
+    d->req = req;
+    req_info_copy(&d->ri, req);
+    d->agent_id = agent->id;
+    d->key_id = key != NULL ? key->id : NULL;
+    d->thread_id = agw_xstrdup(e->thread_id);
+    d->run_id = agw_xstrdup(e->run_id);
+    d->backend = agw_xstrdup(agw_upstream_pool_url(e->backend)->authority);
+    agw_log_info("req=%s decision for %s -> %s", agw_req_id(req), e->key, e->backend_url);
+    agw_req_on_close(req, decision_closed, d);
+    d->up = agw_upstream_start(e->backend, h, n, body, body_len, &decision_cbs, d);
+    return true;
+}
+
+/* POST /v1/ag-ui/agents/{agent}/runs/{run}/cancel: every active run of the agent with that run id
+ * (normally one) ends with RUN_ERROR CANCELLED and its upstream is closed. */
+static void handle_cancel(struct agw_gateway *gw, struct agw_req *req,
+                          const struct agw_route *route)
+{
+    const struct agw_auth_key *key = NULL;
+    struct agw_run_entry *found[16];
+    struct agw_relay *owners[16];
+    struct req_info ri;
+    char msg[2 * AGW_ID_MAX + 80], *thread;
+    size_t n;
+
+    if (!authorize(gw, req, route->agent_id, &key))
+        return;
+    if (agw_config_find_agent(gw->cfg, route->agent_id) == NULL) {
+        snprintf(msg, sizeof(msg), "agent not found: %s", route->agent_id);
+        reply_error(gw, req, NULL, 404, msg);
+        return;
+    }
+    /* Runs sharing a run id on several threads are rare (ids are meant to be unique); the loop
+     * takes them in batches since cancelling removes them from the registry. */
+    n = agw_runs_by_run_id(gw->runs, route->agent_id, route->run_id, found, AGW_ARRAY_LEN(found));
+    if (n == 0) {
+        snprintf(msg, sizeof(msg), "not found: no active run '%s' for agent '%s'", route->run_id,
+                 route->agent_id);
+        reply_error(gw, req, route->agent_id, 404, msg);
+        return;
+    }
+    thread = agw_xstrdup(found[0]->thread_id);
+    for (size_t before = SIZE_MAX; n > 0 && n < before;) {
+        size_t k = n < AGW_ARRAY_LEN(found) ? n : AGW_ARRAY_LEN(found);
+        for (size_t i = 0; i < k; i++)
+            owners[i] = found[i]->owner; /* entries go away as their runs end */
+        for (size_t i = 0; i < k; i++) {
+            agw_relay_cancel(owners[i]);
+            gw->m.runs_cancelled++;
+        }
+        before = n;
+        n = agw_runs_by_run_id(gw->runs, route->agent_id, route->run_id, found,
+                               AGW_ARRAY_LEN(found));
+    }
+    json_t *o = json_pack("{s:s,s:s,s:s}", "status", "cancelled", "threadId", thread, "runId",
+                          route->run_id);
+    char *txt = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (txt == NULL)
+        abort();
+    agw_req_reply(req, 202, "application/json", txt, strlen(txt));
+    count_request(gw, route->agent_id, 202);
+    req_info_copy(&ri, req);
+    access_log(&ri, route->agent_id, thread, route->run_id, key != NULL ? key->id : NULL, 202, 0, 0,
+               agw_now_ms() - agw_req_start_ms(req), NULL, "cancelled", false);
+    req_info_clear(&ri);
+    free(txt);
+    json_decref(o);
+    free(thread);
+}
+
 static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct agw_route *route)
 {
     const struct agw_config *cfg = gw->cfg;
@@ -395,13 +644,17 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
     struct fwd_ctx fc = {agent, h, &n};
     agw_req_foreach_header(req, forward_header, &fc);
 
+    if (in.decision_only && route_decision(gw, req, agent, key, &in, h, n, body_data, body_len)) {
+        agw_input_clear(&in);
+        return;
+    }
     art = &gw->agents[agent - cfg->agents];
     struct agw_upstream_pool *order[64];
     order_backends(art, in.thread_id, order);
 
     struct run_ctx *rc = agw_xcalloc(1, sizeof(*rc));
     rc->gw = gw;
-    rc->req = req;
+    req_info_copy(&rc->ri, req);
     rc->key_id = key != NULL ? key->id : NULL;
     struct agw_relay_params p = {
         .req = req,
@@ -420,6 +673,8 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
         .max_frame_bytes = cfg->limits.max_frame_bytes,
         .heartbeat_ms = cfg->timeouts.heartbeat_ms,
         .run_ms = cfg->timeouts.run_ms,
+        .runs = gw->runs,
+        .detach = agent->on_client_disconnect == AGW_DISCONNECT_DETACH,
         .on_end = run_ended,
         .arg = rc,
     };
@@ -489,17 +744,13 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
         handle_run(gw, req, &route);
         return;
     case AGW_ROUTE_CANCEL:
+        handle_cancel(gw, req, &route);
+        return;
     case AGW_ROUTE_THREAD_MESSAGES: {
         const struct agw_auth_key *key = NULL;
-        const char *agent = route.id == AGW_ROUTE_CANCEL ? route.agent_id : NULL;
-        if (!authorize(gw, req, agent, &key))
+        if (!authorize(gw, req, NULL, &key))
             return;
-        if (agent != NULL && agw_config_find_agent(gw->cfg, agent) == NULL) {
-            snprintf(msg, sizeof(msg), "agent not found: %s", agent);
-            reply_error(gw, req, NULL, 404, msg);
-            return;
-        }
-        reply_error(gw, req, agent, 501,
+        reply_error(gw, req, NULL, 501,
                     "not implemented yet: this endpoint arrives with a later release");
         return;
     }
@@ -633,6 +884,7 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
     if (gw->dns == NULL)
         gw->dns = evdns_base_new(gw->base, 0);
     gw->relays = agw_relay_set_new(gw->base);
+    gw->runs = agw_runs_new();
     gw->agents = agw_xcalloc(cfg->n_agents, sizeof(*gw->agents));
     for (size_t i = 0; i < cfg->n_agents; i++) {
         const struct agw_agent_config *a = &cfg->agents[i];
@@ -714,6 +966,7 @@ void agw_gateway_free(struct agw_gateway *gw)
     agw_server_free(gw->srv);
     agw_server_free(gw->admin);
     agw_relay_set_free(gw->relays);
+    agw_runs_free(gw->runs);
     for (size_t i = 0; gw->agents != NULL && i < gw->cfg->n_agents; i++) {
         for (size_t j = 0; j < gw->cfg->agents[i].n_upstreams; j++)
             agw_upstream_pool_free(gw->agents[i].pools[j]);

@@ -74,6 +74,12 @@ struct agw_relay {
     char request_id[72];
     unsigned busy;
     bool free_pending;
+    /* the active-run registry */
+    struct agw_runs *runs;
+    struct agw_run_entry *entry; /* while registered */
+    bool detach;                 /* the agent's on_client_disconnect is "detach" */
+    bool detached;               /* the client left and the run goes on */
+    bool cancelled;              /* agw_relay_cancel(): close the upstream rather than drain it */
 };
 
 static void relay_free(struct agw_relay *r);
@@ -108,8 +114,12 @@ static void flush_out(struct agw_relay *r)
 {
     size_t n = evbuffer_get_length(r->out);
 
-    if (n == 0 || r->req == NULL)
+    if (n == 0)
         return;
+    if (r->req == NULL) { /* detached: nobody to write to */
+        evbuffer_drain(r->out, n);
+        return;
+    }
     r->bytes_out += n;
     agw_req_stream_write(r->req, r->out);
     r->last_write_ms = agw_now_ms();
@@ -138,18 +148,40 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+static void unregister(struct agw_relay *r)
+{
+    if (r->entry != NULL) {
+        agw_runs_remove(r->runs, r->entry);
+        r->entry = NULL;
+    }
+}
+
+/* A detached run has no request whose close would free it: it frees itself when it ends. Called
+ * from inside enter()/leave() only, so the free happens as the outermost callback returns. */
+static void end_if_detached(struct agw_relay *r)
+{
+    if (r->req == NULL && r->detached) {
+        set_state(r, RL_ST_CLOSED);
+        r->free_pending = true;
+    }
+}
+
 /* The terminal event is in r->out: write it, end the chunked body, drop the upstream. */
 static void finish(struct agw_relay *r)
 {
     if (r->state != RL_ST_STREAMING)
         return;
     r->outcome = agw_agui_outcome(r->agui);
+    unregister(r);
     if (r->up != NULL) {
         r->connect_ms = agw_upstream_connect_ms(r->up);
         r->first_byte_ms = agw_upstream_first_byte_ms(r->up);
         /* The backend's response usually ends right after the terminal event: let it, so its
-         * connection can serve the next run. */
-        agw_upstream_release(r->up);
+         * connection can serve the next run. A cancelled run's backend must see the close. */
+        if (r->cancelled)
+            agw_upstream_close(r->up);
+        else
+            agw_upstream_release(r->up);
         r->up = NULL;
     }
     evtimer_del(r->heartbeat);
@@ -159,6 +191,7 @@ static void finish(struct agw_relay *r)
         flush_out(r);
         agw_req_stream_end(r->req);
     }
+    end_if_detached(r);
 }
 
 static void fail_stream(struct agw_relay *r, const char *code, const char *message)
@@ -187,6 +220,7 @@ static void reply_error(struct agw_relay *r, int status, const char *msg)
         r->status = status;
         agw_req_reply_error(r->req, status, "%s", msg);
     }
+    end_if_detached(r);
 }
 
 /* A failure before the first byte: the next backend is tried when retries remain. */
@@ -248,12 +282,17 @@ static void up_on_head(void *arg, const struct agw_http1_response *resp)
         reply_error(r, 502, detail);
         goto out;
     }
-    if (r->req == NULL)
+    set_state(r, RL_ST_STREAMING);
+    if (r->runs != NULL) {
+        const struct agw_url *u = agw_upstream_pool_url(r->backends[r->attempt]);
+        r->entry = agw_runs_add(r->runs, r->agent_id, r->thread_id, r->run_id, u->text,
+                                r->backends[r->attempt], r);
+    }
+    if (r->req == NULL) /* detached before the upstream answered: the run goes on alone */
         goto out;
     agw_req_add_header(r->req, "Content-Type", "text/event-stream");
     agw_req_add_header(r->req, "Cache-Control", "no-cache");
     agw_req_add_header(r->req, "X-Accel-Buffering", "no");
-    set_state(r, RL_ST_STREAMING);
     r->status = 200;
     agw_req_stream_start(r->req, 200, r->stream_buffer_bytes / 2, client_drain);
     r->last_write_ms = agw_now_ms();
@@ -378,10 +417,20 @@ static void client_close(struct agw_req *req, void *arg)
 
     (void)req;
     r->req = NULL;
+    if ((r->state == RL_ST_CONNECTING || r->state == RL_ST_STREAMING) && r->detach) {
+        /* The run goes on without its client: backpressure and heartbeats no longer apply. */
+        agw_log_info("req=%s client went away; the run goes on detached", r->request_id);
+        r->detached = true;
+        evtimer_del(r->heartbeat);
+        if (r->up != NULL && r->state == RL_ST_STREAMING)
+            agw_upstream_resume(r->up);
+        return;
+    }
     if (r->state == RL_ST_CONNECTING || r->state == RL_ST_STREAMING) {
         r->outcome = "client_closed";
         agw_log_info("req=%s client went away; closing the upstream", r->request_id);
     }
+    unregister(r);
     if (r->up != NULL) {
         r->connect_ms = agw_upstream_connect_ms(r->up);
         r->first_byte_ms = agw_upstream_first_byte_ms(r->up);
@@ -444,6 +493,8 @@ struct agw_relay *agw_relay_start(struct agw_relay_set *set, const struct agw_re
     r->heartbeat_ms = p->heartbeat_ms;
     r->on_end = p->on_end;
     r->arg = p->arg;
+    r->runs = p->runs;
+    r->detach = p->detach;
     r->start_ms = agw_now_ms();
     snprintf(r->request_id, sizeof(r->request_id), "%s", agw_req_id(p->req));
     r->sse = agw_sse_parser_new(p->max_frame_bytes);
@@ -478,12 +529,14 @@ static void relay_free(struct agw_relay *r)
         .upstream_error = r->upstream_error,
         .connect_ms = r->connect_ms,
         .first_byte_ms = r->first_byte_ms,
+        .detached = r->detached,
     };
 
     if (r->on_end != NULL)
         r->on_end(r->arg, &s);
     TAILQ_REMOVE(&r->set->relays, r, link);
     r->set->count--;
+    unregister(r);
     agw_upstream_close(r->up);
     event_free(r->heartbeat);
     event_free(r->run_timer);
@@ -513,10 +566,28 @@ struct agw_relay_set *agw_relay_set_new(struct event_base *base)
 
 void agw_relay_set_free(struct agw_relay_set *set)
 {
+    struct agw_relay *r;
+
     if (set == NULL)
         return;
-    assert(set->count == 0);
+    while ((r = TAILQ_FIRST(&set->relays)) != NULL) {
+        assert(r->req == NULL && r->busy == 0);
+        if (r->outcome == NULL)
+            r->outcome = "closed";
+        relay_free(r);
+    }
     free(set);
+}
+
+void agw_relay_cancel(struct agw_relay *r)
+{
+    enter(r);
+    if (r->state == RL_ST_STREAMING) {
+        agw_log_info("req=%s run cancelled", r->request_id);
+        r->cancelled = true;
+        fail_stream(r, AGW_AGUI_CANCELLED, "the run was cancelled");
+    }
+    leave(r);
 }
 
 size_t agw_relay_set_count(const struct agw_relay_set *set)

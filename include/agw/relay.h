@@ -3,9 +3,14 @@
  *               failures before the first byte are retried on the next backend)
  *   STREAMING   200 text/event-stream sent; upstream frames are parsed (sse), normalised (agui) and
  *               written; backpressure pauses the upstream while the client's queue is above the
- * limit FINISHING   the terminal event is written and the chunked body ended; waiting for the
- * client to take it A run ends when the client's request is gone (normal end or disconnect): the
- * upstream is closed at once, the on_end callback reports the summary, and the relay is freed.
+ *               limit. The run is in the active-run registry (runs.h) while it streams.
+ *   FINISHING   the terminal event is written and the chunked body ended; waiting for the client
+ *               to take it
+ *   CLOSED      the client's request is gone
+ * A run ends when the client's request is gone (normal end or disconnect): the upstream is closed
+ * at once, the on_end callback reports the summary, and the relay is freed. A *detached* run (the
+ * agent's on_client_disconnect = "detach") outlives its client: it goes on reading the upstream to
+ * the run's end (events are normalised and counted, then dropped) and frees itself there.
  *
  * Ownership: relays belong to their struct agw_relay_set (one per event loop). */
 #ifndef AGW_RELAY_H
@@ -14,6 +19,7 @@
 #include "agw/common.h"
 #include "agw/config.h"
 #include "agw/http_server.h"
+#include "agw/runs.h"
 #include "agw/upstream.h"
 
 struct agw_relay;
@@ -33,6 +39,7 @@ struct agw_relay_summary {
         *outcome; /* "RUN_FINISHED", "RUN_ERROR:<code>", "client_closed", "upstream_error", … */
     const char *upstream_error; /* AGW_UP_ERR_* kind of the last upstream failure, or NULL */
     uint64_t connect_ms, first_byte_ms;
+    bool detached; /* the client left and the run went on without it */
 };
 
 typedef void agw_relay_end_fn(void *arg, const struct agw_relay_summary *s);
@@ -54,12 +61,15 @@ struct agw_relay_params {
     size_t max_frame_bytes;
     uint32_t heartbeat_ms; /* 0 = none */
     uint32_t run_ms;       /* 0 = unlimited */
+    struct agw_runs *runs; /* the active-run registry the run joins while it streams; or NULL */
+    bool detach;           /* the run goes on when the client disconnects */
     agw_relay_end_fn *on_end;
     void *arg;
 };
 
 struct agw_relay_set *agw_relay_set_new(struct event_base *base);
-/* All relays must have ended (agw_relay_set_count() == 0). */
+/* Relays still attached to a client must have ended (free the server first); detached runs still
+ * going are closed here, their on_end reporting outcome "closed". */
 void agw_relay_set_free(struct agw_relay_set *set);
 size_t agw_relay_set_count(const struct agw_relay_set *set);
 /* Ends every running stream with RUN_ERROR {code:"SHUTDOWN"} and fails runs still connecting with
@@ -68,5 +78,9 @@ void agw_relay_set_shutdown(struct agw_relay_set *set);
 
 /* Starts a run. Everything is reported through the client's response and <on_end>. */
 struct agw_relay *agw_relay_start(struct agw_relay_set *set, const struct agw_relay_params *p);
+/* Cancels a streaming run (its registry entry's owner): the upstream connection is closed at once
+ * and the client's stream ends with RUN_ERROR {code:"CANCELLED"}. The relay may be freed before
+ * this returns (a detached run). */
+void agw_relay_cancel(struct agw_relay *r);
 
 #endif
