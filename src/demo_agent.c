@@ -68,8 +68,9 @@ struct knobs {
     int64_t delay_ms; /* between events; 0 = as fast as the client reads */
     int64_t first_byte_delay_ms; /* before the status line */
     int64_t drop_after;          /* close the connection after this many events; -1 = never */
-    int64_t stall;  /* 1 = stop after the first content event and keep the connection open */
-    int64_t status; /* 0 = stream; else answer this status with a JSON error */
+    int64_t stall;         /* 1 = stop after the first content event and keep the connection open */
+    int64_t wait_decision; /* 1 = after a frontend tool call, wait for a decision-only POST */
+    int64_t status;        /* 0 = stream; else answer this status with a JSON error */
     int64_t crlf, bytewise, done, fail, multiline, comments, ts; /* booleans */
     int64_t lifecycle_none; /* 1 = no RUN_STARTED / RUN_FINISHED */
     int64_t dialect;        /* enum dialect */
@@ -106,6 +107,7 @@ static const struct knob_def knob_defs[] = {
     {"first_byte_delay_ms", KNOB_UINT, KOFF(first_byte_delay_ms), 0, 3600000, NULL},
     {"drop_after", KNOB_UINT, KOFF(drop_after), 0, 1000000000, NULL},
     {"stall", KNOB_BOOL, KOFF(stall), 0, 1, NULL},
+    {"wait_decision", KNOB_BOOL, KOFF(wait_decision), 0, 1, NULL},
     {"status", KNOB_UINT, KOFF(status), 200, 599, NULL},
     {"crlf", KNOB_BOOL, KOFF(crlf), 0, 1, NULL},
     {"bytewise", KNOB_BOOL, KOFF(bytewise), 0, 1, NULL},
@@ -134,6 +136,7 @@ enum ev_kind {
     EV_RUN_ERROR,
     EV_DONE,  /* data: [DONE] */
     EV_STALL, /* not an event: production stops here for good */
+    EV_WAIT,  /* not an event: production waits here for a decision (wait_decision=1) */
 };
 
 static const char *const ev_names[] = {
@@ -147,6 +150,7 @@ static const char *const ev_names[] = {
     "TOOL_CALL_RESULT",
     "RUN_FINISHED",
     "RUN_ERROR",
+    NULL,
     NULL,
     NULL,
 };
@@ -194,7 +198,12 @@ struct run {
     char *scratch;          /* one serialised event */
     size_t scratch_cap;
     bool stalled; /* reached EV_STALL */
-    bool blocked; /* stopped at OUT_HIGH: the write callback resumes it */
+    bool waiting; /* reached EV_WAIT: a decision-only POST for this run resumes it */
+    uint64_t seq; /* start order, to find a thread's latest waiting run */
+    /* wait_decision: the frontend tool call the decision answers */
+    char *pending_call, *pending_name, *pending_args;
+    size_t followup_msg; /* the follow-up text's id number: msg_<n> */
+    bool blocked;        /* stopped at OUT_HIGH: the write callback resumes it */
 };
 
 /* ---- connections ----------------------------------------------------------------------------- */
@@ -256,8 +265,11 @@ struct demo {
     uint64_t client_closed;  /* runs whose client went away before their end */
     uint64_t completed;      /* runs whose last byte was queued */
     uint64_t dropped;        /* runs ended by drop_after */
-    uint64_t connections;    /* open connections */
-    json_t *last_request;    /* the last agent POST, as /_demo/last-request shows it */
+    uint64_t waiting;        /* runs waiting for a decision */
+    uint64_t decisions;      /* decision-only POSTs applied to a waiting run (answered 202) */
+    uint64_t run_seq;
+    uint64_t connections; /* open connections */
+    json_t *last_request; /* the last agent POST, as /_demo/last-request shows it */
 };
 
 static void conn_process(struct conn *c);
@@ -711,6 +723,9 @@ static void run_free(struct run *r)
     free(r->steps);
     free(r->thread_id);
     free(r->run_id);
+    free(r->pending_call);
+    free(r->pending_name);
+    free(r->pending_args);
     free(r->scratch);
     if (r->batch)
         evbuffer_free(r->batch);
@@ -1000,8 +1015,12 @@ static char *confirm_action(const char *text)
         l[--n] = '\0';
     if (strncmp(p, "please ", 7) == 0)
         p += 7;
-    if ((all = strstr(p, " all ")) != NULL)
-        memmove(all, all + 4, strlen(all + 4) + 1);
+    /* "delete all the files" → "delete files", so that "15 <what>" reads well */
+    for (size_t i = 0; i < 2; i++) {
+        static const char *const fillers[] = {" all ", " the "};
+        if ((all = strstr(p, fillers[i])) != NULL)
+            memmove(all, all + 4, strlen(all + 4) + 1);
+    }
     n = utf8_cut(p, strlen(p), 200);
     out = agw_xstrndup(p, n);
     free(l);
@@ -1017,6 +1036,68 @@ static void sfmt(char *buf, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The answer to tool <name> (called with <args>; both may be NULL) returning <content>: a
+ * confirmation's outcome, or a text that uses the result. Sets r->scenario. */
+static void followup_text(struct run *r, const char *name, const char *args, const char *content,
+                          char *text, size_t textlen)
+{
+    size_t j;
+
+    if (name && is_confirm_tool(name)) {
+        json_t *a = args ? json_loads(args, 0, NULL) : NULL;
+        const char *action = str_field(a, "action");
+        const json_t *count = json_object_get(a, "count");
+        bool ok = decision_approved(content);
+
+        r->scenario = ok ? "confirm-approved" : "confirm-denied";
+        if (!action)
+            sfmt(text, textlen,
+                 ok ? "Done: the action was approved and carried out."
+                    : "Cancelled: the action was not carried out.");
+        else if (ok && strncmp(action, "delete ", 7) == 0 && json_is_integer(count))
+            sfmt(text, textlen, "Successfully deleted %" JSON_INTEGER_FORMAT " %s.",
+                 json_integer_value(count), action + 7);
+        else if (ok && strncmp(action, "delete ", 7) == 0)
+            sfmt(text, textlen, "Successfully deleted %s.", action + 7);
+        else if (ok)
+            sfmt(text, textlen, "Done: %s.", action);
+        else
+            sfmt(text, textlen, "Cancelled: I did not %s.", action);
+        json_decref(a);
+    } else {
+        json_t *res = json_loads(content, 0, NULL);
+        size_t len;
+
+        r->scenario = "tool-result";
+        if (json_is_array(res) && json_array_size(res) > 0) {
+            bool files = name && strstr(name, "file");
+            size_t cnt = json_array_size(res);
+            const json_t *it;
+            len = (size_t)snprintf(text, textlen, "Found %zu %s: ", cnt,
+                                   files ? (cnt == 1 ? "file" : "files")
+                                         : (cnt == 1 ? "result" : "results"));
+            json_array_foreach(res, j, it)
+            {
+                char *s = json_is_string(it) ? agw_xstrdup(json_string_value(it))
+                                             : json_dumps(it, JSON_COMPACT | JSON_ENCODE_ANY);
+                if (len < textlen)
+                    len +=
+                        (size_t)snprintf(text + len, textlen - len, "%s%s",
+                                         j == 0 ? "" : (j + 1 == cnt ? " and " : ", "), s ? s : "");
+                free(s);
+            }
+        } else {
+            size_t cl = utf8_cut(content, strlen(content), ECHO_MAX);
+            sfmt(text, textlen, "The %s tool returned: %.*s", name ? name : "frontend", (int)cl,
+                 content);
+        }
+        json_decref(res);
+        /* snprintf may have cut a UTF-8 sequence at the buffer's end */
+        len = strlen(text);
+        text[utf8_cut(text, len, textlen - 8)] = '\0';
+    }
+}
+
 /* (a) The last message is a tool result: answer with a text that uses it. */
 static void scenario_tool_followup(struct run *r, const json_t *messages, const json_t *last,
                                    size_t n)
@@ -1027,7 +1108,7 @@ static void scenario_tool_followup(struct run *r, const json_t *messages, const 
     const json_t *m, *tc;
     size_t i, j;
     char id[32], text[1024];
-    const char *texts[1];
+    const char *texts[1] = {text};
 
     json_array_foreach(messages, i, m)
     {
@@ -1040,66 +1121,27 @@ static void scenario_tool_followup(struct run *r, const json_t *messages, const 
             }
         }
     }
-    if (!content)
-        content = "";
-    if (name && is_confirm_tool(name)) {
-        json_t *a = args ? json_loads(args, 0, NULL) : NULL;
-        const char *action = str_field(a, "action");
-        const json_t *count = json_object_get(a, "count");
-        bool ok = decision_approved(content);
-
-        r->scenario = ok ? "confirm-approved" : "confirm-denied";
-        if (!action)
-            sfmt(text, sizeof(text),
-                 ok ? "Done: the action was approved and carried out."
-                    : "Cancelled: the action was not carried out.");
-        else if (ok && strncmp(action, "delete ", 7) == 0 && json_is_integer(count))
-            sfmt(text, sizeof(text), "Successfully deleted %" JSON_INTEGER_FORMAT " %s.",
-                 json_integer_value(count), action + 7);
-        else if (ok && strncmp(action, "delete ", 7) == 0)
-            sfmt(text, sizeof(text), "Successfully deleted %s.", action + 7);
-        else if (ok)
-            sfmt(text, sizeof(text), "Done: %s.", action);
-        else
-            sfmt(text, sizeof(text), "Cancelled: I did not %s.", action);
-        json_decref(a);
-    } else {
-        json_t *res = json_loads(content, 0, NULL);
-        size_t len;
-
-        r->scenario = "tool-result";
-        if (json_is_array(res) && json_array_size(res) > 0) {
-            bool files = name && strstr(name, "file");
-            size_t cnt = json_array_size(res);
-            const json_t *it;
-            len = (size_t)snprintf(text, sizeof(text), "Found %zu %s: ", cnt,
-                                   files ? (cnt == 1 ? "file" : "files")
-                                         : (cnt == 1 ? "result" : "results"));
-            json_array_foreach(res, j, it)
-            {
-                char *s = json_is_string(it) ? agw_xstrdup(json_string_value(it))
-                                             : json_dumps(it, JSON_COMPACT | JSON_ENCODE_ANY);
-                if (len < sizeof(text))
-                    len +=
-                        (size_t)snprintf(text + len, sizeof(text) - len, "%s%s",
-                                         j == 0 ? "" : (j + 1 == cnt ? " and " : ", "), s ? s : "");
-                free(s);
-            }
-        } else {
-            size_t cl = utf8_cut(content, strlen(content), ECHO_MAX);
-            sfmt(text, sizeof(text), "The %s tool returned: %.*s", name ? name : "frontend",
-                 (int)cl, content);
-        }
-        json_decref(res);
-        /* snprintf may have cut a UTF-8 sequence at the buffer's end */
-        len = strlen(text);
-        text[utf8_cut(text, len, sizeof(text) - 8)] = '\0';
-    }
+    followup_text(r, name, args, content ? content : "", text, sizeof(text));
     snprintf(id, sizeof(id), "msg_%zu", n + 1);
-    texts[0] = text;
     plan_begin(r);
     plan_text(r, id, texts, 1, true);
     plan_end(r);
+}
+
+/* After a frontend tool call: wait_decision=1 keeps the stream open for the decision (EV_WAIT),
+ * otherwise the run ends and the frontend answers in a new run. */
+static void plan_end_or_wait(struct run *r, const char *call_id, const char *name, const char *args,
+                             size_t n)
+{
+    if (!r->k.wait_decision) {
+        plan_end(r);
+        return;
+    }
+    r->pending_call = agw_xstrdup(call_id);
+    r->pending_name = agw_xstrdup(name);
+    r->pending_args = agw_xstrdup(args);
+    r->followup_msg = n + 2; /* msg_{n+1} may be this run's own text */
+    plan_add(r, EV_WAIT);
 }
 
 /* (b) A destructive request with confirmAction available: ask for confirmation, the run then ends.
@@ -1125,9 +1167,12 @@ static void scenario_confirm(struct run *r, const char *tool, const char *text, 
     snprintf(call_id, sizeof(call_id), "call_%03zu", 3 + 3 * (n - 1));
     plan_begin(r);
     plan_text(r, msg_id, texts, 1, false);
-    if (!r->k.stall)
+    if (!r->k.stall) {
         plan_tool_call(r, call_id, tool, msg_id, args_s ? args_s : "{}");
-    plan_end(r);
+        plan_end_or_wait(r, call_id, tool, args_s ? args_s : "{}", n);
+    } else {
+        plan_end(r);
+    }
     free(args_s);
     json_decref(args);
     free(action);
@@ -1144,7 +1189,7 @@ static void scenario_frontend(struct run *r, const json_t *tool, const char *tex
     snprintf(call_id, sizeof(call_id), "call_%03zu", 2 + 3 * (n - 1));
     plan_begin(r);
     plan_tool_call(r, call_id, str_field(tool, "name"), NULL, args);
-    plan_end(r);
+    plan_end_or_wait(r, call_id, str_field(tool, "name"), args, n);
     free(args);
 }
 
@@ -1399,6 +1444,7 @@ static json_t *step_json(const struct run *r, const struct step *s, uint64_t rep
         break;
     case EV_DONE:
     case EV_STALL:
+    case EV_WAIT:
         assert(!"not an event");
         break;
     }
@@ -1599,6 +1645,8 @@ static void run_end(struct conn *c)
 {
     assert(c->d->active_streams > 0);
     c->d->active_streams--;
+    if (c->run->waiting)
+        c->d->waiting--;
     run_free(c->run);
     c->run = NULL;
 }
@@ -1684,7 +1732,7 @@ static void pump(struct conn *c)
 
     assert(c->state == CONN_ST_STREAM && r);
     r->blocked = false;
-    if (r->stalled)
+    if (r->stalled || r->waiting)
         return;
     if (evbuffer_get_length(c->wire) > 0) {
         r->blocked = true; /* still trickling the previous event */
@@ -1693,6 +1741,11 @@ static void pump(struct conn *c)
     while (r->cur < r->nsteps && !drop_due(r)) {
         if (r->steps[r->cur].kind == EV_STALL) {
             r->stalled = true;
+            break;
+        }
+        if (r->steps[r->cur].kind == EV_WAIT) {
+            r->waiting = true;
+            c->d->waiting++;
             break;
         }
         if (conn_queued(c) + evbuffer_get_length(r->batch) >= OUT_HIGH) {
@@ -1716,6 +1769,9 @@ static void pump(struct conn *c)
         stream_finish(c);
     } else if (r->stalled) {
         agw_log_debug("conn %" PRIu64 ": stalled after %" PRIu64 " events", c->id, r->emitted);
+    } else if (r->waiting) {
+        agw_log_info("conn %" PRIu64 ": run %s waits for a decision on %s", c->id, r->run_id,
+                     r->pending_call);
     } else if (r->k.delay_ms > 0 && !r->blocked) {
         arm_timer(c, (uint64_t)r->k.delay_ms);
     } else if (conn_queued(c) == 0) {
@@ -1793,6 +1849,87 @@ static void record_request(struct conn *c, const char *path, const char *query)
     c->d->last_request = req;
 }
 
+/* ---- human in the loop ----------------------------------------------------------------------- */
+/* SPEC §5: no user message with non-blank content, and a tool message with a toolCallId. */
+static bool decision_only(const json_t *in)
+{
+    const json_t *m;
+    size_t i;
+    bool decision = false;
+
+    json_array_foreach(json_object_get(in, "messages"), i, m)
+    {
+        const char *role = str_field(m, "role");
+        if (role && strcmp(role, "user") == 0) {
+            char *text = message_text(m);
+            bool blank = true;
+            for (const char *p = text; *p && blank; p++)
+                blank = *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r';
+            free(text);
+            if (!blank)
+                return false;
+        } else if (role && strcmp(role, "tool") == 0 && str_field(m, "toolCallId")) {
+            decision = true;
+        }
+    }
+    return decision;
+}
+
+/* The waiting run a decision for (<thread>, <run>) is for: that exact run, else the thread's
+ * latest.
+ */
+static struct conn *find_waiting(struct demo *d, const char *thread, const char *run)
+{
+    struct conn *best = NULL;
+
+    if (!thread)
+        return NULL;
+    for (struct conn *c = d->conns; c; c = c->next) {
+        struct run *r = c->run;
+        if (c->state != CONN_ST_STREAM || !r || !r->waiting || strcmp(r->thread_id, thread) != 0)
+            continue;
+        if (run && strcmp(r->run_id, run) == 0)
+            return c;
+        if (!best || r->seq > best->run->seq)
+            best = c;
+    }
+    return best;
+}
+
+/* Resumes the waiting run of <wc> with the decision in <in>: the tool message answering the pending
+ * call (else the last tool message) becomes the follow-up text, then the run ends. */
+static void apply_decision(struct conn *wc, const json_t *in)
+{
+    struct run *r = wc->run;
+    const json_t *messages = json_object_get(in, "messages"), *m, *answer = NULL;
+    size_t i;
+    char id[32], text[1024];
+    const char *texts[1] = {text};
+    const char *content;
+
+    json_array_foreach(messages, i, m)
+    {
+        const char *role = str_field(m, "role"), *call = str_field(m, "toolCallId");
+        if (!role || strcmp(role, "tool") != 0 || !call)
+            continue;
+        if (!answer || strcmp(str_field(answer, "toolCallId"), r->pending_call) != 0)
+            answer = m;
+    }
+    content = str_field(answer, "content");
+    followup_text(r, r->pending_name, r->pending_args, content ? content : "", text, sizeof(text));
+    agw_log_info("conn %" PRIu64 ": decision for run %s (%s): %s", wc->id, r->run_id,
+                 r->pending_call, r->scenario);
+    snprintf(id, sizeof(id), "msg_%zu", r->followup_msg);
+    plan_text(r, id, texts, 1, true);
+    plan_end(r);
+    r->cur++; /* past EV_WAIT */
+    r->rep = 0;
+    r->waiting = false;
+    wc->d->waiting--;
+    wc->d->decisions++;
+    arm_timer(wc, 0); /* production resumes from the loop */
+}
+
 /* An agent POST: validate, build the run, answer after first_byte_delay_ms. */
 static void handle_run(struct conn *c, const char *path, const char *query)
 {
@@ -1835,6 +1972,18 @@ static void handle_run(struct conn *c, const char *path, const char *query)
     }
     tid = str_field(in, "threadId");
     rid = str_field(in, "runId");
+    if (in && decision_only(in)) {
+        struct conn *wc = find_waiting(d, tid, rid);
+        if (wc) {
+            json_t *ack = json_pack("{s:s,s:s,s:s}", "status", "accepted", "threadId",
+                                    wc->run->thread_id, "runId", wc->run->run_id);
+            apply_decision(wc, in);
+            json_decref(in);
+            run_free(r);
+            send_json(c, 202, ack, "", false);
+            return;
+        }
+    }
     if (tid && *tid) {
         r->thread_id = agw_xstrdup(tid);
     } else {
@@ -1863,6 +2012,7 @@ static void handle_run(struct conn *c, const char *path, const char *query)
                  c->target, r->thread_id, r->run_id, r->scenario);
     c->run = r;
     c->bytewise = r->k.bytewise != 0;
+    r->seq = ++d->run_seq;
     d->active_streams++;
     bufferevent_set_timeouts(c->bev, NULL, NULL); /* a stalled or paced stream is not idle */
     set_state(c, CONN_ST_DELAY);
@@ -1888,11 +2038,13 @@ static void handle_request(struct conn *c)
         } else if (strcmp(path, "/_demo/stats") == 0) {
             agw_log_info("conn %" PRIu64 ": %s %s -> 200", c->id, c->method, c->target);
             send_json(c, 200,
-                      json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "requests", (json_int_t)d->requests,
-                                "active_streams", (json_int_t)d->active_streams, "client_closed",
+                      json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "requests",
+                                (json_int_t)d->requests, "active_streams",
+                                (json_int_t)d->active_streams, "client_closed",
                                 (json_int_t)d->client_closed, "completed", (json_int_t)d->completed,
                                 "dropped", (json_int_t)d->dropped, "connections",
-                                (json_int_t)d->connections),
+                                (json_int_t)d->connections, "waiting", (json_int_t)d->waiting,
+                                "decisions", (json_int_t)d->decisions),
                       "", false);
         } else if (strcmp(path, "/_demo/last-request") == 0) {
             if (d->last_request) {
@@ -2234,7 +2386,7 @@ static void on_write(struct bufferevent *bev, void *arg)
         return;
     }
     if (c->state == CONN_ST_STREAM && c->run &&
-        (c->run->blocked || (c->run->k.delay_ms == 0 && !c->run->stalled)))
+        (c->run->blocked || (c->run->k.delay_ms == 0 && !c->run->stalled && !c->run->waiting)))
         pump(c);
     else if (c->state == CONN_ST_CLOSING && conn_queued(c) == 0)
         conn_free(c);

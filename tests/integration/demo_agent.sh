@@ -275,6 +275,32 @@ check_contains "last-request: traceparent" '"traceparent":"00-0af7651916cd43dd84
 check_contains "last-request: content-type" '"content-type":"application/json"' "$BODY"
 check_contains "last-request: raw body" '"body":"{\"threadId\":\"thread_001\"' "$BODY"
 
+# ---- wait_decision: a frontend tool call waits for a decision-only POST, which resumes the same stream ----
+CONFIRM_TOOLS='[{"name":"confirmAction","description":"Ask the user to confirm","parameters":{"type":"object"}}]'
+WAIT_RUN="{\"threadId\":\"tw\",\"runId\":\"rw\",\"messages\":[{\"id\":\"m1\",\"role\":\"user\",\"content\":\"Delete all the logs\"}],\"tools\":$CONFIRM_TOOLS}"
+# a decision-only body for thread tw: THREAD RUN CONTENT(JSON string)
+decision() {
+    printf '{"threadId":"%s","runId":"%s","messages":[{"id":"d1","role":"tool","toolCallId":"call_003","content":%s}]}' "$1" "$2" "$3"
+}
+curl -sS -N -m 10 -o "$T/wait.s" -H 'Content-Type: application/json' -d "$WAIT_RUN" "$U/agent?wait_decision=1" &
+wait_pid=$!
+for _ in $(seq 50); do grep -q TOOL_CALL_END "$T/wait.s" 2>/dev/null && break; sleep 0.1; done
+http GET "$U/_demo/stats"
+check_contains "wait_decision: the run waits" '"waiting":1,' "$BODY"
+check_not_contains "wait_decision: no RUN_FINISHED while waiting" RUN_FINISHED "$(cat "$T/wait.s")"
+http POST "$U/agent" -H 'Content-Type: application/json' -d "$(decision tw other-run '"yes"')"
+check_eq "wait_decision: the decision is answered 202" 202 "$STATUS"
+check_eq "wait_decision: the 202 names the waiting run (thread fallback)" '{"status":"accepted","threadId":"tw","runId":"rw"}' "$BODY"
+for _ in $(seq 50); do kill -0 "$wait_pid" 2>/dev/null || break; sleep 0.1; done
+check_contains "wait_decision: the stream goes on with the decision" '"delta":"Successfully deleted 15 logs."' "$(cat "$T/wait.s")"
+check_contains "wait_decision: the follow-up text has a new id" '"messageId":"msg_3"' "$(cat "$T/wait.s")"
+check_eq "wait_decision: then ends" RUN_FINISHED "$(grep -o '"type":"[A-Z_]*"' "$T/wait.s" | tail -n1 | cut -d'"' -f4)"
+http GET "$U/_demo/stats"
+check_contains "wait_decision: nothing waits any more" '"waiting":0,' "$BODY"
+check_contains "wait_decision: decisions counted" '"decisions":1}' "$BODY"
+sse "$U/agent" "$(decision tw rw '"yes"')"
+check_contains "a decision with nothing waiting is an ordinary run" "RUN_STARTED TEXT_MESSAGE_START" "$TYPES"
+
 # ---- SIGTERM ------------------------------------------------------------------------------------------
 curl -sS -N -m 10 -d "$CHAT" "$U/agent?stall=1" >/dev/null 2>&1 &
 sleep 0.3
