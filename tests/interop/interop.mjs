@@ -96,6 +96,53 @@ for (const [decision, expect] of [["true", /Successfully deleted/], ['{"approved
         JSON.stringify(r2.messages.at(-1)));
 }
 
+// 4b. Human in the loop with a live run: the run waits after its confirmAction call, the decision arrives on a
+// second, decision-only request (202 decision_forwarded), and the client's original run ends with its effect.
+for (const [decision, expect] of [["true", /^Successfully deleted 15 temporary files\.$/], ["false", /^Cancelled/]]) {
+  const tools = [{ name: "confirmAction", description: "Ask the user to confirm",
+                   parameters: { type: "object", properties: { action: { type: "string" } } } }];
+  const threadId = "thread-live-" + Math.random().toString(16).slice(2);
+  const agent = new HttpAgent({ url: `${GW}/agents/hitl/runs`, threadId, headers: { Authorization: `Bearer ${TOKEN}` },
+                                initialMessages: [user("m1", "Please delete the temporary files")] });
+  const events = [];
+  let runId = null, forwarded = null, error = null;
+  const decide = async (toolCallId) => {
+    const res = await fetch(`${GW}/agents/hitl/runs`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${TOKEN}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ threadId, runId, messages: [{ id: "decision-1", role: "tool", toolCallId, content: decision }],
+                             tools, context: [], state: {}, forwardedProps: {} }),
+    });
+    return { status: res.status, body: await res.json() };
+  };
+  const abortController = new AbortController();
+  const timer = setTimeout(() => abortController.abort(), 10000);
+  try {
+    await agent.runAgent({ tools, abortController }, {
+      onEvent: ({ event }) => {
+        events.push(event);
+        if (event.type === "RUN_STARTED") runId = event.runId;
+        if (event.type === "TOOL_CALL_END" && !forwarded) forwarded = decide(event.toolCallId);
+      },
+    });
+  } catch (e) {
+    error = e;
+  } finally {
+    clearTimeout(timer);
+  }
+  const fwd = forwarded ? await forwarded : null;
+  check(`live decision (${decision}): the verifier accepts the one run`, !error, error);
+  check(`live decision (${decision}): the decision request gets 202 decision_forwarded for the live run`,
+        fwd?.status === 202 && fwd.body.status === "decision_forwarded" && fwd.body.threadId === threadId && fwd.body.runId === runId,
+        JSON.stringify(fwd));
+  check(`live decision (${decision}): one run, RUN_STARTED first and RUN_FINISHED last`,
+        types(events).filter((t) => t === "RUN_STARTED").length === 1 && types(events).at(-1) === "RUN_FINISHED",
+        types(events).join(","));
+  check(`live decision (${decision}): the tool call and the answer are in the client's messages`,
+        agent.messages.some((m) => m.toolCalls?.some((c) => c.function.name === "confirmAction")) &&
+        expect.test(agent.messages.at(-1)?.content ?? ""), JSON.stringify(agent.messages));
+}
+
 // 5. Hostile upstreams through the gateway: one valid stream each.
 for (const agent of ["bytewise", "crlf", "bare", "multiline"]) {
   const r = await run(`${GW}/agents/${agent}/runs`, { messages: [user("m1", "Hello")] });

@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# Human in the loop (SPEC §5): the active-run registry, decision-only requests forwarded to the backend of the
+# run waiting for them (202) while the original stream goes on, decisions.match "run"/"thread",
+# decisions.no_active_run "new_run"/"reject", a decision for a run that just finished, two runs deciding at
+# once, the cancel endpoint, on_client_disconnect "detach" — and the registry empty after each scenario.
+. "$AGW_SRCDIR/tests/integration/lib.sh"
+
+start_demo demo || exit 1
+D=http://127.0.0.1:$DEMO_PORT
+W="$D/agent?wait_decision=1" # the demo agent waits for a decision after a frontend tool call
+
+h() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
+# gateway_config FILE DECISIONS: one config per decisions setting, the same agents behind each.
+gateway_config() {
+    cat >"$1" <<JSON
+{
+  "listen": [ { "address": "127.0.0.1", "port": 0 } ],
+  "auth": { "keys": [ { "id": "web", "sha256": "$(h web-token)", "agents": ["*"] } ] },
+  "agents": {
+    "hitl":   { "upstreams": ["$W"] },
+    "plain":  { "upstreams": ["$D/agent"] },
+    "detach": { "upstreams": ["$W"], "on_client_disconnect": "detach" },
+    "refuse": { "upstreams": ["$W"], "forward_headers": ["X-Demo-Status"] }
+  },
+  "decisions": $2,
+  "timeouts": { "heartbeat": "10s", "drain": "1s" },
+  "log": { "access": "$1.access" }
+}
+JSON
+}
+# gateway NAME DECISIONS: starts a gateway; sets <NAME>_PORT and <NAME>_PID.
+gateway() {
+    gateway_config "$T/$1.json" "$2"
+    "$AGW_GATEWAY" -c "$T/$1.json" --port-file "$T/$1.port" >"$T/$1.log" 2>&1 &
+    eval "$1_PID=$!"
+    PIDS="$PIDS $!"
+    wait_port_file "$T/$1.port" || { cat "$T/$1.log" >&2; exit 1; }
+    eval "$1_PORT=$(head -n1 "$T/$1.port")"
+}
+gateway A '{}'
+gateway R '{ "match": "run", "no_active_run": "reject" }'
+gateway TH '{ "match": "thread" }'
+
+J='Content-Type: application/json'
+AUTH='Authorization: Bearer web-token'
+TOOLS='[{"name":"confirmAction","description":"Ask the user to confirm","parameters":{"type":"object","properties":{"action":{"type":"string"}}}}]'
+# run_body THREAD RUN: the user asks for something that needs a confirmation.
+run_body() {
+    printf '{"threadId":"%s","runId":"%s","messages":[{"id":"m1","role":"user","content":"Please delete the temporary files"}],"tools":%s}' \
+        "$1" "$2" "$TOOLS"
+}
+# decision_body THREAD RUN CONTENT: decision-only (no user input, one tool message); CONTENT is a JSON string.
+decision_body() {
+    printf '{"threadId":"%s","runId":"%s","messages":[{"id":"a1","role":"assistant","content":"","toolCalls":[{"id":"call_003","type":"function","function":{"name":"confirmAction","arguments":"{\\"action\\":\\"delete temporary files\\",\\"count\\":15}"}}]},{"id":"d1","role":"tool","toolCallId":"call_003","content":%s}],"tools":%s}' \
+        "$1" "$2" "$3" "$TOOLS"
+}
+APPROVE='"{\"approved\":true}"'
+DENY='"false"'
+
+# stream NAME PORT AGENT BODY: a run in the background, its stream in $T/NAME.s; sets <NAME>_PID.
+stream() {
+    curl -sS -N -m 30 -o "$T/$1.s" -H "$J" -H "$AUTH" -d "$4" "http://127.0.0.1:$2/v1/ag-ui/agents/$3/runs" \
+        2>"$T/$1.err" &
+    eval "$1_PID=$!"
+}
+# wait_grep FILE TEXT: up to 10 s for TEXT to appear in FILE.
+wait_grep() {
+    for _ in $(seq 100); do
+        grep -qF -- "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+# wait_done PID: up to 10 s for a background curl to end.
+wait_done() {
+    for _ in $(seq 100); do
+        kill -0 "$1" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    return 1
+}
+types() { grep -o '"type":"[A-Z_]*"' "$1" | cut -d'"' -f4 | tr '\n' ' '; }
+metric() { curl -s -m 5 "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
+# wait_metric PORT NAME VALUE: up to 5 s for the metric to reach VALUE; prints its last value.
+wait_metric() {
+    local v
+    for _ in $(seq 50); do
+        v=$(metric "$1" "$2")
+        [ "$v" = "$3" ] && break
+        sleep 0.1
+    done
+    echo "$v"
+}
+stat() { curl -s -m 5 "$D/_demo/stats" | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+registry_empty() { check_eq "registry empty after $1" 0 "$(wait_metric "$2" agw_active_runs 0)"; }
+decide() { # decide PORT AGENT BODY [curl args]: POSTs a decision; sets STATUS and BODY
+    local port=$1 agent=$2 body=$3
+    shift 3
+    http POST "http://127.0.0.1:$port/v1/ag-ui/agents/$agent/runs" -H "$J" -H "$AUTH" -d "$body" "$@"
+}
+
+# ---- 1. the 202 path: the decision reaches the waiting run, whose own stream shows its effect ----
+stream s1 "$A_PORT" hitl "$(run_body t1 r1)"
+wait_grep "$T/s1.s" TOOL_CALL_END || fail "the waiting run did not call its tool"
+check_eq "a waiting run is registered" 1 "$(wait_metric "$A_PORT" agw_active_runs 1)"
+check_not_contains "the run waits (no RUN_FINISHED yet)" RUN_FINISHED "$(cat "$T/s1.s")"
+DEC=$(decision_body t1 r1 "$APPROVE")
+decide "$A_PORT" hitl "$DEC"
+check_eq "decision forwarded: 202" 202 "$STATUS"
+check_eq "202 body" '{"status":"decision_forwarded","threadId":"t1","runId":"r1"}' "$BODY"
+last_body=$(curl -s "$D/_demo/last-request" | python3 -c 'import json,sys; sys.stdout.write(json.load(sys.stdin)["body"])')
+check_eq "the backend got the same body, byte for byte" "$DEC" "$last_body"
+wait_done "$s1_PID" || fail "the original stream did not end after the decision"
+check_contains "the original stream shows the decision's effect" "Successfully deleted 15 temporary files." "$(cat "$T/s1.s")"
+check_eq "one run: RUN_STARTED … RUN_FINISHED" "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END TOOL_CALL_START TOOL_CALL_ARGS TOOL_CALL_END TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED " "$(types "$T/s1.s")"
+check_eq "decisions forwarded counted" 1 "$(metric "$A_PORT" agw_decisions_forwarded_total)"
+registry_empty "a decided run" "$A_PORT"
+
+# ---- 2. a decision for a run that just finished: no_active_run "new_run" starts a new run ----
+http POST "http://127.0.0.1:$A_PORT/v1/ag-ui/agents/plain/runs" -H "$J" -H "$AUTH" -d "$(run_body t2 r2)"
+check_contains "a run that ends by itself" RUN_FINISHED "$BODY"
+registry_empty "a run that finished" "$A_PORT"
+decide "$A_PORT" plain "$(decision_body t2 r2 "$APPROVE")"
+check_eq "late decision, new_run: a new stream" 200 "$STATUS"
+check_contains "the new run answers the decision" "Successfully deleted 15 temporary files." "$BODY"
+check_contains "the new run ends" RUN_FINISHED "$BODY"
+check_eq "nothing forwarded" 1 "$(metric "$A_PORT" agw_decisions_forwarded_total)"
+registry_empty "a new run from a decision" "$A_PORT"
+
+# ---- 3. no_active_run "reject", and match "run" is the exact key ----
+decide "$R_PORT" hitl "$(decision_body t3 r3 "$APPROVE")"
+check_eq "late decision, reject: 400" 400 "$STATUS"
+check_eq "the exact message of SPEC §5" \
+    '{"error":"bad request: no active run found for thread '"'"'t3'"'"', runId: r3; cannot apply decisions"}' "$BODY"
+check_eq "rejections counted" 1 "$(metric "$R_PORT" agw_decisions_rejected_total)"
+stream s3 "$R_PORT" hitl "$(run_body t3 r3)"
+wait_grep "$T/s3.s" TOOL_CALL_END || fail "run t3 did not reach its tool call"
+wait_metric "$R_PORT" agw_active_runs 1 >/dev/null
+decide "$R_PORT" hitl "$(decision_body t3 r3-other "$APPROVE")"
+check_eq "match run: another runId of the thread does not match" 400 "$STATUS"
+decide "$R_PORT" hitl "$(decision_body t3 r3 "$APPROVE")"
+check_eq "match run: the exact key matches" 202 "$STATUS"
+wait_done "$s3_PID" || fail "run t3 did not end"
+check_contains "run t3 shows its decision" "Successfully deleted" "$(cat "$T/s3.s")"
+registry_empty "reject mode" "$R_PORT"
+
+# ---- 4. match "thread": the latest active run of the thread, whatever the runId ----
+stream s4 "$TH_PORT" hitl "$(run_body t4 r4)"
+wait_grep "$T/s4.s" TOOL_CALL_END || fail "run t4 did not reach its tool call"
+wait_metric "$TH_PORT" agw_active_runs 1 >/dev/null
+decide "$TH_PORT" hitl "$(decision_body t4 r4-next "$DENY")"
+check_eq "match thread: 202" 202 "$STATUS"
+check_eq "match thread: the 202 names the active run" '{"status":"decision_forwarded","threadId":"t4","runId":"r4"}' "$BODY"
+wait_done "$s4_PID" || fail "run t4 did not end"
+check_contains "run t4 shows the denial" "Cancelled: I did not delete temporary files." "$(cat "$T/s4.s")"
+registry_empty "match thread" "$TH_PORT"
+
+# ---- 5. two concurrent runs on different threads each get their own decision ----
+stream s5a "$A_PORT" hitl "$(run_body t5a r5a)"
+stream s5b "$A_PORT" hitl "$(run_body t5b r5b)"
+wait_grep "$T/s5a.s" TOOL_CALL_END && wait_grep "$T/s5b.s" TOOL_CALL_END || fail "the two runs did not both wait"
+check_eq "two runs registered" 2 "$(wait_metric "$A_PORT" agw_active_runs 2)"
+decide "$A_PORT" hitl "$(decision_body t5b r5b "$DENY")"
+check_eq "decision for t5b" 202 "$STATUS"
+decide "$A_PORT" hitl "$(decision_body t5a r5a "$APPROVE")"
+check_eq "decision for t5a" 202 "$STATUS"
+wait_done "$s5a_PID" && wait_done "$s5b_PID" || fail "the two runs did not end"
+check_contains "t5a got its approval" "Successfully deleted" "$(cat "$T/s5a.s")"
+check_not_contains "t5a did not get t5b's denial" "Cancelled" "$(cat "$T/s5a.s")"
+check_contains "t5b got its denial" "Cancelled: I did not delete" "$(cat "$T/s5b.s")"
+check_not_contains "t5b did not get t5a's approval" "Successfully" "$(cat "$T/s5b.s")"
+registry_empty "two concurrent runs" "$A_PORT"
+
+# ---- 6. the backend refuses a decision: 502, and the run is untouched ----
+stream s6 "$A_PORT" refuse "$(run_body t6 r6)"
+wait_grep "$T/s6.s" TOOL_CALL_END || fail "run t6 did not reach its tool call"
+wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+decide "$A_PORT" refuse "$(decision_body t6 r6 "$APPROVE")" -H 'X-Demo-Status: 500'
+check_eq "a refused decision: 502" 502 "$STATUS"
+check_contains "502 names the backend's status" "the backend refused the decision with HTTP 500" "$BODY"
+check_eq "the run still waits" 1 "$(metric "$A_PORT" agw_active_runs)"
+
+# ---- 7. cancellation: RUN_ERROR CANCELLED to the client, the upstream closed at once ----
+closed_before=$(stat client_closed)
+C=http://127.0.0.1:$A_PORT/v1/ag-ui/agents
+http POST "$C/refuse/runs/r6/cancel" -H "$AUTH"
+check_eq "cancel: 202" 202 "$STATUS"
+check_eq "cancel body" '{"status":"cancelled","threadId":"t6","runId":"r6"}' "$BODY"
+wait_done "$s6_PID" || fail "the cancelled stream did not end"
+check_eq "the client's stream ends with RUN_ERROR" RUN_ERROR "$(types "$T/s6.s" | awk '{print $NF}')"
+check_contains "with code CANCELLED" '"code":"CANCELLED"' "$(cat "$T/s6.s")"
+for _ in $(seq 50); do [ "$(stat client_closed)" -gt "$closed_before" ] && break; sleep 0.1; done
+check_eq "the backend saw its connection close" $((closed_before + 1)) "$(stat client_closed)"
+http POST "$C/refuse/runs/r6/cancel" -H "$AUTH"
+check_eq "cancel an ended run: 404" 404 "$STATUS"
+check_contains "404 names the run" "no active run 'r6'" "$BODY"
+http POST "$C/hitl/runs/never/cancel" -H "$AUTH"
+check_eq "cancel an unknown run: 404" 404 "$STATUS"
+check_eq "cancellations counted" 1 "$(metric "$A_PORT" agw_runs_cancelled_total)"
+registry_empty "a cancelled run" "$A_PORT"
+
+# ---- 8. client disconnect: "cancel" (default) closes the upstream and the entry ----
+stream s8 "$A_PORT" hitl "$(run_body t8 r8)"
+wait_grep "$T/s8.s" TOOL_CALL_END || fail "run t8 did not reach its tool call"
+closed_before=$(stat client_closed)
+kill "$s8_PID"
+registry_empty "a client disconnect" "$A_PORT"
+for _ in $(seq 50); do [ "$(stat client_closed)" -gt "$closed_before" ] && break; sleep 0.1; done
+check_eq "disconnect closes the upstream" $((closed_before + 1)) "$(stat client_closed)"
+
+# ---- 9. "detach": the run outlives its client, decisions still reach it, it is recorded ----
+stream s9 "$A_PORT" detach "$(run_body t9 r9)"
+wait_grep "$T/s9.s" TOOL_CALL_END || fail "run t9 did not reach its tool call"
+closed_before=$(stat client_closed)
+completed_before=$(stat completed)
+kill "$s9_PID"
+wait_grep "$T/A.log" "goes on detached" || fail "the gateway did not detach the run"
+check_eq "a detached run stays registered" 1 "$(metric "$A_PORT" agw_active_runs)"
+decide "$A_PORT" detach "$(decision_body t9 r9 "$APPROVE")"
+check_eq "a decision reaches a detached run" 202 "$STATUS"
+registry_empty "a detached run" "$A_PORT"
+for _ in $(seq 50); do [ "$(stat completed)" -gt "$completed_before" ] && break; sleep 0.1; done
+check_eq "the detached run ran to its end at the backend" $((completed_before + 1)) "$(stat completed)"
+check_eq "its upstream was not closed early" "$closed_before" "$(stat client_closed)"
+wait_grep "$T/A.json.access" '"detached":true' || true
+check_contains "the access log records the detached run's end" \
+    '"thread":"t9","run":"r9","key":"web","status":200' "$(grep '"detached":true' "$T/A.json.access")"
+check_contains "… as finished" '"outcome":"RUN_FINISHED"' "$(grep '"detached":true' "$T/A.json.access")"
+
+# A detached run still going when the gateway stops ends with the drain (SHUTDOWN), and nothing leaks.
+stream s10 "$A_PORT" detach "$(run_body t10 r10)"
+wait_grep "$T/s10.s" TOOL_CALL_END || fail "run t10 did not reach its tool call"
+kill "$s10_PID"
+wait_grep "$T/A.log" "req=" >/dev/null
+check_eq "detached run registered" 1 "$(wait_metric "$A_PORT" agw_active_runs 1)"
+for g in A R TH; do
+    stop_pid "$(eval echo "\$${g}_PID")" >/dev/null
+    check_eq "gateway $g exits cleanly" 0 "$STOP_STATUS"
+done
+check_contains "the drain ended the detached run" '"run":"r10"' "$(cat "$T/A.json.access")"
+finish
