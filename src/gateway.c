@@ -421,19 +421,20 @@ static void decision_answer(struct decision *d, int status, const char *outcome,
 static void decision_on_head(void *arg, const struct agw_http1_response *resp)
 {
     struct decision *d = arg;
+    int status = resp->status;
     char msg[128];
 
-    if (resp->status >= 200 && resp->status <= 299) {
+    /* The backend's answer body is not wanted; reading it to its end lets the connection be
+     * reused. Released before answering: the answer may end the request, and <d> with it. */
+    agw_upstream_release(d->up);
+    d->up = NULL;
+    if (status >= 200 && status <= 299) {
         decision_answer(d, 202, "decision_forwarded", NULL);
     } else {
         snprintf(msg, sizeof(msg), "bad gateway: the backend refused the decision with HTTP %d",
-                 resp->status);
+                 status);
         decision_answer(d, 502, "decision_refused", msg);
     }
-    /* The backend's answer body is not wanted; reading it to its end lets the connection be
-     * reused. */
-    agw_upstream_release(d->up);
-    d->up = NULL;
 }
 
 static void decision_on_body(void *arg, struct evbuffer *body)

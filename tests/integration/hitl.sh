@@ -143,6 +143,8 @@ check_eq "match run: the exact key matches" 202 "$STATUS"
 wait_done "$s3_PID" || fail "run t3 did not end"
 check_contains "run t3 shows its decision" "Successfully deleted" "$(cat "$T/s3.s")"
 registry_empty "reject mode" "$R_PORT"
+decide "$R_PORT" hitl "$(decision_body t3 r3 "$APPROVE")"
+check_eq "reject: a decision for the run that just finished gets 400" 400 "$STATUS"
 
 # ---- 4. match "thread": the latest active run of the thread, whatever the runId ----
 stream s4 "$TH_PORT" hitl "$(run_body t4 r4)"
