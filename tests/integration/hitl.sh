@@ -20,7 +20,8 @@ gateway_config() {
     "hitl":   { "upstreams": ["$W"] },
     "plain":  { "upstreams": ["$D/agent"] },
     "detach": { "upstreams": ["$W"], "on_client_disconnect": "detach" },
-    "refuse": { "upstreams": ["$W"], "forward_headers": ["X-Demo-Status"] }
+    "refuse": { "upstreams": ["$W"], "forward_headers": ["X-Demo-Status"] },
+    "drop":   { "upstreams": ["$D/agent?events=50&delay_ms=20&drop_after=5"] }
   },
   "decisions": $2,
   "timeouts": { "heartbeat": "10s", "drain": "1s" },
@@ -209,6 +210,13 @@ kill "$s8_PID"
 registry_empty "a client disconnect" "$A_PORT"
 for _ in $(seq 50); do [ "$(stat client_closed)" -gt "$closed_before" ] && break; sleep 0.1; done
 check_eq "disconnect closes the upstream" $((closed_before + 1)) "$(stat client_closed)"
+
+# ---- 8b. the upstream lost mid-stream: RUN_ERROR to the client, the entry removed ----
+stream s8b "$A_PORT" drop "$(run_body t8b r8b)"
+check_eq "a streaming run is registered" 1 "$(wait_metric "$A_PORT" agw_active_runs 1)"
+wait_done "$s8b_PID" || fail "the dropped run did not end"
+check_contains "the client sees UPSTREAM_ERROR" '"code":"UPSTREAM_ERROR"' "$(cat "$T/s8b.s")"
+registry_empty "an upstream lost mid-stream" "$A_PORT"
 
 # ---- 9. "detach": the run outlives its client, decisions still reach it, it is recorded ----
 stream s9 "$A_PORT" detach "$(run_body t9 r9)"
