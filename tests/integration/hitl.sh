@@ -21,7 +21,7 @@ gateway_config() {
     "plain":  { "upstreams": ["$D/agent"] },
     "detach": { "upstreams": ["$W"], "on_client_disconnect": "detach" },
     "refuse": { "upstreams": ["$W"], "forward_headers": ["X-Demo-Status"] },
-    "drop":   { "upstreams": ["$D/agent?events=50&delay_ms=20&drop_after=5"] }
+    "drop":   { "upstreams": ["$D/agent?events=100&delay_ms=20&drop_after=40"] }
   },
   "decisions": $2,
   "timeouts": { "heartbeat": "10s", "drain": "1s" },
@@ -212,7 +212,7 @@ for _ in $(seq 50); do [ "$(stat client_closed)" -gt "$closed_before" ] && break
 check_eq "disconnect closes the upstream" $((closed_before + 1)) "$(stat client_closed)"
 
 # ---- 8b. the upstream lost mid-stream: RUN_ERROR to the client, the entry removed ----
-stream s8b "$A_PORT" drop "$(run_body t8b r8b)"
+stream s8b "$A_PORT" drop '{"threadId":"t8b","runId":"r8b","messages":[{"id":"m1","role":"user","content":"Tell me a story"}]}'
 check_eq "a streaming run is registered" 1 "$(wait_metric "$A_PORT" agw_active_runs 1)"
 wait_done "$s8b_PID" || fail "the dropped run did not end"
 check_contains "the client sees UPSTREAM_ERROR" '"code":"UPSTREAM_ERROR"' "$(cat "$T/s8b.s")"
