@@ -1560,3 +1560,41 @@ Test(agui, content_fast_path_agrees_with_the_full_parser)
         result_free(&r);
     }
 }
+
+/* The fast path skips plain ASCII eight bytes at a time: a byte that needs attention must be seen
+ * at every position of a word, and the scanner must agree with the full parser on each. */
+Test(agui, content_fast_path_sees_special_bytes_at_every_offset)
+{
+    static const struct {
+        const char *bytes;
+        bool ok; /* relayed as is; else INVALID_EVENT */
+    } specials[] = {
+        {"\\\"", true},  {"\\\\", true},  {"\xc3\xa9", true}, {"\x7f", true},
+        {"\x01", false}, {"\x1f", false}, {"\xff", false},    {"\"", false},
+    };
+
+    for (size_t s = 0; s < sizeof(specials) / sizeof(specials[0]); s++) {
+        for (size_t off = 0; off < 17; off++) {
+            char frame[256], delta[64];
+            memset(delta, 'a', off);
+            snprintf(delta + off, sizeof(delta) - off, "%s%s", specials[s].bytes,
+                     "bbbbbbbbbbbbbbbbbbbb");
+            snprintf(frame, sizeof(frame),
+                     "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"%s\"}",
+                     delta);
+            struct result r =
+                RUN(END_NONE,
+                    "{\"type\":\"RUN_STARTED\",\"threadId\":\"" TID "\",\"runId\":\"" RID "\"}",
+                    "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\"}",
+                    frame);
+            if (specials[s].ok) {
+                cr_assert_eq(r.n_out, 3, "special %zu at %zu", s, off);
+                cr_assert(strstr(r.text, frame) != NULL, "special %zu at %zu: relayed as is", s,
+                          off);
+            } else {
+                assert_run_error(&r, 2, "INVALID_EVENT", "");
+            }
+            result_free(&r);
+        }
+    }
+}
