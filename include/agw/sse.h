@@ -62,8 +62,9 @@ int agw_sse_finish(struct agw_sse_parser *p, agw_sse_frame_fn *cb, void *arg);
  * blank line, comments included, or the start of a BOM). */
 bool agw_sse_pending(const struct agw_sse_parser *p);
 
-/* Appends "data: <data>\n\n" to <out>. <data> must hold no CR or LF (compact JSON; assert()ed).
- * Returns 0, or -AGW_ENOMEM if libevent could not allocate (then nothing is appended). */
+/* Appends "data: <data>\n\n" to <out>. <data> must hold no CR or LF (compact JSON); this is not
+ * checked, as it runs once per relayed event. Returns 0, or -AGW_ENOMEM if libevent could not
+ * allocate (then nothing is appended). */
 int agw_sse_write_data(struct evbuffer *out, const char *data, size_t len);
 /* Appends ": <text>\n\n" to <out> (a heartbeat is agw_sse_write_comment(out, "ping")); <text> as
  * above. */
