@@ -202,7 +202,7 @@ struct run {
     uint64_t seq; /* start order, to find a thread's latest waiting run */
     /* wait_decision: the frontend tool call the decision answers */
     char *pending_call, *pending_name, *pending_args;
-    size_t followup_msg; /* the follow-up text's id number: msg_<n> */
+    size_t followup_msg; /* the follow-up text's lowest id number (msg_<n>): past the run's own */
     bool blocked;        /* stopped at OUT_HIGH: the write callback resumes it */
 };
 
@@ -1037,10 +1037,11 @@ static void sfmt(char *buf, size_t len, const char *fmt, ...)
 }
 
 /* The answer to tool <name> (called with <args>; both may be NULL) returning <content>: a
- * confirmation's outcome, or a text that uses the result. Sets r->scenario. */
-static void followup_text(struct run *r, const char *name, const char *args, const char *content,
-                          char *text, size_t textlen)
+ * confirmation's outcome, or a text that uses the result. Returns the outcome's scenario name. */
+static const char *followup_text(const char *name, const char *args, const char *content,
+                                 char *text, size_t textlen)
 {
+    const char *outcome;
     size_t j;
 
     if (name && is_confirm_tool(name)) {
@@ -1049,7 +1050,7 @@ static void followup_text(struct run *r, const char *name, const char *args, con
         const json_t *count = json_object_get(a, "count");
         bool ok = decision_approved(content);
 
-        r->scenario = ok ? "confirm-approved" : "confirm-denied";
+        outcome = ok ? "confirm-approved" : "confirm-denied";
         if (!action)
             sfmt(text, textlen,
                  ok ? "Done: the action was approved and carried out."
@@ -1068,7 +1069,7 @@ static void followup_text(struct run *r, const char *name, const char *args, con
         json_t *res = json_loads(content, 0, NULL);
         size_t len;
 
-        r->scenario = "tool-result";
+        outcome = "tool-result";
         if (json_is_array(res) && json_array_size(res) > 0) {
             bool files = name && strstr(name, "file");
             size_t cnt = json_array_size(res);
@@ -1096,6 +1097,23 @@ static void followup_text(struct run *r, const char *name, const char *args, con
         len = strlen(text);
         text[utf8_cut(text, len, textlen - 8)] = '\0';
     }
+    return outcome;
+}
+
+/* Appends the answer to tool <name> returning <content> (see followup_text; <content> may be NULL)
+ * as text message msg_<msg_no>, then the run's end. Scenario (a) and a waiting run's decision share
+ * it, so that both answer a tool alike. Returns the outcome's scenario name. */
+static const char *plan_followup(struct run *r, const char *name, const char *args,
+                                 const char *content, size_t msg_no)
+{
+    char id[32], text[1024];
+    const char *texts[1] = {text};
+    const char *outcome = followup_text(name, args, content ? content : "", text, sizeof(text));
+
+    snprintf(id, sizeof(id), "msg_%zu", msg_no);
+    plan_text(r, id, texts, 1, true);
+    plan_end(r);
+    return outcome;
 }
 
 /* (a) The last message is a tool result: answer with a text that uses it. */
@@ -1107,8 +1125,6 @@ static void scenario_tool_followup(struct run *r, const json_t *messages, const 
     const char *name = NULL, *args = NULL;
     const json_t *m, *tc;
     size_t i, j;
-    char id[32], text[1024];
-    const char *texts[1] = {text};
 
     json_array_foreach(messages, i, m)
     {
@@ -1121,11 +1137,8 @@ static void scenario_tool_followup(struct run *r, const json_t *messages, const 
             }
         }
     }
-    followup_text(r, name, args, content ? content : "", text, sizeof(text));
-    snprintf(id, sizeof(id), "msg_%zu", n + 1);
     plan_begin(r);
-    plan_text(r, id, texts, 1, true);
-    plan_end(r);
+    r->scenario = plan_followup(r, name, args, content, n + 1);
 }
 
 /* After a frontend tool call: wait_decision=1 keeps the stream open for the decision (EV_WAIT),
@@ -1144,8 +1157,8 @@ static void plan_end_or_wait(struct run *r, const char *call_id, const char *nam
     plan_add(r, EV_WAIT);
 }
 
-/* (b) A destructive request with confirmAction available: ask for confirmation, the run then ends.
- */
+/* (b) A destructive request with confirmAction available: ask for confirmation, then end or wait
+ * (plan_end_or_wait). */
 static void scenario_confirm(struct run *r, const char *tool, const char *text, size_t n)
 {
     char *action = confirm_action(text);
@@ -1178,7 +1191,8 @@ static void scenario_confirm(struct run *r, const char *tool, const char *text, 
     free(action);
 }
 
-/* (c) A frontend tool the user asked for: call it, the frontend answers in the next request. */
+/* (c) A frontend tool the user asked for: call it; the frontend answers in the next request, or in
+ * a decision for this run when it waits. */
 static void scenario_frontend(struct run *r, const json_t *tool, const char *text,
                               const char *lower, size_t n)
 {
@@ -1896,17 +1910,20 @@ static struct conn *find_waiting(struct demo *d, const char *thread, const char 
     return best;
 }
 
-/* Resumes the waiting run of <wc> with the decision in <in>: the tool message answering the pending
- * call (else the last tool message) becomes the follow-up text, then the run ends. */
-static void apply_decision(struct conn *wc, const json_t *in)
+/* Resumes the waiting run of <wc> with the decision <in>, which came on connection <from>: the tool
+ * message answering the pending call (else the last tool message) is answered as scenario (a)
+ * would, with the run's own tool name and arguments, then the run ends. The follow-up text's id is
+ * msg_<n+1> for a decision of n messages, as in scenario (a), but never below the run's own floor:
+ * a decision carrying only its tool message would otherwise reuse the run's msg_2. The run keeps
+ * its scenario name (X-Demo-Scenario, sent at the end with framing=length). */
+static void apply_decision(struct conn *wc, const json_t *in, uint64_t from)
 {
     struct run *r = wc->run;
     const json_t *messages = json_object_get(in, "messages"), *m, *answer = NULL;
-    size_t i;
-    char id[32], text[1024];
-    const char *texts[1] = {text};
-    const char *content;
+    size_t i, msg_no = json_array_size(messages) + 1;
+    const char *outcome;
 
+    assert(r->waiting && r->steps[r->cur].kind == EV_WAIT);
     json_array_foreach(messages, i, m)
     {
         const char *role = str_field(m, "role"), *call = str_field(m, "toolCallId");
@@ -1915,13 +1932,13 @@ static void apply_decision(struct conn *wc, const json_t *in)
         if (!answer || strcmp(str_field(answer, "toolCallId"), r->pending_call) != 0)
             answer = m;
     }
-    content = str_field(answer, "content");
-    followup_text(r, r->pending_name, r->pending_args, content ? content : "", text, sizeof(text));
-    agw_log_info("conn %" PRIu64 ": decision for run %s (%s): %s", wc->id, r->run_id,
-                 r->pending_call, r->scenario);
-    snprintf(id, sizeof(id), "msg_%zu", r->followup_msg);
-    plan_text(r, id, texts, 1, true);
-    plan_end(r);
+    if (msg_no < r->followup_msg)
+        msg_no = r->followup_msg;
+    outcome =
+        plan_followup(r, r->pending_name, r->pending_args, str_field(answer, "content"), msg_no);
+    agw_log_info("conn %" PRIu64 ": decision for run %s (thread %s, %s %s) applied to conn %" PRIu64
+                 ": %s",
+                 from, r->run_id, r->thread_id, r->pending_name, r->pending_call, wc->id, outcome);
     r->cur++; /* past EV_WAIT */
     r->rep = 0;
     r->waiting = false;
@@ -1977,7 +1994,7 @@ static void handle_run(struct conn *c, const char *path, const char *query)
         if (wc) {
             json_t *ack = json_pack("{s:s,s:s,s:s}", "status", "accepted", "threadId",
                                     wc->run->thread_id, "runId", wc->run->run_id);
-            apply_decision(wc, in);
+            apply_decision(wc, in, c->id);
             json_decref(in);
             run_free(r);
             send_json(c, 202, ack, "", false);

@@ -276,30 +276,150 @@ check_contains "last-request: content-type" '"content-type":"application/json"' 
 check_contains "last-request: raw body" '"body":"{\"threadId\":\"thread_001\"' "$BODY"
 
 # ---- wait_decision: a frontend tool call waits for a decision-only POST, which resumes the same stream ----
-CONFIRM_TOOLS='[{"name":"confirmAction","description":"Ask the user to confirm","parameters":{"type":"object"}}]'
-WAIT_RUN="{\"threadId\":\"tw\",\"runId\":\"rw\",\"messages\":[{\"id\":\"m1\",\"role\":\"user\",\"content\":\"Delete all the logs\"}],\"tools\":$CONFIRM_TOOLS}"
-# a decision-only body for thread tw: THREAD RUN CONTENT(JSON string)
-decision() {
-    printf '{"threadId":"%s","runId":"%s","messages":[{"id":"d1","role":"tool","toolCallId":"call_003","content":%s}]}' "$1" "$2" "$3"
+WAIT_TOOLS='[{"name":"confirmAction","description":"x","parameters":{"type":"object"}}]'
+# wait_body THREAD RUN: the user asks for something that needs a confirmation (scenario b).
+wait_body() {
+    printf '{"threadId":"%s","runId":"%s","messages":[{"id":"m1","role":"user","content":"delete the temporary files"}],"tools":%s}' \
+        "$1" "$2" "$WAIT_TOOLS"
 }
-curl -sS -N -m 10 -o "$T/wait.s" -H 'Content-Type: application/json' -d "$WAIT_RUN" "$U/agent?wait_decision=1" &
-wait_pid=$!
-for _ in $(seq 50); do grep -q TOOL_CALL_END "$T/wait.s" 2>/dev/null && break; sleep 0.1; done
-http GET "$U/_demo/stats"
-check_contains "wait_decision: the run waits" '"waiting":1,' "$BODY"
-check_not_contains "wait_decision: no RUN_FINISHED while waiting" RUN_FINISHED "$(cat "$T/wait.s")"
-http POST "$U/agent" -H 'Content-Type: application/json' -d "$(decision tw other-run '"yes"')"
-check_eq "wait_decision: the decision is answered 202" 202 "$STATUS"
-check_eq "wait_decision: the 202 names the waiting run (thread fallback)" '{"status":"accepted","threadId":"tw","runId":"rw"}' "$BODY"
-for _ in $(seq 50); do kill -0 "$wait_pid" 2>/dev/null || break; sleep 0.1; done
-check_contains "wait_decision: the stream goes on with the decision" '"delta":"Successfully deleted 15 logs."' "$(cat "$T/wait.s")"
-check_contains "wait_decision: the follow-up text has a new id" '"messageId":"msg_3"' "$(cat "$T/wait.s")"
-check_eq "wait_decision: then ends" RUN_FINISHED "$(grep -o '"type":"[A-Z_]*"' "$T/wait.s" | tail -n1 | cut -d'"' -f4)"
-http GET "$U/_demo/stats"
-check_contains "wait_decision: nothing waits any more" '"waiting":0,' "$BODY"
-check_contains "wait_decision: decisions counted" '"decisions":1}' "$BODY"
-sse "$U/agent" "$(decision tw rw '"yes"')"
-check_contains "a decision with nothing waiting is an ordinary run" "RUN_STARTED TEXT_MESSAGE_START" "$TYPES"
+# decision_body THREAD RUN CONTENT: decision-only (the assistant's tool call and its answer, no user message);
+# CONTENT is the tool message's content as a JSON string literal.
+decision_body() {
+    printf '{"threadId":"%s","runId":"%s","messages":[{"id":"a1","role":"assistant","content":"","toolCalls":[{"id":"call_003","type":"function","function":{"name":"confirmAction","arguments":"{}"}}]},{"id":"t1","role":"tool","toolCallId":"call_003","content":%s}]}' \
+        "$1" "$2" "$3"
+}
+APPROVE='"{\"approved\":true}"'
+# demo_stat NAME: one counter of /_demo/stats.
+demo_stat() { curl -sS -m 5 "$U/_demo/stats" | sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"; }
+# wait_stat NAME VALUE: polls /_demo/stats until NAME is VALUE (5 s max); prints the last value seen.
+wait_stat() {
+    local v=
+    for _ in $(seq 50); do
+        v=$(demo_stat "$1")
+        [ "$v" = "$2" ] && break
+        sleep 0.1
+    done
+    echo "$v"
+}
+# start_waiting NAME URL BODY [curl args...]: starts a run in the background, its stream into $T/NAME.s and its
+# headers into $T/NAME.h; sets WAIT_PID. Returns once the stream holds TOOL_CALL_END (5 s max).
+start_waiting() {
+    local n=$1 u=$2 b=$3
+    shift 3
+    rm -f "$T/$n.s" "$T/$n.h"
+    curl -sS -N -m 15 -D "$T/$n.h" -o "$T/$n.s" -H 'Content-Type: application/json' -d "$b" "$@" "$u" \
+        2>/dev/null &
+    WAIT_PID=$!
+    for _ in $(seq 50); do
+        grep -q TOOL_CALL_END "$T/$n.s" 2>/dev/null && break
+        sleep 0.1
+    done
+}
+# ended PID: waits for a background curl (bounded by its -m) and prints its exit status.
+ended() {
+    wait "$1"
+    echo $?
+}
+# decide BODY [curl args...]: POSTs a decision; sets STATUS, BODY and DHDR (the response headers).
+decide() {
+    local b=$1
+    shift
+    curl -sS -m 10 -D "$T/dec.h" -o "$T/body" -w '%{http_code}' -H 'Content-Type: application/json' -d "$b" \
+        "$@" "$U/agent" >"$T/status" 2>"$T/curl.err" || true
+    STATUS=$(cat "$T/status")
+    BODY=$(cat "$T/body" 2>/dev/null)
+    DHDR=$(tr -d '\r' <"$T/dec.h" 2>/dev/null)
+}
+types_of() { sed -n 's/^data: {"type":"\([A-Z_]*\)".*/\1/p' "$1" | tr '\n' ' ' | sed 's/ $//'; }
+WAITED_TYPES="RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END TOOL_CALL_START TOOL_CALL_ARGS TOOL_CALL_END"
+RESUMED_TYPES="$WAITED_TYPES TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED"
+
+# (i) a confirmation waits; the decision for the same thread and run gets 202 and the stream goes on
+start_waiting w1 "$U/agent?wait_decision=1" "$(wait_body tw rw)"
+check_eq "wait: the run waits" 1 "$(wait_stat waiting 1)"
+check_eq "wait: everything up to TOOL_CALL_END is flushed, nothing after" "$WAITED_TYPES" "$(types_of "$T/w1.s")"
+check_contains "wait: X-Demo-Scenario is the run's scenario" $'X-Demo-Scenario: confirm\n' "$(tr -d '\r' <"$T/w1.h")"
+C0=$(demo_stat completed)
+decide "$(decision_body tw rw "$APPROVE")"
+check_eq "decision: 202" 202 "$STATUS"
+check_eq "decision: the 202 names the waiting run" '{"status":"accepted","threadId":"tw","runId":"rw"}' "$BODY"
+check_contains "decision: Content-Length" "Content-Length: ${#BODY}" "$DHDR"
+check_contains "decision: keep-alive" "Connection: keep-alive" "$DHDR"
+check_eq "decision: the waiting stream ends cleanly" 0 "$(ended "$WAIT_PID")"
+check_eq "decision: one run, the answer after the tool call" "$RESUMED_TYPES" "$(types_of "$T/w1.s")"
+check_eq "decision: exactly one RUN_STARTED" 1 "$(grep -c RUN_STARTED "$T/w1.s")"
+check_contains "decision: the run's own tool and arguments answer it" \
+    '{"type":"TEXT_MESSAGE_CONTENT","messageId":"msg_3","delta":"Successfully deleted 15 temporary files."}' \
+    "$(cat "$T/w1.s")"
+check_contains "decision: RUN_FINISHED carries the run's ids" '{"type":"RUN_FINISHED","threadId":"tw","runId":"rw"}' \
+    "$(cat "$T/w1.s")"
+check_eq "decision: nothing waits any more" 0 "$(wait_stat waiting 0)"
+check_eq "decision: decisions counted" 1 "$(demo_stat decisions)"
+check_eq "decision: the resumed run completed" $((C0 + 1)) "$(demo_stat completed)"
+check_contains "decision: logged" "decision for run rw (thread tw, confirmAction call_003)" "$(cat "$T/demo.log")"
+
+# (ii) a denial; the knob as a header; the waiting run's own knobs (done) apply at its end; a decision holding
+# only its tool message still gets a new message id (msg_2 is the run's own text)
+start_waiting w2 "$U/agent" "$(wait_body td rd)" -H 'X-Demo-Wait-Decision: 1' -H 'X-Demo-Done: 1'
+check_eq "denial: the run waits (header knob)" 1 "$(wait_stat waiting 1)"
+decide '{"threadId":"td","runId":"rd","messages":[{"id":"t1","role":"tool","toolCallId":"call_003","content":"false"}]}'
+check_eq "denial: 202" 202 "$STATUS"
+check_eq "denial: the waiting stream ends cleanly" 0 "$(ended "$WAIT_PID")"
+check_contains "denial: the answer" \
+    '{"type":"TEXT_MESSAGE_CONTENT","messageId":"msg_3","delta":"Cancelled: I did not delete temporary files."}' \
+    "$(cat "$T/w2.s")"
+check_eq "denial: done=1 of the waiting run" "data: [DONE]" "$(grep '^data:' "$T/w2.s" | tail -n1)"
+
+# (iii) two waiting runs on one thread: a decision with another runId goes to the latest, one with the exact
+# runId to that run; a frontend tool (scenario c) waits too, and a tool message for another call still answers it
+FRONTEND_TOOLS='[{"name":"search_local_files","description":"x","parameters":{"type":"object","properties":{"keyword":{"type":"string"}}}}]'
+start_waiting w3a "$U/agent?wait_decision=1" \
+    '{"threadId":"tx","runId":"rx1","messages":[{"id":"m1","role":"user","content":"search for report files locally"}],"tools":'"$FRONTEND_TOOLS"'}'
+W3A=$WAIT_PID
+check_eq "thread: the frontend tool run waits" 1 "$(wait_stat waiting 1)"
+check_contains "thread: X-Demo-Scenario frontend-tool" $'X-Demo-Scenario: frontend-tool\n' "$(tr -d '\r' <"$T/w3a.h")"
+start_waiting w3b "$U/agent?wait_decision=1" "$(wait_body tx rx2)"
+check_eq "thread: two runs wait" 2 "$(wait_stat waiting 2)"
+decide "$(decision_body tx other-run "$APPROVE")"
+check_eq "thread: another runId, 202" 202 "$STATUS"
+check_eq "thread: the thread's latest waiting run takes it" '{"status":"accepted","threadId":"tx","runId":"rx2"}' "$BODY"
+check_eq "thread: that stream ends cleanly" 0 "$(ended "$WAIT_PID")"
+check_contains "thread: with the decision" "Successfully deleted 15 temporary files." "$(cat "$T/w3b.s")"
+check_eq "thread: the other run still waits" 1 "$(wait_stat waiting 1)"
+decide "$(decision_body tx rx1 '"[\"a.pdf\",\"b.pdf\"]"')"
+check_eq "thread: the exact runId takes it" '{"status":"accepted","threadId":"tx","runId":"rx1"}' "$BODY"
+check_eq "thread: the frontend tool stream ends cleanly" 0 "$(ended "$W3A")"
+check_contains "thread: answered as scenario (a) does" '"delta":"Found 2 files: a.pdf and b.pdf"' "$(cat "$T/w3a.s")"
+check_eq "thread: the frontend tool run resumed" \
+    "RUN_STARTED TOOL_CALL_START TOOL_CALL_ARGS TOOL_CALL_END TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED" \
+    "$(types_of "$T/w3a.s")"
+check_eq "thread: decisions counted" 4 "$(demo_stat decisions)"
+
+# (iv) a decision-only POST with nothing waiting is an ordinary run (scenario a)
+sse "$U/agent" "$(decision_body tw rw "$APPROVE")"
+check_contains "no waiting run: 200" "HTTP/1.1 200" "$HDR"
+check_contains "no waiting run: an event stream" "Content-Type: text/event-stream" "$HDR"
+check_eq "no waiting run: scenario (a)" \
+    "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED" "$TYPES"
+check_contains "no waiting run: answers the tool message" \
+    '"messageId":"msg_3","delta":"Done: the action was approved and carried out."' "$SSE"
+check_eq "no waiting run: not a decision" 4 "$(demo_stat decisions)"
+
+# (v) a status= knob on the decision wins and the run keeps waiting; a killed client ends the waiting run
+start_waiting w5 "$U/agent?wait_decision=1" "$(wait_body tk rk)"
+check_eq "killed: the run waits" 1 "$(wait_stat waiting 1)"
+decide "$(decision_body tk rk "$APPROVE")" -H 'X-Demo-Status: 500'
+check_eq "status= on the decision: that status" 500 "$STATUS"
+check_eq "status= on the decision: the run still waits" 1 "$(demo_stat waiting)"
+CC0=$(demo_stat client_closed)
+kill "$WAIT_PID"
+wait "$WAIT_PID" 2>/dev/null
+check_eq "killed: nothing waits" 0 "$(wait_stat waiting 0)"
+check_eq "killed: client_closed counts it" $((CC0 + 1)) "$(demo_stat client_closed)"
+check_eq "killed: no stream left" 0 "$(demo_stat active_streams)"
+sse "$U/agent" "$(decision_body tk rk "$APPROVE")"
+check_contains "killed: a later decision is an ordinary run" "HTTP/1.1 200" "$HDR"
+check_eq "killed: decisions unchanged" 4 "$(demo_stat decisions)"
 
 # ---- SIGTERM ------------------------------------------------------------------------------------------
 curl -sS -N -m 10 -d "$CHAT" "$U/agent?stall=1" >/dev/null 2>&1 &
