@@ -243,11 +243,31 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
     bufferevent_flush(bev, EV_WRITE, BEV_FLUSH);
 }
 
+/* A chunk is written to the socket at once when nothing is queued before it on a plain TCP
+ * connection: the events reach the client in this loop iteration rather than the next, and the
+ * bufferevent's write event is not armed and disarmed for them (two epoll_ctl calls a burst). What
+ * the socket does not take is queued as usual, and while anything is queued every chunk queues
+ * behind it, so the order holds. (libevhtp would queue the chunk and flush it on the next
+ * iteration; over TLS it must, the bytes go through OpenSSL.) */
 void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
 {
-    if (evbuffer_get_length(buf) == 0)
+    evhtp_connection_t *conn = req->r->conn;
+    struct evbuffer *out = bufferevent_get_output(conn->bev);
+    size_t n = evbuffer_get_length(buf);
+    char hdr[24];
+
+    if (n == 0)
         return;
-    evhtp_send_reply_chunk(req->r, buf);
+    if (conn->ssl != NULL || !(req->r->flags & EVHTP_REQ_FLAG_CHUNKED) ||
+        evbuffer_get_length(out) > 0) {
+        evhtp_send_reply_chunk(req->r, buf);
+        return;
+    }
+    evbuffer_prepend(buf, hdr, (size_t)snprintf(hdr, sizeof(hdr), "%zx\r\n", n));
+    evbuffer_add(buf, "\r\n", 2);
+    /* An error (the client left) is left for the bufferevent to find: the bytes are queued. */
+    evbuffer_write(buf, bufferevent_getfd(conn->bev));
+    evbuffer_add_buffer(out, buf);
 }
 
 void agw_req_stream_end(struct agw_req *req)

@@ -401,7 +401,8 @@ static bool process_input(struct agw_upstream *up)
  * errors are left for the bufferevent's next read to report (the socket stays readable). Plain TCP
  * only: over TLS the bytes on the socket are records for OpenSSL. The bufferevent keeps its input's
  * end frozen outside its own reads, so it is thawed for this one. */
-#define READ_BURST (64 * 1024)
+#define READ_BURST   (64 * 1024)
+#define EVBUFFER_CAP 4096
 
 static void read_into(struct evbuffer *in, evutil_socket_t fd, struct evbuffer_iovec *v, int n)
 {
@@ -433,7 +434,9 @@ static void read_burst(struct agw_upstream *up, struct bufferevent *bev)
     struct evbuffer_iovec v[2];
     int n;
 
-    if (up->pool->url.tls || up->paused || have >= READ_BURST)
+    /* Less than libevent's 4 KiB cap read: the socket was drained, another read would only get
+     * EAGAIN. */
+    if (up->pool->url.tls || up->paused || have < EVBUFFER_CAP || have >= READ_BURST)
         return;
     evbuffer_unfreeze(in, 0);
     n = evbuffer_reserve_space(in, (ev_ssize_t)(READ_BURST - have), v, 2);
