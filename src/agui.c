@@ -87,6 +87,8 @@ struct open_item {
     enum item_kind kind;
 };
 
+#define AGUI_CACHED_PREFIX 160
+
 struct agw_agui {
     char *thread_id; /* the client's ids, owned */
     char *run_id;
@@ -97,6 +99,11 @@ struct agw_agui {
     size_t cap_open;
     size_t open_id_bytes; /* sum of open[].id_len, <= AGUI_MAX_OPEN_ID_BYTES */
     uint64_t events_out;  /* frames written to the client */
+    /* The last content frame accepted by the fast path, up to and including its delta's opening
+     * quote, when the delta was its last member (see fast_content()); kind_cached is its kind. */
+    char cached[AGUI_CACHED_PREFIX];
+    size_t cached_len; /* 0: nothing cached */
+    enum item_kind cached_kind;
     /* "RUN_FINISHED" or "RUN_ERROR[:<code>]" (a long code is cut) once FINISHED, "" before */
     char outcome[96];
 };
@@ -836,13 +843,37 @@ static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
     return skip_ws(p, end) == end && fe->type.p != NULL && !fe->type.escaped;
 }
 
+/* The deltas of one message usually come with the same bytes before the delta, e.g.
+ * {"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"…"}. When a frame starts with the bytes
+ * of the last frame accepted below, everything before its delta is known good (the same type, the
+ * same open item: the cache is dropped whenever another event is handled, so no item opened or
+ * closed since), and only the delta and the closing '"}' are left to check. */
+static bool fast_cached(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out)
+{
+    const char *p = data + a->cached_len - 1; /* the delta's opening quote */
+    struct span delta;
+
+    if (len < a->cached_len + 2 || data[len - 1] != '}' ||
+        memcmp(data, a->cached, a->cached_len) != 0 || !scan_string(&p, data + len - 1, &delta) ||
+        p != data + len - 1)
+        return false;
+    if (delta.n == 0 && a->cached_kind != ITEM_TOOL_CALL)
+        return true; /* dropped, as the full path does */
+    write_frame(a, out, data, len);
+    return true;
+}
+
 /* Returns true when the frame was fully handled here. */
 static bool fast_content(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out)
 {
     struct flat_event fe;
     enum item_kind kind;
     const struct span *id;
+    size_t before_delta;
 
+    if (a->cached_len > 0 && fast_cached(a, data, len, out))
+        return true;
+    a->cached_len = 0;
     if (a->state != AGW_AGUI_ST_RUNNING || len < 16 || !scan_flat_event(data, len, &fe))
         return false;
     if (fe.type.n == 20 && memcmp(fe.type.p, "TEXT_MESSAGE_CONTENT", 20) == 0)
@@ -856,6 +887,14 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len, struc
     if (id->p == NULL || id->escaped || fe.delta.p == NULL ||
         !find_open(a, kind, id->p, id->n, NULL))
         return false;
+    /* Remember the bytes before the delta when the delta's '"}' ends the frame. */
+    before_delta = (size_t)(fe.delta.p - data);
+    if (fe.delta.p + fe.delta.n + 2 == data + len && data[len - 1] == '}' &&
+        before_delta <= sizeof(a->cached)) {
+        memcpy(a->cached, data, before_delta);
+        a->cached_len = before_delta;
+        a->cached_kind = kind;
+    }
     if (fe.delta.n == 0 && kind != ITEM_TOOL_CALL)
         return true; /* dropped, as the full path does */
     write_frame(a, out, data, len);

@@ -1598,3 +1598,53 @@ Test(agui, content_fast_path_sees_special_bytes_at_every_offset)
         }
     }
 }
+
+/* Repeated deltas of a message are checked against the bytes of the last one accepted: that
+ * shortcut must never accept what the full path refuses. */
+#define C1(delta) "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"" delta "\"}"
+#define START_M1  "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\"}"
+#define STARTED   "{\"type\":\"RUN_STARTED\",\"threadId\":\"" TID "\",\"runId\":\"" RID "\"}"
+
+Test(agui, repeated_deltas_shortcut_agrees_with_the_full_parser)
+{
+    /* accepted, repeated, then one after the message ended: INVALID_EVENT */
+    struct result r = RUN(END_NONE, STARTED, START_M1, C1("a"), C1("b"),
+                          "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m1\"}", C1("c"));
+    assert_run_error(&r, 5, "INVALID_EVENT", "");
+    result_free(&r);
+
+    /* a control byte or broken UTF-8 in a later delta */
+    r = RUN(END_NONE, STARTED, START_M1, C1("a"), C1("bad \x01"));
+    assert_run_error(&r, 3, "INVALID_EVENT", "");
+    result_free(&r);
+    r = RUN(END_NONE, STARTED, START_M1, C1("a"), C1("bad \xc3\x28"));
+    assert_run_error(&r, 3, "INVALID_EVENT", "");
+    result_free(&r);
+
+    /* an empty later delta is dropped; one with a member after the delta goes the full way (a null
+     * member is removed); an unterminated one is invalid */
+    r = RUN(END_NONE, STARTED, START_M1, C1("a"), C1(""),
+            "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"b\",\"x\":null}",
+            C1("c"));
+    cr_assert_eq(r.n_out, 5, "%s", r.text);
+    cr_assert(
+        strstr(r.text,
+               "data: " C1("a") "\n\n"
+                                "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\","
+                                "\"delta\":\"b\"}\n\n"
+                                "data: " C1("c") "\n\n") != NULL,
+        "%s", r.text);
+    result_free(&r);
+    r = RUN(END_NONE, STARTED, START_M1, C1("a"),
+            "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"b}");
+    assert_run_error(&r, 3, "INVALID_EVENT", "");
+    result_free(&r);
+
+    /* tool call arguments keep an empty delta */
+    r = RUN(END_NONE, STARTED,
+            "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\"}",
+            "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{\"}",
+            "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"\"}");
+    cr_assert_eq(r.n_out, 4, "%s", r.text);
+    result_free(&r);
+}
