@@ -24,10 +24,11 @@
 struct evbuffer;
 struct agw_sse_parser;
 
-/* Everything points into memory owned by the parser, valid until the callback returns. */
+/* Everything points into memory owned by the parser or into the input, valid until the callback
+ * returns. */
 struct agw_sse_frame {
-    const char *data;  /* the joined data lines, NUL-terminated (may also contain NUL bytes) */
-    size_t data_len;   /* bytes of <data>, without the terminating NUL */
+    const char *data;  /* the joined data lines (may contain NUL bytes; not NUL-terminated) */
+    size_t data_len;   /* bytes of <data> */
     const char *event; /* value of the frame's last "event:" line (maybe ""), or NULL */
     const char *id;    /* value of the frame's last "id:" line without NUL (maybe ""), or NULL */
     long retry;        /* the frame's last valid "retry:" value (digits only), or -1 */

@@ -37,7 +37,7 @@ static int on_frame(void *arg, const struct agw_sse_frame *f)
     struct log *l = arg;
     char hdr[64];
 
-    if (f->data == NULL || f->data[f->data_len] != '\0')
+    if (f->data == NULL)
         abort();
     if (l->max_frame > 0 && f->data_len > l->max_frame)
         abort();

@@ -53,14 +53,14 @@ static int on_frame(void *arg, const struct agw_sse_frame *f)
     char hdr[64];
 
     cr_assert_not_null(f->data);
-    cr_assert_eq(f->data[f->data_len], '\0', "frame data must be NUL-terminated");
     if (r->n == r->cap) {
         r->cap = r->cap ? r->cap * 2 : 8;
         r->f = realloc(r->f, (size_t)r->cap * sizeof(*r->f));
         cr_assert_not_null(r->f);
     }
     r->f[r->n].data = malloc(f->data_len + 1);
-    memcpy(r->f[r->n].data, f->data, f->data_len + 1);
+    memcpy(r->f[r->n].data, f->data, f->data_len);
+    r->f[r->n].data[f->data_len] = '\0';
     r->f[r->n].len = f->data_len;
     r->f[r->n].event = dup_or_null(f->event);
     r->f[r->n].id = dup_or_null(f->id);
