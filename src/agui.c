@@ -818,16 +818,27 @@ static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
                 : key_is(&k, "delta")      ? !take(&fe->delta, &v)
                                            : k.escaped || key_is(&k, "timestamp"))
                 return false;
-        } else if (key_is(&k, "timestamp") && !seen_ts && *p >= '0' && *p <= '9') {
-            const char *d = p;
-            while (p < end && *p >= '0' && *p <= '9')
-                p++;
-            if ((p - d > 1 && *d == '0') || p - d > 15 ||
+        } else if (k.escaped || key_is(&k, "type") || key_is(&k, "messageId") ||
+                   key_is(&k, "toolCallId") || key_is(&k, "delta")) {
+            return false; /* not a string where one is required: the full path says why */
+        } else if ((*p >= '0' && *p <= '9') || *p == '-') {
+            /* An integer member ("timestamp", a sequence number) is relayed as it is by the full
+             * path too; fractions and exponents are left to it (a float timestamp is rewritten). */
+            const char *d = p + (*p == '-');
+            if (key_is(&k, "timestamp") && seen_ts)
+                return false;
+            seen_ts = seen_ts || key_is(&k, "timestamp");
+            for (p = d; p < end && *p >= '0' && *p <= '9'; p++)
+                ;
+            if (p == d || (p - d > 1 && *d == '0') || p - d > 15 ||
                 (p < end && (*p == '.' || *p == 'e' || *p == 'E')))
                 return false;
-            seen_ts = true;
+        } else if (end - p >= 4 && memcmp(p, "true", 4) == 0) {
+            p += 4;
+        } else if (end - p >= 5 && memcmp(p, "false", 5) == 0) {
+            p += 5;
         } else {
-            return false;
+            return false; /* null (removed by the full path), objects, arrays, floats */
         }
         p = skip_ws(p, end);
         if (p == end)

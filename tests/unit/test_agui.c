@@ -1536,6 +1536,27 @@ Test(agui, content_fast_path_agrees_with_the_full_parser)
         {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":7}", "ERROR"},
         {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"ctl \x01\"}",
          "ERROR"},
+        /* other members: integers, booleans and strings pass as they are */
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",\"sentUs\":"
+         "1700000000000123,\"seq\":-5,\"last\":false,\"ok\":true,\"n\":0,\"s\":\"y\"}",
+         "="},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",\"big\":"
+         "123456789012345678901234}",
+         "="},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",\"f\":2.5}", "="},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",\"timestamp\":-"
+         "5}",
+         "="},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",\"n\":01}",
+         "ERROR"},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",\"n\":-}",
+         "ERROR"},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",\"b\":truex}",
+         "ERROR"},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",\"timestamp\":1,"
+         "\"timestamp\":2}",
+         "="},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":7,\"delta\":\"x\"}", "ERROR"},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
