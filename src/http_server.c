@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -245,29 +246,55 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
 
 /* A chunk is written to the socket at once when nothing is queued before it on a plain TCP
  * connection: the events reach the client in this loop iteration rather than the next, and the
- * bufferevent's write event is not armed and disarmed for them (two epoll_ctl calls a burst). What
- * the socket does not take is queued as usual, and while anything is queued every chunk queues
- * behind it, so the order holds. (libevhtp would queue the chunk and flush it on the next
- * iteration; over TLS it must, the bytes go through OpenSSL.) */
+ * bufferevent's write event is not armed and disarmed for them (two epoll_ctl calls a burst). One
+ * writev() takes the chunk header, <buf>'s segments and the CRLF, with no copy. What the socket
+ * does not take is queued as usual, and while anything is queued every chunk queues behind it, so
+ * the order holds. (libevhtp would queue the chunk and flush it on the next iteration; over TLS it
+ * must, the bytes go through OpenSSL.) */
+#define DIRECT_SEGMENTS 16
+
+static void write_chunk_now(struct evbuffer *out, evutil_socket_t fd, struct evbuffer *buf,
+                            size_t n)
+{
+    struct evbuffer_iovec seg[DIRECT_SEGMENTS];
+    struct iovec iov[DIRECT_SEGMENTS + 2];
+    char hdr[24], crlf[2] = {'\r', '\n'};
+    size_t hl = (size_t)snprintf(hdr, sizeof(hdr), "%zx\r\n", n), done, body;
+    int nseg = evbuffer_peek(buf, -1, NULL, seg, DIRECT_SEGMENTS);
+    ssize_t w;
+
+    iov[0] = (struct iovec){.iov_base = hdr, .iov_len = hl};
+    for (int i = 0; i < nseg; i++)
+        iov[i + 1] = (struct iovec){.iov_base = seg[i].iov_base, .iov_len = seg[i].iov_len};
+    iov[nseg + 1] = (struct iovec){.iov_base = crlf, .iov_len = 2};
+    /* An error (the client left) is left for the bufferevent to find: everything is queued. */
+    w = writev(fd, iov, nseg + 2);
+    done = w > 0 ? (size_t)w : 0;
+    if (done < hl)
+        evbuffer_add(out, hdr + done, hl - done);
+    done = done > hl ? done - hl : 0;
+    body = done < n ? done : n;
+    evbuffer_drain(buf, body);
+    evbuffer_add_buffer(out, buf);
+    done -= body;
+    if (done < 2)
+        evbuffer_add(out, crlf + done, 2 - done);
+}
+
 void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
 {
     evhtp_connection_t *conn = req->r->conn;
     struct evbuffer *out = bufferevent_get_output(conn->bev);
     size_t n = evbuffer_get_length(buf);
-    char hdr[24];
 
     if (n == 0)
         return;
     if (conn->ssl != NULL || !(req->r->flags & EVHTP_REQ_FLAG_CHUNKED) ||
-        evbuffer_get_length(out) > 0) {
+        evbuffer_get_length(out) > 0 || evbuffer_peek(buf, -1, NULL, NULL, 0) > DIRECT_SEGMENTS) {
         evhtp_send_reply_chunk(req->r, buf);
         return;
     }
-    evbuffer_prepend(buf, hdr, (size_t)snprintf(hdr, sizeof(hdr), "%zx\r\n", n));
-    evbuffer_add(buf, "\r\n", 2);
-    /* An error (the client left) is left for the bufferevent to find: the bytes are queued. */
-    evbuffer_write(buf, bufferevent_getfd(conn->bev));
-    evbuffer_add_buffer(out, buf);
+    write_chunk_now(out, bufferevent_getfd(conn->bev), buf, n);
 }
 
 void agw_req_stream_end(struct agw_req *req)

@@ -142,6 +142,26 @@ if [ -z "${AGW_SANITIZED:-}" ]; then
 fi
 check_eq "the slow client gets the whole stream" 20000 "$(grep -c '"type":"TEXT_MESSAGE_CONTENT"' "$T/big.out")"
 check_contains "and its end" '"type":"RUN_FINISHED"' "$(tail -c 400 "$T/big.out")"
+# The chunked framing survived the partial writes: decoded strictly, every frame is one event (or a
+# heartbeat, written while the client was not reading).
+check_eq "the chunked body decodes to 20,002+ whole SSE frames" ok "$(python3 - "$T/big.out" <<'PY'
+import sys
+raw = open(sys.argv[1], "rb").read()
+head, _, rest = raw.partition(b"\r\n\r\n")
+body = b""
+while True:
+    size_line, _, rest = rest.partition(b"\r\n")
+    n = int(size_line, 16)
+    if n == 0:
+        break
+    if rest[n:n + 2] != b"\r\n":
+        print("bad chunk end"); sys.exit()
+    body, rest = body + rest[:n], rest[n + 2:]
+frames = [f for f in body.split(b"\n\n") if f]
+bad = [f for f in frames if not (f.startswith(b"data: {") or f == b": ping") or b"\n" in f]
+print("ok" if not bad and len(frames) >= 20002 else "bad: %d frames, %d malformed" % (len(frames), len(bad)))
+PY
+)"
 
 check_contains "access log: a relayed run" '"agent":"plain","thread":"thread-1","run":"run-1","status":200' "$(cat "$GW_LOG")"
 check_contains "access log: how it ended" '"outcome":"RUN_FINISHED"' "$(cat "$GW_LOG")"
