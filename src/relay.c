@@ -320,6 +320,9 @@ static void up_on_body(void *arg, struct evbuffer *body)
         evbuffer_drain(body, evbuffer_get_length(body));
         goto out;
     }
+    /* The frames written out are about as long as the bytes read: one chain for all of them
+     * rather than a small one per kilobyte. */
+    evbuffer_expand(r->out, evbuffer_get_length(body) + 256);
     rc = agw_sse_parse(r->sse, body, frame_cb, r);
     evbuffer_drain(body, evbuffer_get_length(body));
     if (rc == -AGW_ETOOBIG) {
