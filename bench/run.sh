@@ -3,10 +3,12 @@
 # gateway, alternating, in one run; prints a markdown table of medians and gateway/nginx ratios and
 # writes it (plus the raw per-run JSON lines) under the build directory. See doc/benchmarks.md.
 #
-# usage: bench/run.sh [--quick] [--rounds K] [--build DIR] [--only SCENARIOS] [--targets TARGETS]
+# usage: bench/run.sh [--quick] [--rounds K] [--build DIR] [--only SCENARIOS] [--targets TARGETS] [--no-pin]
 #   BUILD (env) or --build: a configured and built tree (default: <srcdir>/_build-bench); the script
 #   builds nothing. NGINX (env): the nginx binary (default /usr/sbin/nginx).
 #   --only "fast paced short idle" and --targets "direct nginx gateway" select a subset.
+#   With 2+ CPUs and taskset, the proxy runs on CPU 1 and the load generator and agent on CPU 0, for
+#   nginx and the gateway alike (--no-pin: let the scheduler place them).
 # Needs bash, python3 (the table), nginx. Everything runs on 127.0.0.1 with ephemeral ports, in a
 # temporary directory; every process started here is stopped on exit, and every load run is bounded
 # in time.
@@ -19,6 +21,7 @@ QUICK=0
 ROUNDS=3
 ONLY="fast paced short idle"
 TARGETS="direct nginx gateway"
+PIN=1
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -27,6 +30,7 @@ while [ $# -gt 0 ]; do
     --build) BUILD=$2; shift ;;
     --only) ONLY=$2; shift ;;
     --targets) TARGETS=$2; shift ;;
+    --no-pin) PIN=0 ;;
     -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -47,6 +51,15 @@ case " $TARGETS " in
 *" nginx "*) [ -x "$NGINX" ] || { echo "bench/run.sh: no nginx at $NGINX (NGINX=...)" >&2; exit 2; } ;;
 esac
 command -v python3 >/dev/null || { echo "bench/run.sh: needs python3" >&2; exit 2; }
+# Pinning: left to the scheduler, the proxy sometimes shares a core with the load generator and the
+# agent and sometimes not, which moves per-event latency by hundreds of µs between runs and between
+# the two proxies. Pinned, both proxies get the same core to themselves.
+PEERS_CPU=()
+PROXY_CPU=()
+if [ "$PIN" = 1 ] && command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+    PEERS_CPU=(taskset -c 0)
+    PROXY_CPU=(taskset -c 1)
+fi
 
 # 2,000 streams through a proxy are 4,000+ descriptors in the proxy and 2,000 in the load generator.
 ulimit -n 16384 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -117,7 +130,7 @@ scenario_args() { eval "echo \$A_$(echo "$1" | tr a-z A-Z)"; }
 # ---- peers -------------------------------------------------------------------------------------
 start_demo() {
     rm -f "$T/demo.port"
-    "$DEMO" --listen 127.0.0.1:0 --port-file "$T/demo.port" --log-level warn >"$T/demo.log" 2>&1 &
+    "${PEERS_CPU[@]}" "$DEMO" --listen 127.0.0.1:0 --port-file "$T/demo.port" --log-level warn >"$T/demo.log" 2>&1 &
     DEMO_PID=$!
     wait_file "$T/demo.port" . 10 || { cat "$T/demo.log" >&2; exit 1; }
     DEMO_PORT=$(head -n1 "$T/demo.port")
@@ -128,7 +141,7 @@ start_nginx() {
     mkdir -p "$T/nginx"
     sed -e "s|@DIR@|$T/nginx|g" -e "s|@PORT@|$NGINX_PORT|g" -e "s|@UPSTREAM_PORT@|$DEMO_PORT|g" \
         "$SRC/bench/nginx.conf.in" >"$T/nginx/nginx.conf"
-    "$NGINX" -p "$T/nginx" -c "$T/nginx/nginx.conf" -e "$T/nginx/nginx-error.log" \
+    "${PROXY_CPU[@]}" "$NGINX" -p "$T/nginx" -c "$T/nginx/nginx.conf" -e "$T/nginx/nginx-error.log" \
         >"$T/nginx/stdout.log" 2>&1 &
     NGINX_PID=$!
     for _ in $(seq 100); do
@@ -159,7 +172,7 @@ start_gateway() {
         echo '}'
     } >"$T/gw.json"
     rm -f "$T/gw.port"
-    "$GW" -c "$T/gw.json" --port-file "$T/gw.port" >"$T/gw.log" 2>&1 &
+    "${PROXY_CPU[@]}" "$GW" -c "$T/gw.json" --port-file "$T/gw.port" >"$T/gw.log" 2>&1 &
     GW_PID=$!
     wait_file "$T/gw.port" . 10 || { echo "bench/run.sh: the gateway did not start" >&2; cat "$T/gw.log" >&2; exit 1; }
     GW_PORT=$(head -n1 "$T/gw.port")
@@ -227,7 +240,7 @@ run_one() {
     d0=$(cpu_ticks "$DEMO_PID")
     if [ "$s" = idle ]; then
         # shellcheck disable=SC2046
-        "$LOAD" --url "$url" $(scenario_args "$s") --duration "$bound" --label "$s/$tgt" \
+        "${PEERS_CPU[@]}" "$LOAD" --url "$url" $(scenario_args "$s") --duration "$bound" --label "$s/$tgt" \
             >"$T/load.out" 2>"$T/load.err" &
         LOAD_PID=$!
         if wait_file "$T/load.err" '^ready' "$bound"; then
@@ -243,7 +256,7 @@ run_one() {
         LOAD_PID=""
     else
         # shellcheck disable=SC2046
-        timeout $((bound + 30)) "$LOAD" --url "$url" $(scenario_args "$s") --duration "$bound" \
+        timeout $((bound + 30)) "${PEERS_CPU[@]}" "$LOAD" --url "$url" $(scenario_args "$s") --duration "$bound" \
             --label "$s/$tgt" >"$T/load.out" 2>"$T/load.err"
         rc=$?
         r1=$(rss_kib $pids)
@@ -281,7 +294,7 @@ case " $TARGETS " in *" gateway "*) start_gateway ;; esac
 
 # warm-up (not recorded): every target once with a short run
 for tgt in $TARGETS; do
-    timeout 30 "$LOAD" --url "$(target_url "$tgt" short)" --concurrency 10 --runs 200 --duration 20 \
+    timeout 30 "${PEERS_CPU[@]}" "$LOAD" --url "$(target_url "$tgt" short)" --concurrency 10 --runs 200 --duration 20 \
         >/dev/null 2>&1 || echo "bench/run.sh: warm-up against $tgt failed" >&2
 done
 
@@ -305,9 +318,9 @@ for s in $ONLY; do
     done
 done
 
-python3 - "$RAW" "$ROUNDS" "$QUICK" "$(nproc)" "$("$NGINX" -v 2>&1 | sed 's/.*\///')" <<'PY' | tee "$RESULT"
+python3 - "$RAW" "$ROUNDS" "$QUICK" "$(nproc)" "$("$NGINX" -v 2>&1 | sed 's/.*\///')" "${#PROXY_CPU[@]}" <<'PY' | tee "$RESULT"
 import json, statistics, sys
-raw, rounds, quick, ncpu, ngv = sys.argv[1:]
+raw, rounds, quick, ncpu, ngv, pinned = sys.argv[1:]
 recs = [json.loads(l) for l in open(raw) if l.strip()]
 def med(vals):
     vals = [v for v in vals if v is not None]
@@ -334,7 +347,8 @@ L = r_ = None
 targets = [t for t in ("direct", "nginx", "gateway") if any(r["target"] == t for r in recs)]
 scen = [s for s in ("fast", "paced", "short", "idle") if any(r["scenario"] == s for r in recs)]
 out = []
-out.append(f"Medians of {rounds} round(s){' (--quick)' if quick == '1' else ''}; {ncpu} CPUs; nginx {ngv}; "
+out.append(f"Medians of {rounds} round(s){' (--quick)' if quick == '1' else ''}; {ncpu} CPUs"
+           f"{' (proxy pinned to CPU 1, load generator and agent to CPU 0)' if pinned != '0' else ' (not pinned)'}; nginx {ngv}; "
            "proxy CPU = utime+stime of the proxy process (nginx: its one worker); ratio = gateway / nginx.\n")
 rows = []
 def row(scenario, metric, f, nd=0, better=""):

@@ -822,7 +822,8 @@ static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
                    key_is(&k, "toolCallId") || key_is(&k, "delta")) {
             return false; /* not a string where one is required: the full path says why */
         } else if ((*p >= '0' && *p <= '9') || *p == '-') {
-            /* An integer member ("timestamp", a sequence number) is relayed as it is by the full
+            /* An integer member ("timestamp", a sequence number; at most 18 digits, so that jansson
+             * reads it as an integer too) is relayed as it is by the full
              * path too; fractions and exponents are left to it (a float timestamp is rewritten). */
             const char *d = p + (*p == '-');
             if (key_is(&k, "timestamp") && seen_ts)
@@ -830,7 +831,7 @@ static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
             seen_ts = seen_ts || key_is(&k, "timestamp");
             for (p = d; p < end && *p >= '0' && *p <= '9'; p++)
                 ;
-            if (p == d || (p - d > 1 && *d == '0') || p - d > 15 ||
+            if (p == d || (p - d > 1 && *d == '0') || p - d > 18 ||
                 (p < end && (*p == '.' || *p == 'e' || *p == 'E')))
                 return false;
         } else if (end - p >= 4 && memcmp(p, "true", 4) == 0) {
