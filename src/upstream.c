@@ -79,6 +79,7 @@ struct agw_upstream {
     enum up_state state;
     struct event *timer; /* the current state's timeout */
     struct event *kick;  /* deferred work: reported failure, input left while paused */
+    struct event *rd;    /* plain TCP: our own read event (see "Reading" below), or NULL */
     struct agw_http1_parser *parser;
     struct agw_http1_response resp;
     struct evbuffer
@@ -286,8 +287,11 @@ static void fail(struct agw_upstream *up, const char *kind, const char *detail)
     if (up->state == UP_ST_DONE || up->state == UP_ST_FAILED)
         return;
     set_state(up, UP_ST_FAILED);
-    if (up->bev != NULL)
+    if (up->bev != NULL) {
         bufferevent_disable(up->bev, EV_READ | EV_WRITE);
+        if (up->rd != NULL)
+            event_del(up->rd);
+    }
     call_begin(up);
     up->cbs.on_error(up->arg, kind, detail);
     call_end(up);
@@ -394,63 +398,108 @@ static bool process_input(struct agw_upstream *up)
     return true;
 }
 
-/* libevent 2.1 reads at most 4 KiB per readiness event (EVBUFFER_MAX_READ, whatever
- * bufferevent_set_max_single_read says), with an ioctl(FIONREAD) before each read: at SSE rates
- * that is three system calls and a callback per 4 KiB. After its read, take what the socket holds
- * up to READ_BURST in the input, in one readv. A short read means the socket is drained; EOF and
- * errors are left for the bufferevent's next read to report (the socket stays readable). Plain TCP
- * only: over TLS the bytes on the socket are records for OpenSSL. The bufferevent keeps its input's
- * end frozen outside its own reads, so it is thawed for this one. */
-#define READ_BURST   (64 * 1024)
-#define EVBUFFER_CAP 4096
+/* Reading. libevent 2.1's bufferevents read at most 4 KiB per readiness event (EVBUFFER_MAX_READ,
+ * whatever bufferevent_set_max_single_read says), each read preceded by an ioctl(FIONREAD) and
+ * followed by a deferred callback: at SSE rates that is three system calls and two trips through
+ * the loop per 4 KiB, or per event when events are paced. On plain TCP connections the exchange
+ * reads for itself once the connection is up: the bufferevent's reading is disabled and an event
+ * of ours readv()s up to READ_MAX bytes into the bufferevent's input, then parses at once. EOF and
+ * errors are reported through the same event callback as the bufferevent's. Writing, connecting
+ * and the idle pool stay with the bufferevent; over TLS everything does (the socket holds records
+ * for OpenSSL). */
+#define READ_MAX (64 * 1024)
 
-static void read_into(struct evbuffer *in, evutil_socket_t fd, struct evbuffer_iovec *v, int n)
+static void up_event_cb(struct bufferevent *bev, short what, void *arg);
+
+/* One readv() of up to READ_MAX bytes appended to <in>. Returns what readv() returned. The
+ * bufferevent keeps its input's end frozen outside its own reads, so it is thawed for this one. */
+static ssize_t read_into(struct evbuffer *in, evutil_socket_t fd)
 {
-    struct iovec iov[2];
-    ssize_t got;
-
-    for (int i = 0; i < n; i++) {
-        iov[i].iov_base = v[i].iov_base;
-        iov[i].iov_len = v[i].iov_len;
-    }
-    got = readv(fd, iov, n);
-    if (got <= 0) {
-        evbuffer_commit_space(in, v, 0);
-        return;
-    }
-    if ((size_t)got <= v[0].iov_len) {
-        v[0].iov_len = (size_t)got;
-        n = 1;
-    } else {
-        v[1].iov_len = (size_t)got - v[0].iov_len;
-    }
-    evbuffer_commit_space(in, v, n);
-}
-
-static void read_burst(struct agw_upstream *up, struct bufferevent *bev)
-{
-    struct evbuffer *in = bufferevent_get_input(bev);
-    size_t have = evbuffer_get_length(in);
     struct evbuffer_iovec v[2];
+    struct iovec iov[2];
+    ssize_t got = -1;
     int n;
 
-    /* Less than libevent's 4 KiB cap read: the socket was drained, another read would only get
-     * EAGAIN. */
-    if (up->pool->url.tls || up->paused || have < EVBUFFER_CAP || have >= READ_BURST)
-        return;
     evbuffer_unfreeze(in, 0);
-    n = evbuffer_reserve_space(in, (ev_ssize_t)(READ_BURST - have), v, 2);
-    if (n > 0)
-        read_into(in, bufferevent_getfd(bev), v, n);
+    n = evbuffer_reserve_space(in, READ_MAX, v, 2);
+    if (n > 0) {
+        for (int i = 0; i < n; i++)
+            iov[i] = (struct iovec){.iov_base = v[i].iov_base, .iov_len = v[i].iov_len};
+        got = readv(fd, iov, n);
+        if (got <= 0) {
+            n = 0;
+        } else if ((size_t)got <= v[0].iov_len) {
+            v[0].iov_len = (size_t)got;
+            n = 1;
+        } else {
+            v[1].iov_len = (size_t)got - v[0].iov_len;
+        }
+        evbuffer_commit_space(in, v, n);
+    } else {
+        errno = ENOMEM;
+    }
     evbuffer_freeze(in, 0);
+    return got;
+}
+
+static void rd_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_upstream *up = arg;
+    ssize_t got;
+
+    (void)what;
+    got = read_into(bufferevent_get_input(up->bev), fd);
+    if (got > 0) {
+        up->last_read_ms = agw_now_ms();
+        process_input(up); /* may free <up> */
+        return;
+    }
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    event_del(up->rd);
+    up_event_cb(up->bev, BEV_EVENT_READING | (got == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR), up);
+}
+
+/* The connection is up: plain TCP connections read through rd_cb from now on. */
+static void reader_start(struct agw_upstream *up)
+{
+    if (up->pool->url.tls || up->rd != NULL)
+        return;
+    bufferevent_disable(up->bev, EV_READ);
+    up->rd = event_new(up->pool->base, bufferevent_getfd(up->bev), EV_READ | EV_PERSIST, rd_cb, up);
+    if (!up->paused && up->state != UP_ST_DONE && up->state != UP_ST_FAILED)
+        event_add(up->rd, NULL);
+}
+
+/* Before the bufferevent goes (freed, or back to the pool, which reads through it). */
+static void reader_stop(struct agw_upstream *up)
+{
+    if (up->rd != NULL) {
+        event_free(up->rd);
+        up->rd = NULL;
+    }
+}
+
+static void reading(struct agw_upstream *up, bool on)
+{
+    if (up->rd != NULL) {
+        if (on)
+            event_add(up->rd, NULL);
+        else
+            event_del(up->rd);
+    } else if (on) {
+        bufferevent_enable(up->bev, EV_READ);
+    } else {
+        bufferevent_disable(up->bev, EV_READ);
+    }
 }
 
 static void up_read_cb(struct bufferevent *bev, void *arg)
 {
     struct agw_upstream *up = arg;
 
+    (void)bev;
     up->last_read_ms = agw_now_ms();
-    read_burst(up, bev);
     process_input(up);
 }
 
@@ -480,6 +529,7 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_CONNECTED) {
         up->connect_ms = agw_now_ms() - up->start_ms;
         set_state(up, UP_ST_WAITING);
+        reader_start(up);
         return;
     }
     if (up->state == UP_ST_CONNECTING) {
@@ -508,6 +558,7 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
          * was not processed, so sending it again on a fresh connection is safe. */
         agw_log_debug("upstream %s: pooled connection was stale, reconnecting",
                       up->pool->url.authority);
+        reader_stop(up);
         bufferevent_free(up->bev);
         up->bev = NULL;
         up->reused = false;
@@ -565,9 +616,8 @@ static int connect_fresh(struct agw_upstream *up)
         if (up->bev == NULL)
             return -AGW_EIO;
     }
-    /* libevent reads 4 KiB per call by default: a fast stream would cost a syscall and a callback
-     * per 4 KiB. The relay's backpressure still bounds what is held. */
-    bufferevent_set_max_single_read(up->bev, 64 * 1024);
+    /* Over TLS the bufferevent reads (plain TCP reads through rd_cb once connected). */
+    bufferevent_set_max_single_read(up->bev, READ_MAX);
     bufferevent_setcb(up->bev, up_read_cb, NULL, up_event_cb, up);
     bufferevent_enable(up->bev, EV_READ | EV_WRITE);
     /* The request waits in the output buffer until the connection is up. */
@@ -611,6 +661,7 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
         bufferevent_enable(up->bev, EV_READ | EV_WRITE);
         evbuffer_add_buffer_reference(bufferevent_get_output(up->bev), up->request);
         set_state(up, UP_ST_WAITING);
+        reader_start(up);
         return up;
     }
     if (connect_fresh(up) != 0) {
@@ -626,7 +677,7 @@ void agw_upstream_pause(struct agw_upstream *up)
         return;
     up->paused = true;
     if (up->bev != NULL && up->state == UP_ST_BODY) {
-        bufferevent_disable(up->bev, EV_READ);
+        reading(up, false);
         arm_timer(up, 0);
     }
 }
@@ -637,7 +688,7 @@ void agw_upstream_resume(struct agw_upstream *up)
         return;
     up->paused = false;
     if (up->bev != NULL && up->state == UP_ST_BODY) {
-        bufferevent_enable(up->bev, EV_READ);
+        reading(up, true);
         up->last_read_ms = agw_now_ms();
         arm_timer(up, up->pool->opts.idle_ms);
         /* Bytes read before the pause may still wait in the input: handle them from the loop. */
@@ -650,6 +701,7 @@ static void destroy(struct agw_upstream *up)
 {
     if (up->lingering)
         TAILQ_REMOVE(&up->pool->lingering, up, linger_link);
+    reader_stop(up);
     if (up->bev != NULL) {
         bool reusable = up->state == UP_ST_DONE && up->resp.keep_alive &&
                         evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 &&
@@ -723,7 +775,7 @@ void agw_upstream_release(struct agw_upstream *up)
     arm_timer(up, LINGER_MS);
     if (up->paused) {
         up->paused = false;
-        bufferevent_enable(up->bev, EV_READ);
+        reading(up, true);
     }
     if (evbuffer_get_length(bufferevent_get_input(up->bev)) > 0)
         event_active(up->kick, EV_TIMEOUT, 0);
