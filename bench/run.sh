@@ -18,7 +18,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$SRC/_build-bench}
 NGINX=${NGINX:-/usr/sbin/nginx}
 QUICK=0
-ROUNDS=3
+ROUNDS=5
 ONLY="fast paced short idle"
 TARGETS="direct nginx gateway"
 PIN=1
@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-[ "$QUICK" = 1 ] && [ "$ROUNDS" = 3 ] && ROUNDS=1
+[ "$QUICK" = 1 ] && [ "$ROUNDS" = 5 ] && ROUNDS=1
 BUILD=$(cd "$BUILD" 2>/dev/null && pwd) || { echo "bench/run.sh: no build directory (BUILD=...)" >&2; exit 2; }
 LOAD=$BUILD/bench/agw-load
 DEMO=$BUILD/src/agui-demo-agent
