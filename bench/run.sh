@@ -203,13 +203,18 @@ proxy_pids() {
     esac
 }
 
-cpu_ticks() { # PIDS -> utime+stime in clock ticks, summed
-    local p sum=0 f
+# cpu_ms PIDS -> CPU time in ms, summed: the scheduler's nanosecond account (se.sum_exec_runtime in
+# /proc/PID/sched; user and system time of these single-threaded processes) when the kernel exposes
+# it, else utime+stime from /proc/PID/stat, whose 10 ms ticks would measure a round's ~0.3 CPU-s to
+# about 3 %.
+cpu_ms() {
+    local p sum=0 v
     for p in "$@"; do
-        f=$(cut -d')' -f2- "/proc/$p/stat" 2>/dev/null) || continue
-        set -- $f
-        # after "pid (comm)": state=$1 ... utime=${12} stime=${13}
-        sum=$((sum + ${12} + ${13}))
+        v=$(awk '/^se.sum_exec_runtime/ {print $3}' "/proc/$p/sched" 2>/dev/null)
+        if [ -z "$v" ]; then
+            v=$(cut -d')' -f2- "/proc/$p/stat" 2>/dev/null | awk -v hz="$HZ" '{print ($12 + $13) * 1000 / hz}')
+        fi
+        sum=$(awk -v a="$sum" -v b="${v:-0}" 'BEGIN {printf "%.6f", a + b}')
     done
     echo "$sum"
 }
@@ -236,8 +241,8 @@ run_one() {
     pids=$(proxy_pids "$tgt")
     bound=$([ "$QUICK" = 1 ] && echo 60 || echo 180)
     r0=$(rss_kib $pids)
-    c0=$(cpu_ticks $pids)
-    d0=$(cpu_ticks "$DEMO_PID")
+    c0=$(cpu_ms $pids)
+    d0=$(cpu_ms "$DEMO_PID")
     if [ "$s" = idle ]; then
         # shellcheck disable=SC2046
         "${PEERS_CPU[@]}" "$LOAD" --url "$url" $(scenario_args "$s") --duration "$bound" --label "$s/$tgt" \
@@ -261,8 +266,8 @@ run_one() {
         rc=$?
         r1=$(rss_kib $pids)
     fi
-    c1=$(cpu_ticks $pids)
-    d1=$(cpu_ticks "$DEMO_PID")
+    c1=$(cpu_ms $pids)
+    d1=$(cpu_ms "$DEMO_PID")
     out=$(head -n1 "$T/load.out")
     [ -n "$out" ] || out='{}'
     [ "$rc" = 0 ] || echo "bench/run.sh: $s/$tgt round $round: load exit $rc: $(head -c 300 "$T/load.err")" >&2
@@ -273,8 +278,8 @@ s, tgt, rnd, rc, hz, pids, c0, c1, d0, d1, r0, r1, nidle, out = sys.argv[1:]
 o = json.loads(out)
 hz = int(hz)
 rec = {"scenario": s, "target": tgt, "round": int(rnd), "exit": int(rc), "load": o,
-       "proxy_cpu_s": (int(c1) - int(c0)) / hz if pids else None,
-       "upstream_cpu_s": (int(d1) - int(d0)) / hz,
+       "proxy_cpu_s": (float(c1) - float(c0)) / 1000 if pids else None,
+       "upstream_cpu_s": (float(d1) - float(d0)) / 1000,
        "rss_before_kib": int(r0) if pids else None,
        "rss_after_kib": int(r1) if pids and r1 else None}
 if s == "idle" and pids and r1:
@@ -349,7 +354,7 @@ scen = [s for s in ("fast", "paced", "short", "idle") if any(r["scenario"] == s 
 out = []
 out.append(f"Medians of {rounds} round(s){' (--quick)' if quick == '1' else ''}; {ncpu} CPUs"
            f"{' (proxy pinned to CPU 1, load generator and agent to CPU 0)' if pinned != '0' else ' (not pinned)'}; nginx {ngv}; "
-           "proxy CPU = utime+stime of the proxy process (nginx: its one worker); ratio = gateway / nginx.\n")
+           "proxy CPU = on-CPU time of the proxy process (nginx: its one worker), from /proc/PID/sched; ratio = gateway / nginx.\n")
 rows = []
 def row(scenario, metric, f, nd=0, better=""):
     vals = {t: get(scenario, t, f) for t in targets}
