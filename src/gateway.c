@@ -230,6 +230,21 @@ static void access_log(const struct req_info *ri, const char *agent, const char 
     json_decref(o);
 }
 
+/* Answers 202 {"status":<status>,"threadId":…,"runId":…} (the ids are valid UTF-8: they come from
+ * parsed JSON through the run registry). */
+static void reply_accepted(struct agw_req *req, const char *status, const char *thread,
+                           const char *run)
+{
+    json_t *o = json_pack("{s:s,s:s,s:s}", "status", status, "threadId", thread, "runId", run);
+    char *txt = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+
+    if (txt == NULL)
+        abort(); /* out of memory */
+    agw_req_reply(req, 202, "application/json", txt, strlen(txt));
+    free(txt);
+    json_decref(o);
+}
+
 /* Answers an error, logs and counts it. */
 static void reply_error(struct agw_gateway *gw, struct agw_req *req, const char *agent, int status,
                         const char *msg)
@@ -403,15 +418,8 @@ static void decision_answer(struct decision *d, int status, const char *outcome,
     d->outcome = outcome;
     count_request(gw, d->agent_id, status);
     if (status == 202) {
-        json_t *o = json_pack("{s:s,s:s,s:s}", "status", "decision_forwarded", "threadId",
-                              d->thread_id, "runId", d->run_id);
-        char *txt = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-        if (txt == NULL)
-            abort(); /* out of memory (ids are valid UTF-8: they came from parsed JSON) */
         gw->m.decisions_forwarded++;
-        agw_req_reply(d->req, 202, "application/json", txt, strlen(txt));
-        free(txt);
-        json_decref(o);
+        reply_accepted(d->req, "decision_forwarded", d->thread_id, d->run_id);
     } else {
         gw->m.decisions_failed++;
         agw_req_reply_error(d->req, status, "%s", msg);
@@ -567,19 +575,12 @@ static void handle_cancel(struct agw_gateway *gw, struct agw_req *req,
         n = agw_runs_by_run_id(gw->runs, route->agent_id, route->run_id, found,
                                AGW_ARRAY_LEN(found));
     }
-    json_t *o = json_pack("{s:s,s:s,s:s}", "status", "cancelled", "threadId", thread, "runId",
-                          route->run_id);
-    char *txt = o != NULL ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    if (txt == NULL)
-        abort();
-    agw_req_reply(req, 202, "application/json", txt, strlen(txt));
+    reply_accepted(req, "cancelled", thread, route->run_id);
     count_request(gw, route->agent_id, 202);
     req_info_copy(&ri, req);
     access_log(&ri, route->agent_id, thread, route->run_id, key != NULL ? key->id : NULL, 202, 0, 0,
                agw_now_ms() - agw_req_start_ms(req), NULL, "cancelled", false);
     req_info_clear(&ri);
-    free(txt);
-    json_decref(o);
     free(thread);
 }
 
