@@ -100,7 +100,7 @@ struct agw_agui {
     size_t open_id_bytes; /* sum of open[].id_len, <= AGUI_MAX_OPEN_ID_BYTES */
     uint64_t events_out;  /* frames written to the client */
     /* The last content frame accepted by the fast path, up to and including its delta's opening
-     * quote, when the delta was its last member (see fast_content()); kind_cached is its kind. */
+     * quote, when the delta was its last member (see fast_content()); cached_kind is its kind. */
     char cached[AGUI_CACHED_PREFIX];
     size_t cached_len; /* 0: nothing cached */
     enum item_kind cached_kind;
@@ -823,12 +823,13 @@ static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
             return false; /* not a string where one is required: the full path says why */
         } else if ((*p >= '0' && *p <= '9') || *p == '-') {
             /* An integer member ("timestamp", a sequence number; at most 18 digits, so that jansson
-             * reads it as an integer too) is relayed as it is by the full
-             * path too; fractions and exponents are left to it (a float timestamp is rewritten). */
+             * reads it as an integer too) is relayed as it is by the full path too; fractions and
+             * exponents are left to it (a float timestamp is rewritten). */
             const char *d = p + (*p == '-');
-            if (key_is(&k, "timestamp") && seen_ts)
+            bool ts = key_is(&k, "timestamp");
+            if (ts && seen_ts)
                 return false;
-            seen_ts = seen_ts || key_is(&k, "timestamp");
+            seen_ts = seen_ts || ts;
             for (p = d; p < end && *p >= '0' && *p <= '9'; p++)
                 ;
             if (p == d || (p - d > 1 && *d == '0') || p - d > 18 ||

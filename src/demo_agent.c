@@ -40,6 +40,7 @@
 #include <jansson.h>
 
 #include "agw/common.h"
+#include "agw/input.h"
 #include "agw/log.h"
 
 /* ---- limits ---------------------------------------------------------------------------------- */
@@ -1016,8 +1017,8 @@ static char *confirm_action(const char *text)
     if (strncmp(p, "please ", 7) == 0)
         p += 7;
     /* "delete all the files" → "delete files", so that "15 <what>" reads well */
-    for (size_t i = 0; i < 2; i++) {
-        static const char *const fillers[] = {" all ", " the "};
+    static const char *const fillers[] = {" all ", " the "}; /* each 4 bytes + a space kept */
+    for (size_t i = 0; i < AGW_ARRAY_LEN(fillers); i++) {
         if ((all = strstr(p, fillers[i])) != NULL)
             memmove(all, all + 4, strlen(all + 4) + 1);
     }
@@ -1864,29 +1865,15 @@ static void record_request(struct conn *c, const char *path, const char *query)
 }
 
 /* ---- human in the loop ----------------------------------------------------------------------- */
-/* SPEC §5: no user message with non-blank content, and a tool message with a toolCallId. */
-static bool decision_only(const json_t *in)
+/* SPEC §5, decided exactly as the gateway decides it (src/input.c): no user message with non-blank
+ * content, and a tool message with a toolCallId. A body the gateway would refuse is no decision. */
+static bool decision_only(const char *body, size_t len)
 {
-    const json_t *m;
-    size_t i;
-    bool decision = false;
+    struct agw_input in = {0};
+    bool yes = agw_input_parse(body, len, 0, &in, NULL, 0) == 0 && in.decision_only;
 
-    json_array_foreach(json_object_get(in, "messages"), i, m)
-    {
-        const char *role = str_field(m, "role");
-        if (role && strcmp(role, "user") == 0) {
-            char *text = message_text(m);
-            bool blank = true;
-            for (const char *p = text; *p && blank; p++)
-                blank = *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r';
-            free(text);
-            if (!blank)
-                return false;
-        } else if (role && strcmp(role, "tool") == 0 && str_field(m, "toolCallId")) {
-            decision = true;
-        }
-    }
-    return decision;
+    agw_input_clear(&in);
+    return yes;
 }
 
 /* The waiting run a decision for (<thread>, <run>) is for: that exact run, else the thread's
@@ -1989,7 +1976,8 @@ static void handle_run(struct conn *c, const char *path, const char *query)
     }
     tid = str_field(in, "threadId");
     rid = str_field(in, "runId");
-    if (in && decision_only(in)) {
+    if (in &&
+        decision_only((const char *)evbuffer_pullup(c->body, -1), evbuffer_get_length(c->body))) {
         struct conn *wc = find_waiting(d, tid, rid);
         if (wc) {
             json_t *ack = json_pack("{s:s,s:s,s:s}", "status", "accepted", "threadId",

@@ -168,26 +168,45 @@ static void serve_metrics(struct agw_gateway *gw, struct agw_req *req)
 
 /* ---- access log ------------------------------------------------------------------------------ */
 
-/* What the access log says of a request; a run's copy outlives the request when the run detaches.
- */
+/* What the access log says of a request: borrowed from the request while it is alive
+ * (req_info_of), or copied when the line is written later, after the request may be gone (a
+ * detached run, a decision: req_info_copy, then req_info_clear). */
 struct req_info {
-    char *id, *peer, *method, *path;
+    const char *id, *peer, *method, *path;
+    char *copy; /* req_info_copy: the four strings, in one block */
 };
+
+static struct req_info req_info_of(const struct agw_req *req)
+{
+    return (struct req_info){agw_req_id(req), agw_req_peer(req), agw_req_method_name(req),
+                             agw_req_path(req), NULL};
+}
 
 static void req_info_copy(struct req_info *ri, const struct agw_req *req)
 {
-    ri->id = agw_xstrdup(agw_req_id(req));
-    ri->peer = agw_xstrdup(agw_req_peer(req));
-    ri->method = agw_xstrdup(agw_req_method_name(req));
-    ri->path = agw_xstrdup(agw_req_path(req));
+    const char *src[4] = {agw_req_id(req), agw_req_peer(req), agw_req_method_name(req),
+                          agw_req_path(req)};
+    const char **dst[4] = {&ri->id, &ri->peer, &ri->method, &ri->path};
+    size_t len[4], total = 0;
+    char *p;
+
+    for (size_t i = 0; i < 4; i++) {
+        if (src[i] == NULL) /* libevhtp has no name for an unknown method */
+            src[i] = "";
+        total += (len[i] = strlen(src[i])) + 1;
+    }
+    p = ri->copy = agw_xmalloc(total);
+    for (size_t i = 0; i < 4; i++) {
+        memcpy(p, src[i], len[i] + 1);
+        *dst[i] = p;
+        p += len[i] + 1;
+    }
 }
 
 static void req_info_clear(struct req_info *ri)
 {
-    free(ri->id);
-    free(ri->peer);
-    free(ri->method);
-    free(ri->path);
+    free(ri->copy);
+    ri->copy = NULL;
 }
 
 static void access_log(const struct req_info *ri, const char *agent, const char *thread,
@@ -249,14 +268,12 @@ static void reply_accepted(struct agw_req *req, const char *status, const char *
 static void reply_error(struct agw_gateway *gw, struct agw_req *req, const char *agent, int status,
                         const char *msg)
 {
-    struct req_info ri;
+    struct req_info ri = req_info_of(req);
 
     agw_req_reply_error(req, status, "%s", msg);
     count_request(gw, agent, status);
-    req_info_copy(&ri, req);
     access_log(&ri, agent, NULL, NULL, NULL, status, 0, 0, agw_now_ms() - agw_req_start_ms(req),
                NULL, "error", false);
-    req_info_clear(&ri);
 }
 
 /* ---- runs --------------------------------------------------------------------------------------
@@ -535,14 +552,14 @@ static bool route_decision(struct agw_gateway *gw, struct agw_req *req,
 }
 
 /* POST /v1/ag-ui/agents/{agent}/runs/{run}/cancel: every active run of the agent with that run id
- * (normally one) ends with RUN_ERROR CANCELLED and its upstream is closed. */
+ * (normally one; ids are meant to be unique) ends with RUN_ERROR CANCELLED and its upstream is
+ * closed. */
 static void handle_cancel(struct agw_gateway *gw, struct agw_req *req,
                           const struct agw_route *route)
 {
     const struct agw_auth_key *key = NULL;
-    struct agw_run_entry *found[16];
-    struct agw_relay *owners[16];
-    struct req_info ri;
+    struct agw_run_entry *e;
+    struct req_info ri = req_info_of(req);
     char msg[2 * AGW_ID_MAX + 80], *thread;
     size_t n;
 
@@ -553,34 +570,24 @@ static void handle_cancel(struct agw_gateway *gw, struct agw_req *req,
         reply_error(gw, req, NULL, 404, msg);
         return;
     }
-    /* Runs sharing a run id on several threads are rare (ids are meant to be unique); the loop
-     * takes them in batches since cancelling removes them from the registry. */
-    n = agw_runs_by_run_id(gw->runs, route->agent_id, route->run_id, found, AGW_ARRAY_LEN(found));
+    n = agw_runs_by_run_id(gw->runs, route->agent_id, route->run_id, &e, 1);
     if (n == 0) {
         snprintf(msg, sizeof(msg), "not found: no active run '%s' for agent '%s'", route->run_id,
                  route->agent_id);
         reply_error(gw, req, route->agent_id, 404, msg);
         return;
     }
-    thread = agw_xstrdup(found[0]->thread_id);
-    for (size_t before = SIZE_MAX; n > 0 && n < before;) {
-        size_t k = n < AGW_ARRAY_LEN(found) ? n : AGW_ARRAY_LEN(found);
-        for (size_t i = 0; i < k; i++)
-            owners[i] = found[i]->owner; /* entries go away as their runs end */
-        for (size_t i = 0; i < k; i++) {
-            agw_relay_cancel(owners[i]);
-            gw->m.runs_cancelled++;
-        }
-        before = n;
-        n = agw_runs_by_run_id(gw->runs, route->agent_id, route->run_id, found,
-                               AGW_ARRAY_LEN(found));
+    thread = agw_xstrdup(e->thread_id);
+    /* A registered run is streaming, and cancelling it removes it from the registry: at most <n>
+     * turns. */
+    for (; n > 0 && agw_runs_by_run_id(gw->runs, route->agent_id, route->run_id, &e, 1) > 0; n--) {
+        agw_relay_cancel(e->owner);
+        gw->m.runs_cancelled++;
     }
     reply_accepted(req, "cancelled", thread, route->run_id);
     count_request(gw, route->agent_id, 202);
-    req_info_copy(&ri, req);
     access_log(&ri, route->agent_id, thread, route->run_id, key != NULL ? key->id : NULL, 202, 0, 0,
                agw_now_ms() - agw_req_start_ms(req), NULL, "cancelled", false);
-    req_info_clear(&ri);
     free(thread);
 }
 

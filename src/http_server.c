@@ -253,16 +253,20 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
  * must, the bytes go through OpenSSL.) */
 #define DIRECT_SEGMENTS 16
 
-static void write_chunk_now(struct evbuffer *out, evutil_socket_t fd, struct evbuffer *buf,
+/* Returns false, having written nothing, when <buf> has too many segments for one writev(). */
+static bool write_chunk_now(struct evbuffer *out, evutil_socket_t fd, struct evbuffer *buf,
                             size_t n)
 {
     struct evbuffer_iovec seg[DIRECT_SEGMENTS];
     struct iovec iov[DIRECT_SEGMENTS + 2];
     char hdr[24], crlf[2] = {'\r', '\n'};
-    size_t hl = (size_t)snprintf(hdr, sizeof(hdr), "%zx\r\n", n), done, body;
+    size_t hl, done, body;
     int nseg = evbuffer_peek(buf, -1, NULL, seg, DIRECT_SEGMENTS);
     ssize_t w;
 
+    if (nseg > DIRECT_SEGMENTS)
+        return false;
+    hl = (size_t)snprintf(hdr, sizeof(hdr), "%zx\r\n", n);
     iov[0] = (struct iovec){.iov_base = hdr, .iov_len = hl};
     for (int i = 0; i < nseg; i++)
         iov[i + 1] = (struct iovec){.iov_base = seg[i].iov_base, .iov_len = seg[i].iov_len};
@@ -279,6 +283,7 @@ static void write_chunk_now(struct evbuffer *out, evutil_socket_t fd, struct evb
     done -= body;
     if (done < 2)
         evbuffer_add(out, crlf + done, 2 - done);
+    return true;
 }
 
 void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
@@ -290,11 +295,8 @@ void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
     if (n == 0)
         return;
     if (conn->ssl != NULL || !(req->r->flags & EVHTP_REQ_FLAG_CHUNKED) ||
-        evbuffer_get_length(out) > 0 || evbuffer_peek(buf, -1, NULL, NULL, 0) > DIRECT_SEGMENTS) {
+        evbuffer_get_length(out) > 0 || !write_chunk_now(out, bufferevent_getfd(conn->bev), buf, n))
         evhtp_send_reply_chunk(req->r, buf);
-        return;
-    }
-    write_chunk_now(out, bufferevent_getfd(conn->bev), buf, n);
 }
 
 void agw_req_stream_end(struct agw_req *req)

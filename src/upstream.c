@@ -10,10 +10,10 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <sys/uio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <sys/uio.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
