@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <event2/buffer.h>
 #include <jansson.h>
@@ -106,6 +109,14 @@ struct agw_agui {
     enum item_kind cached_kind;
     /* "RUN_FINISHED" or "RUN_ERROR[:<code>]" (a long code is cut) once FINISHED, "" before */
     char outcome[96];
+    /* agw_agui_feed_framed(): the data of the frame being fed, which the caller's memory holds as
+     * "data: <data>\n\n"; and the frames relayed unchanged so far, adjacent in that memory, not
+     * yet appended to <pending_out> (see write_frame()). */
+    const char *framed;
+    size_t framed_len;
+    const char *pending;
+    size_t pending_len;
+    struct evbuffer *pending_out;
 };
 
 static AGW_NORETURN void oom(const char *what)
@@ -168,10 +179,42 @@ static const char *excerpt(const char *s, char *buf)
 
 /* ---- output ---------------------------------------------------------------------------------- */
 
+#define FRAME_HEAD 6 /* "data: " */
+#define FRAME_TAIL 2 /* "\n\n" */
+
+static void flush_pending(struct agw_agui *a)
+{
+    if (a->pending_len == 0)
+        return;
+    if (evbuffer_add(a->pending_out, a->pending, a->pending_len) != 0)
+        oom("evbuffer");
+    a->pending_len = 0;
+}
+
 /* <data> holds no line break: the fast path's scanner refuses them, and the full path re-serialises
- * an event whose bytes had one ("changed"). */
+ * an event whose bytes had one ("changed").
+ *
+ * The upstream's own frame, fed framed, is already in the caller's memory exactly as the client
+ * gets it. It is not copied now: it joins the run of such frames that ends where it starts, and
+ * the run is appended to <out> in one piece, before anything else is written (or by
+ * agw_agui_flush()). At many small events per read, that is one evbuffer_add() per read instead of
+ * three evbuffer calls per event. */
 static void write_frame(struct agw_agui *a, struct evbuffer *out, const char *data, size_t len)
 {
+    if (data == a->framed && len == a->framed_len) {
+        const char *f = data - FRAME_HEAD;
+
+        assert(a->pending_len == 0 || a->pending_out == out);
+        if (a->pending_len == 0 || a->pending + a->pending_len != f) {
+            flush_pending(a);
+            a->pending = f;
+            a->pending_out = out;
+        }
+        a->pending_len += FRAME_HEAD + len + FRAME_TAIL;
+        a->events_out++;
+        return;
+    }
+    flush_pending(a);
     if (agw_sse_write_data(out, data, len) != 0)
         oom("evbuffer"); /* the only failure for a frame that fits in memory */
     a->events_out++;
@@ -365,13 +408,19 @@ static enum event_role classify(const char *type, enum item_kind *kind)
     return EV_PASS;
 }
 
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f';
+}
+
+/* Checked on every frame: an event ('{') is refused at its first byte. */
 static bool is_done_marker(const char *data, size_t len)
 {
-    static const char ws[] = " \t\n\r\f";
-
-    while (len > 0 && memchr(ws, data[0], sizeof(ws) - 1) != NULL)
+    if (len < 6 || (data[0] != '[' && !is_space(data[0])))
+        return false;
+    while (len > 0 && is_space(data[0]))
         data++, len--;
-    while (len > 0 && memchr(ws, data[len - 1], sizeof(ws) - 1) != NULL)
+    while (len > 0 && is_space(data[len - 1]))
         len--;
     return len == 6 && memcmp(data, "[DONE]", 6) == 0;
 }
@@ -686,13 +735,29 @@ static const bool plain_char[256] = {
     [0x5d ... 0x7f] = 1,
 };
 
-/* Eight bytes at a time (SWAR): true when none of them is '"', '\\', a control byte or non-ASCII.
- * The classic "has a zero byte" test finds '"' and '\\' after an XOR; "has a byte below 0x20" is
- * exact for ASCII bytes, and a byte of 0x80 or more fails through its high bit anyway. */
-#define ONES  0x0101010101010101ULL
-#define HIGHS 0x8080808080808080ULL
+#if defined(__SSE2__)
+/* Sixteen bytes at a time: the offset of the first that is '"', '\\', a control byte or non-ASCII
+ * (the signed compare with 0x20 catches both), or 16 when there is none. */
+static size_t plain_run(const unsigned char *p)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i special = _mm_or_si128(
+        _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+        _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+    unsigned mask = (unsigned)_mm_movemask_epi8(special);
 
-static bool plain_word(const unsigned char *p)
+    return mask != 0 ? (size_t)__builtin_ctz(mask) : 16;
+}
+#define PLAIN_RUN 16
+#else
+/* Eight bytes at a time (SWAR): 8 when none of them is '"', '\\', a control byte or non-ASCII,
+ * else 0 (the byte loop finds which). The classic "has a zero byte" test finds '"' and '\\' after
+ * an XOR; "has a byte below 0x20" is exact for ASCII bytes, and a byte of 0x80 or more fails
+ * through its high bit anyway. */
+#define ONES      0x0101010101010101ULL
+#define HIGHS     0x8080808080808080ULL
+
+static size_t plain_run(const unsigned char *p)
 {
     uint64_t w, quote, backslash, control;
 
@@ -702,8 +767,10 @@ static bool plain_word(const unsigned char *p)
     quote = (quote - ONES) & ~quote;
     backslash = (backslash - ONES) & ~backslash;
     control = (w - ONES * 0x20) & ~w;
-    return ((quote | backslash | control | w) & HIGHS) == 0;
+    return ((quote | backslash | control | w) & HIGHS) == 0 ? 8 : 0;
 }
+#define PLAIN_RUN 8
+#endif
 
 /* Scans a JSON string at *<pp> (on the opening quote). Returns false for anything the fast path
  * leaves to jansson. */
@@ -715,9 +782,14 @@ static bool scan_string(const char **pp, const char *end, struct span *out)
     out->escaped = false;
     while (p < e) {
         unsigned char c;
-        /* Plain printable ASCII is the common case: skip it a word, then a byte, at a time. */
-        while (e - p >= 8 && plain_word(p))
-            p += 8;
+        /* Plain printable ASCII is the common case: skip it a block, then a byte, at a time. */
+        while (e - p >= PLAIN_RUN) {
+            size_t k = plain_run(p);
+
+            p += k;
+            if (k < PLAIN_RUN)
+                break;
+        }
         while (p < e && plain_char[*p])
             p++;
         if (p == e)
@@ -1047,6 +1119,23 @@ int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, struct evbuf
 out:
     json_decref(ev);
     return a->state == AGW_AGUI_ST_FINISHED;
+}
+
+int agw_agui_feed_framed(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out)
+{
+    int rc;
+
+    assert(data != NULL);
+    a->framed = data;
+    a->framed_len = len;
+    rc = agw_agui_feed(a, data, len, out);
+    a->framed = NULL;
+    return rc;
+}
+
+void agw_agui_flush(struct agw_agui *a)
+{
+    flush_pending(a);
 }
 
 void agw_agui_end(struct agw_agui *a, struct evbuffer *out)

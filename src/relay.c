@@ -305,9 +305,29 @@ out:
 static int frame_cb(void *arg, const struct agw_sse_frame *f)
 {
     struct agw_relay *r = arg;
+    int rc = f->framed ? agw_agui_feed_framed(r->agui, f->data, f->data_len, r->out)
+                       : agw_agui_feed(r->agui, f->data, f->data_len, r->out);
 
     /* 1 = terminal event reached: stop parsing, the rest of the upstream's bytes are not wanted. */
-    return agw_agui_feed(r->agui, f->data, f->data_len, r->out) == 1 ? -1 : 0;
+    return rc == 1 ? -1 : 0;
+}
+
+/* Parses the body bytes <body> holds, segment by segment, in place: the frames the normaliser
+ * relays unchanged are appended to <out> straight from the segment, in one piece per run of them
+ * (agw_agui_feed_framed()), before the segment is drained. Returns what agw_sse_parse_bytes()
+ * returned last (< 0 stops). */
+static int parse_body(struct agw_relay *r, struct evbuffer *body)
+{
+    struct evbuffer_iovec v;
+    int rc = 0;
+
+    while (rc >= 0 && evbuffer_peek(body, -1, NULL, &v, 1) > 0) {
+        rc = agw_sse_parse_bytes(r->sse, v.iov_base, v.iov_len, frame_cb, r);
+        agw_agui_flush(r->agui);
+        evbuffer_drain(body, v.iov_len);
+    }
+    evbuffer_drain(body, evbuffer_get_length(body));
+    return rc;
 }
 
 static void up_on_body(void *arg, struct evbuffer *body)
@@ -323,8 +343,7 @@ static void up_on_body(void *arg, struct evbuffer *body)
     /* The frames written out are about as long as the bytes read: one chain for all of them
      * rather than a small one per kilobyte. */
     evbuffer_expand(r->out, evbuffer_get_length(body) + 256);
-    rc = agw_sse_parse(r->sse, body, frame_cb, r);
-    evbuffer_drain(body, evbuffer_get_length(body));
+    rc = parse_body(r, body);
     if (rc == -AGW_ETOOBIG) {
         fail_stream(r, AGW_AGUI_FRAME_TOO_LARGE,
                     "an upstream event exceeded limits.max_frame_bytes");

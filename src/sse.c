@@ -70,7 +70,9 @@ struct agw_sse_parser {
     enum field field; /* valid in LINE_VALUE_START / LINE_VALUE */
     size_t name_len;  /* bytes of the field name read so far (only the first NAME_KEEP are kept) */
     char name[NAME_KEEP];
-    bool in_cb; /* inside the frame callback: re-entering the parser is a bug */
+    bool in_cb;  /* inside the frame callback: re-entering the parser is a bug */
+    bool stable; /* the input outlives the parse call (agw_sse_parse_bytes()): frames may be framed
+                  */
 
     /* The frame being assembled. */
     bool has_data;   /* at least one data line: the frame will be dispatched */
@@ -335,6 +337,7 @@ static int dispatch(struct agw_sse_parser *p, agw_sse_frame_fn *cb, void *arg)
     f.event = p->has_event ? buf_cstr(&p->event) : NULL;
     f.id = p->has_id ? buf_cstr(&p->id) : NULL;
     f.retry = p->retry;
+    f.framed = false;
     return call(p, &f, cb, arg);
 }
 
@@ -360,6 +363,7 @@ static int fast_frame(struct agw_sse_parser *p, const char *s, const char *e, ag
         v++;
     f.data = v;
     f.data_len = (size_t)(e - v);
+    f.framed = p->stable && v == s + 6;
     rc = call(p, &f, cb, arg);
     p->frame_bytes = 0;
     return rc;
@@ -518,6 +522,7 @@ int agw_sse_parse(struct agw_sse_parser *p, struct evbuffer *in, agw_sse_frame_f
     int rc = p->err;
 
     assert(in != NULL && cb != NULL && !p->in_cb);
+    p->stable = false;
     while (rc == 0 && evbuffer_get_length(in) > 0) {
         int nvec = evbuffer_peek(in, -1, NULL, vec, PEEK_VECS);
         size_t used = 0;
@@ -552,6 +557,7 @@ int agw_sse_parse_bytes(struct agw_sse_parser *p, const char *buf, size_t len, a
         return p->err;
     if (len == 0)
         return 0;
+    p->stable = true;
     if ((rc = feed(p, buf, len, cb, arg, &nframes)) < 0) {
         p->err = rc;
         return rc;

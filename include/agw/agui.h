@@ -45,6 +45,17 @@ void agw_agui_free(struct agw_agui *a);
  * After the terminal event every further feed is ignored and returns 1. */
 int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out);
 
+/* The same, for data that the caller's memory holds as the client frame "data: <data>\n\n" (from
+ * <data> - 6 to <data> + <len> + 2; agw_sse_frame.framed). When the frame is relayed unchanged it
+ * is not copied at once: consecutive such frames adjacent in memory are appended to <out> in one
+ * piece, before the next frame of any other kind is written, or by agw_agui_flush(). So the memory
+ * must stay as it is until agw_agui_flush(), and <out> must be the same for all calls until then.
+ */
+int agw_agui_feed_framed(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out);
+/* Appends the frames agw_agui_feed_framed() held back to their <out>. Call it before the memory
+ * they are in changes or goes, and before writing to that <out> yourself. */
+void agw_agui_flush(struct agw_agui *a);
+
 /* The upstream's stream ended (EOF or end of body). Writes what the run still needs: RUN_STARTED if
  * nothing was sent, then RUN_FINISHED (after closing anything open) when the stream was clean, or
  * RUN_ERROR UPSTREAM_ERROR when it was cut inside a text message, tool call or reasoning message.

@@ -32,6 +32,10 @@ struct agw_sse_frame {
     const char *event; /* value of the frame's last "event:" line (maybe ""), or NULL */
     const char *id;    /* value of the frame's last "id:" line without NUL (maybe ""), or NULL */
     long retry;        /* the frame's last valid "retry:" value (digits only), or -1 */
+    /* The input holds the frame, whole, as "data: <data>\n\n" (from data - 6 to data + data_len +
+     * 2): the client frame that relays it unchanged. Only the input passed to agw_sse_parse_bytes()
+     * is meant, valid until that call returns (agw_sse_parse() drains its input as it goes). */
+    bool framed;
 };
 
 /* Called once per dispatched frame. Return 0 (or any value >= 0) to go on; a negative value stops

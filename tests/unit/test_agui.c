@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "agw/agui.h"
+#include "agw/sse.h"
 
 #define TID "t1"
 #define RID "r1"
@@ -63,6 +64,106 @@ static json_t *parse_stream(const char *text)
 
 enum ending { END_NONE, END_EOF };
 
+struct feed_ctx {
+    struct agw_agui *a;
+    struct evbuffer *out;
+    int framed; /* frames that came framed */
+};
+
+/* An agw_sse_frame_fn feeding the normaliser as the relay does. */
+static int feed_frame(void *arg, const struct agw_sse_frame *f)
+{
+    struct feed_ctx *c = arg;
+
+    c->framed += f->framed;
+    return f->framed ? agw_agui_feed_framed(c->a, f->data, f->data_len, c->out)
+                     : agw_agui_feed(c->a, f->data, f->data_len, c->out);
+}
+
+/* Feeds <frames> (<n> of them) the way the relay does: laid out in one block as the frames
+ * "data: <frame>\n\n" and fed framed (frames with a line break cannot be: fed plain), then flushed.
+ * Each feed's value goes to <rcs> (NULL: not kept). */
+static void feed_framed_block(struct agw_agui *a, const char *const *frames, size_t n,
+                              struct evbuffer *out, int *rcs, size_t nrcs)
+{
+    size_t total = 0, at = 0;
+    char *block;
+
+    for (size_t i = 0; i < n; i++)
+        total += strlen(frames[i]) + 8;
+    block = malloc(total + 1);
+    cr_assert_not_null(block);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(frames[i]);
+        char *data = block + at + 6;
+        int rc;
+
+        memcpy(block + at, "data: ", 6);
+        memcpy(data, frames[i], len);
+        memcpy(data + len, "\n\n", 2);
+        at += len + 8;
+        if (strpbrk(frames[i], "\r\n") != NULL)
+            rc = agw_agui_feed(a, data, len, out);
+        else
+            rc = agw_agui_feed_framed(a, data, len, out);
+        if (rcs != NULL && i < nrcs)
+            rcs[i] = rc;
+    }
+    agw_agui_flush(a);
+    /* The block goes now: what the normaliser held back must be in <out> already. */
+    memset(block, 'X', total);
+    free(block);
+}
+
+/* <text> with every "timestamp":<digits> made "timestamp":0 (the gateway stamps its own events with
+ * the clock, which two runs do not share). Returns a new string. */
+static char *without_clock(const char *text)
+{
+    char *s = malloc(strlen(text) + 1), *o = s;
+
+    cr_assert_not_null(s);
+    while (*text != '\0') {
+        if (strncmp(text, "\"timestamp\":", 12) == 0 && text[12] >= '0' && text[12] <= '9') {
+            memcpy(o, "\"timestamp\":0", 13);
+            o += 13;
+            text += 12;
+            while (*text >= '0' && *text <= '9')
+                text++;
+            continue;
+        }
+        *o++ = *text++;
+    }
+    *o = '\0';
+    return s;
+}
+
+/* The normaliser writes the same stream for the same input whether the frames were fed framed (held
+ * back and appended in runs) or plain. */
+static void assert_framed_same(const char *const *frames, size_t n, const int *rcs, size_t nrcs,
+                               enum ending ending, enum agw_protocol proto, const char *plain)
+{
+    struct agw_agui *a = agw_agui_new(TID, RID, proto);
+    struct evbuffer *out = evbuffer_new();
+    int frcs[64];
+    char *text, *x, *y;
+
+    feed_framed_block(a, frames, n, out, frcs, AGW_ARRAY_LEN(frcs));
+    for (size_t i = 0; i < n && i < nrcs && i < AGW_ARRAY_LEN(frcs); i++)
+        cr_assert_eq(frcs[i], rcs[i], "frame %zu: framed feed returned %d, plain %d", i, frcs[i],
+                     rcs[i]);
+    if (ending == END_EOF)
+        agw_agui_end(a, out);
+    text = drain(out);
+    x = without_clock(text);
+    y = without_clock(plain);
+    cr_assert_str_eq(x, y, "framed feeding wrote:\n%s\nplain feeding wrote:\n%s", text, plain);
+    free(x);
+    free(y);
+    free(text);
+    evbuffer_free(out);
+    agw_agui_free(a);
+}
+
 /* Feeds the NULL-terminated <frames> to a fresh normaliser, then calls agw_agui_end() if <ending>
  * says so. */
 static struct result run_frames_p(const char *const *frames, enum ending ending,
@@ -92,6 +193,7 @@ static struct result run_frames_p(const char *const *frames, enum ending ending,
                  (unsigned long long)r.n_out, json_array_size(r.events));
     evbuffer_free(out);
     agw_agui_free(a);
+    assert_framed_same(frames, i, r.rcs, AGW_ARRAY_LEN(r.rcs), ending, proto, r.text);
     return r;
 }
 
@@ -1069,6 +1171,48 @@ Test(agui, multi_line_data_reserialised_compact)
 
 /* ---- rule 9: pass-through -------------------------------------------------------------------- */
 
+/* Frames fed framed and relayed unchanged are held back and appended in one piece per run of
+ * adjacent ones; a frame that is rewritten, dropped or generated ends the run, and order is kept.
+ */
+Test(agui, framed_frames_are_appended_in_runs)
+{
+    static const char block[] =
+        "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}\n\n"
+        "data: {\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}\n\n"
+        "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"a\"}\n\n"
+        "data: {\"type\":\"CUSTOM\",\"name\":\"x\",\"value\":null}\n\n" /* rewritten */
+        "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"b\"}\n\n"
+        "data: [DONE]\n\n" /* dropped */
+        "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"c\"}\n\n";
+    const char *const expect =
+        "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}\n\n"
+        "data: {\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}\n\n"
+        "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"a\"}\n\n"
+        "data: {\"type\":\"CUSTOM\",\"name\":\"x\"}\n\n"
+        "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"b\"}\n\n"
+        "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"c\"}\n\n";
+    struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    struct agw_sse_parser *p = agw_sse_parser_new(1 << 20);
+    struct evbuffer *out = evbuffer_new();
+    struct feed_ctx ctx = {a, out, 0};
+    char *text;
+
+    cr_assert_eq(agw_sse_parse_bytes(p, block, sizeof(block) - 1, feed_frame, &ctx), 7);
+    cr_assert_eq(ctx.framed, 7, "every frame of the block is framed");
+    /* The last run (the frame after [DONE]) is still held back. */
+    cr_assert_eq(evbuffer_get_length(out), strlen(expect) - strlen(strstr(block, "[DONE]") + 8));
+    cr_assert_eq(agw_agui_events_out(a), 6);
+    agw_agui_flush(a);
+    text = drain(out);
+    cr_assert_str_eq(text, expect);
+    agw_agui_flush(a); /* nothing held back any more: a no-op */
+    cr_assert_eq(evbuffer_get_length(out), 0);
+    free(text);
+    evbuffer_free(out);
+    agw_sse_parser_free(p);
+    agw_agui_free(a);
+}
+
 Test(agui, other_events_pass_through_raw)
 {
     const char *const frames[] = {
@@ -1422,6 +1566,23 @@ static uint32_t rng(void)
     return (uint32_t)((rng_state * 2685821657736338717ULL) >> 32);
 }
 
+static void end_hostile(struct agw_agui *a, struct evbuffer *out, int how)
+{
+    switch (how) {
+    case 0:
+        agw_agui_end(a, out);
+        break;
+    case 1:
+        agw_agui_fail(a, AGW_AGUI_CANCELLED, "client went away", out);
+        agw_agui_end(a, out);
+        break;
+    default:
+        agw_agui_end(a, out);
+        agw_agui_fail(a, AGW_AGUI_SHUTDOWN, "shutting down", out);
+        break;
+    }
+}
+
 Test(agui, hostile_streams_always_verify)
 {
     const char *frames[48];
@@ -1452,19 +1613,8 @@ Test(agui, hostile_streams_always_verify)
             cr_assert(prev == 0 || rc == 1, "iteration %d: feed returned 0 after the end", iter);
             cr_assert_eq(rc == 1, agw_agui_finished(a));
         }
-        switch (rng() % 3) {
-        case 0:
-            agw_agui_end(a, out);
-            break;
-        case 1:
-            agw_agui_fail(a, AGW_AGUI_CANCELLED, "client went away", out);
-            agw_agui_end(a, out);
-            break;
-        default:
-            agw_agui_end(a, out);
-            agw_agui_fail(a, AGW_AGUI_SHUTDOWN, "shutting down", out);
-            break;
-        }
+        int ending = (int)(rng() % 3);
+        end_hostile(a, out, ending);
         cr_assert(agw_agui_finished(a));
         const char *outcome = agw_agui_outcome(a);
         cr_assert_not_null(outcome);
@@ -1476,6 +1626,24 @@ Test(agui, hostile_streams_always_verify)
         char *text = drain(out);
         json_t *events = parse_stream(text);
         cr_assert_eq(json_array_size(events), agw_agui_events_out(a));
+        if (iter % 5 == 0) { /* the same stream fed framed, ended the same way */
+            struct agw_agui *b = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+            struct evbuffer *bout = evbuffer_new();
+            char *btext, *x, *y;
+
+            feed_framed_block(b, frames, n, bout, NULL, 0);
+            end_hostile(b, bout, ending);
+            btext = drain(bout);
+            x = without_clock(btext);
+            y = without_clock(text);
+            cr_assert_str_eq(x, y, "iteration %d: framed and plain feeding differ:\n%s\n----\n%s",
+                             iter, btext, text);
+            free(x);
+            free(y);
+            free(btext);
+            evbuffer_free(bout);
+            agw_agui_free(b);
+        }
         const char *why = verify_stream(events);
         if (why != NULL) {
             fprintf(stderr, "iteration %d input:\n", iter);

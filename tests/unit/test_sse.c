@@ -21,6 +21,7 @@ struct rframe {
     char *event; /* NULL when the frame had none */
     char *id;
     long retry;
+    bool framed;
 };
 
 struct rec {
@@ -53,6 +54,16 @@ static int on_frame(void *arg, const struct agw_sse_frame *f)
     char hdr[64];
 
     cr_assert_not_null(f->data);
+    /* Every frame said to be framed is, in the input, exactly the client frame that relays it. */
+    if (f->framed) {
+        cr_assert(memcmp(f->data - 6, "data: ", 6) == 0);
+        cr_assert(memcmp(f->data + f->data_len, "\n\n", 2) == 0);
+        cr_assert_null(memchr(f->data, '\n', f->data_len));
+        cr_assert_null(memchr(f->data, '\r', f->data_len));
+        cr_assert_null(f->event);
+        cr_assert_null(f->id);
+        cr_assert_eq(f->retry, -1);
+    }
     if (r->n == r->cap) {
         r->cap = r->cap ? r->cap * 2 : 8;
         r->f = realloc(r->f, (size_t)r->cap * sizeof(*r->f));
@@ -65,6 +76,7 @@ static int on_frame(void *arg, const struct agw_sse_frame *f)
     r->f[r->n].event = dup_or_null(f->event);
     r->f[r->n].id = dup_or_null(f->id);
     r->f[r->n].retry = f->retry;
+    r->f[r->n].framed = f->framed;
     r->n++;
 
     snprintf(hdr, sizeof(hdr), "D%zu:", f->data_len);
@@ -267,6 +279,36 @@ Test(sse, many_frames_one_evbuffer)
     cr_assert(!agw_sse_pending(p));
     cr_assert_eq(agw_sse_parse(p, in, on_frame, &r), 0, "an empty evbuffer is no frame");
 
+    evbuffer_free(in);
+    agw_sse_parser_free(p);
+    rec_free(&r);
+}
+
+/* A frame read whole as "data: <json>\n\n" from a memory block is marked framed; every other form,
+ * a frame cut by the read, and anything read through an evbuffer (drained as it goes) is not. */
+Test(sse, framed_frames)
+{
+    struct agw_sse_parser *p = agw_sse_parser_new(1 << 20);
+    struct evbuffer *in = evbuffer_new();
+    struct rec r = {0};
+    const char *s = "data: {\"a\":1}\n\n"     /* framed */
+                    "data:{\"a\":2}\n\n"      /* no space after the colon */
+                    "data:  {\"a\":3}\n\n"    /* framed: the data starts with a space */
+                    "data: {\"a\":4}\r\n\r\n" /* CRLF */
+                    "event: e\ndata: {\"a\":5}\n\n"
+                    "data: {\"a\":6}\n\n" /* framed */
+                    "data: {\"a\":7}\n";  /* cut before its blank line */
+
+    cr_assert_eq(agw_sse_parse_bytes(p, s, strlen(s), on_frame, &r), 6);
+    cr_assert_eq(agw_sse_parse_bytes(p, "\ndata: {\"a\":8}\n\n", 16, on_frame, &r), 2);
+    cr_assert_eq(r.n, 8);
+    for (int i = 0; i < r.n; i++)
+        cr_assert_eq(r.f[i].framed, i == 0 || i == 2 || i == 5 || i == 7, "frame %d", i);
+    assert_frame(&r, 2, " {\"a\":3}", NULL, NULL, -1);
+
+    evbuffer_add(in, "data: {\"a\":9}\n\n", 16);
+    cr_assert_eq(agw_sse_parse(p, in, on_frame, &r), 1);
+    cr_assert(!r.f[8].framed, "an evbuffer's bytes are drained: never framed");
     evbuffer_free(in);
     agw_sse_parser_free(p);
     rec_free(&r);
@@ -928,8 +970,8 @@ static int model(const char *s, size_t n, size_t max_frame, struct rec *r)
         i += eol;
         if (blank) {
             if (has_data) {
-                struct agw_sse_frame f = {data, dlen, has_event ? event : NULL, has_id ? id : NULL,
-                                          retry};
+                struct agw_sse_frame f = {data,  dlen, has_event ? event : NULL, has_id ? id : NULL,
+                                          retry, false};
                 data[dlen] = '\0';
                 on_frame(r, &f);
                 nframes++;
@@ -981,7 +1023,8 @@ static int model(const char *s, size_t n, size_t max_frame, struct rec *r)
         }
     }
     if (has_data) {
-        struct agw_sse_frame f = {data, dlen, has_event ? event : NULL, has_id ? id : NULL, retry};
+        struct agw_sse_frame f = {data,  dlen, has_event ? event : NULL, has_id ? id : NULL,
+                                  retry, false};
         data[dlen] = '\0';
         on_frame(r, &f);
         nframes++;
