@@ -214,9 +214,12 @@ static void access_log(const struct req_info *ri, const char *agent, const char 
                        uint64_t bytes, uint64_t duration_ms, const char *upstream,
                        const char *outcome, bool detached)
 {
-    json_t *o = json_object();
+    json_t *o;
     char *line;
 
+    if (!agw_log_access_enabled())
+        return;
+    o = json_object();
     json_object_set_new(o, "time", json_integer((json_int_t)agw_wall_ms()));
     json_object_set_new(o, "request_id", json_string(ri->id));
     json_object_set_new(o, "client", json_string(ri->peer));

@@ -110,6 +110,11 @@ int agw_log_access_open(const char *where)
     return 0;
 }
 
+bool agw_log_access_enabled(void)
+{
+    return access_fd >= 0;
+}
+
 void agw_log_access(const char *json_line)
 {
     size_t len;

@@ -45,8 +45,9 @@ char *agw_xstrndup(const char *s, size_t n);
 uint64_t agw_now_ms(void);
 uint64_t agw_wall_ms(void);
 
-/* Writes a fresh random 128-bit id as 32 lowercase hex characters plus NUL into <out> (33 bytes).
- */
+/* Writes <nbytes_of_randomness> (at most 64) random bytes as lowercase hex plus NUL into <out>
+ * (2 * n + 1 bytes): request, trace and message ids. Not for secrets: a fast generator seeded per
+ * thread (and per forked child) from OpenSSL's CSPRNG. */
 void agw_random_hex(char *out, size_t nbytes_of_randomness);
 
 /* The value of one hex digit (either case), or -1. */

@@ -24,6 +24,8 @@ void agw_log(enum agw_log_level level, const char *fmt, ...) AGW_PRINTF(2, 3);
  * agw_log_access_open(), or nowhere when it was opened with "off". */
 int agw_log_access_open(const char *where);
 void agw_log_access(const char *json_line);
+/* False when the access log was opened with "off": callers need not build their lines. */
+bool agw_log_access_enabled(void);
 void agw_log_access_close(void);
 
 #define agw_log_error(...) agw_log(AGW_LOG_ERROR, __VA_ARGS__)
