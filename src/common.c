@@ -112,7 +112,6 @@ static void rng_seed(void)
     (void)pthread_once(&once, rng_register_fork);
 }
 
-
 static uint64_t rng_next(void)
 {
     uint64_t r, t;

@@ -76,6 +76,7 @@ struct knobs {
     int64_t lifecycle_none; /* 1 = no RUN_STARTED / RUN_FINISHED */
     int64_t dialect;        /* enum dialect */
     int64_t framing;        /* enum framing */
+    int64_t hangup;         /* enum hangup: what becomes of a kept-alive connection afterwards */
     char content_type[256]; /* "" = text/event-stream */
 };
 
@@ -91,6 +92,11 @@ static const struct knob_word dialect_words[] = {
     {"agui", DIALECT_AGUI}, {"ag-ui", DIALECT_AGUI}, {"cloudbase", DIALECT_CLOUDBASE}, {NULL, 0}};
 static const struct knob_word framing_words[] = {
     {"chunked", FRAMING_CHUNKED}, {"close", FRAMING_CLOSE}, {"length", FRAMING_LENGTH}, {NULL, 0}};
+/* A backend's keep-alive timeout, as a client sees it: the connection was kept alive, then closed
+ * while idle ("idle"), or as the next request arrived, unanswered ("next"). */
+enum hangup { HANGUP_NONE = 0, HANGUP_IDLE, HANGUP_NEXT };
+static const struct knob_word hangup_words[] = {
+    {"none", HANGUP_NONE}, {"idle", HANGUP_IDLE}, {"next", HANGUP_NEXT}, {NULL, 0}};
 
 struct knob_def {
     const char *name;
@@ -120,6 +126,7 @@ static const struct knob_def knob_defs[] = {
     {"comments", KNOB_BOOL, KOFF(comments), 0, 1, NULL},
     {"ts", KNOB_BOOL, KOFF(ts), 0, 1, NULL},
     {"framing", KNOB_ENUM, KOFF(framing), 0, 2, framing_words},
+    {"hangup", KNOB_ENUM, KOFF(hangup), 0, 2, hangup_words},
     {"content_type", KNOB_STR, KOFF(content_type), 0, 0, NULL},
 };
 
@@ -252,6 +259,7 @@ struct conn {
     struct evbuffer
         *wire; /* bytewise: response bytes not yet handed to the socket, one per write */
     bool bytewise;
+    bool hangup_next; /* hangup=next: close, unanswered, when the next request arrives */
 };
 
 struct demo {
@@ -270,6 +278,7 @@ struct demo {
     uint64_t decisions;      /* decision-only POSTs applied to a waiting run (answered 202) */
     uint64_t run_seq;
     uint64_t connections; /* open connections */
+    uint64_t accepted;    /* connections accepted since start */
     json_t *last_request; /* the last agent POST, as /_demo/last-request shows it */
 };
 
@@ -1688,6 +1697,10 @@ static void stream_finish(struct conn *c)
     agw_log_debug("conn %" PRIu64 ": run %s completed, %" PRIu64 " events", c->id, r->run_id,
                   r->emitted);
     c->d->completed++;
+    /* The response said keep-alive all the same: the client finds out by itself. */
+    if (r->k.hangup == HANGUP_IDLE)
+        close = true;
+    c->hangup_next = r->k.hangup == HANGUP_NEXT;
     run_end(c);
     response_done(c, close);
 }
@@ -2043,13 +2056,14 @@ static void handle_request(struct conn *c)
         } else if (strcmp(path, "/_demo/stats") == 0) {
             agw_log_info("conn %" PRIu64 ": %s %s -> 200", c->id, c->method, c->target);
             send_json(c, 200,
-                      json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "requests",
+                      json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "requests",
                                 (json_int_t)d->requests, "active_streams",
                                 (json_int_t)d->active_streams, "client_closed",
                                 (json_int_t)d->client_closed, "completed", (json_int_t)d->completed,
                                 "dropped", (json_int_t)d->dropped, "connections",
                                 (json_int_t)d->connections, "waiting", (json_int_t)d->waiting,
-                                "decisions", (json_int_t)d->decisions),
+                                "decisions", (json_int_t)d->decisions, "accepted",
+                                (json_int_t)d->accepted),
                       "", false);
         } else if (strcmp(path, "/_demo/last-request") == 0) {
             if (d->last_request) {
@@ -2318,6 +2332,14 @@ static void conn_process(struct conn *c)
     const char *err = NULL;
     int rc;
 
+    if (c->hangup_next && c->state == CONN_ST_HEAD &&
+        evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
+        agw_log_debug("conn %" PRIu64 ": hangup=next: closing on the next request", c->id);
+        evbuffer_drain(bufferevent_get_input(c->bev),
+                       evbuffer_get_length(bufferevent_get_input(c->bev)));
+        conn_closing(c);
+        return;
+    }
     while (c->state == CONN_ST_HEAD || c->state == CONN_ST_BODY) {
         if (c->state == CONN_ST_HEAD) {
             rc = parse_head(c, &err);
@@ -2472,6 +2494,7 @@ static void on_accept(struct evconnlistener *lis, evutil_socket_t fd, struct soc
         d->conns->prev = c;
     d->conns = c;
     d->connections++;
+    d->accepted++;
     bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, IN_MAX_BYTES);
     bufferevent_setwatermark(c->bev, EV_WRITE, OUT_LOW, 0);

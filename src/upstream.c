@@ -40,6 +40,7 @@ const char AGW_UP_ERR_TLS[] = "tls";
 struct idle_conn {
     struct agw_upstream_pool *pool;
     struct bufferevent *bev;
+    struct event *rd;    /* plain TCP: the connection's read event, still added (see rd_cb) */
     struct event *timer; /* keepalive_ms */
     TAILQ_ENTRY(idle_conn) link;
 };
@@ -139,6 +140,8 @@ static void idle_conn_free(struct idle_conn *ic)
     TAILQ_REMOVE(&ic->pool->idle, ic, link);
     ic->pool->n_idle--;
     event_free(ic->timer);
+    if (ic->rd != NULL)
+        event_free(ic->rd);
     bufferevent_free(ic->bev);
     free(ic);
 }
@@ -188,21 +191,30 @@ static void idle_timer_cb(evutil_socket_t fd, short what, void *arg)
     idle_conn_free(arg);
 }
 
-static void pool_put(struct agw_upstream_pool *pool, struct bufferevent *bev)
+/* <rd>: a plain TCP connection's read event (NULL over TLS). It stays added while the connection
+ * waits here, so an idle connection that speaks is noticed without one epoll_ctl() for the way in
+ * and one for the way out (rd_cb sees from the bufferevent's callbacks whose it is). */
+static void pool_put(struct agw_upstream_pool *pool, struct bufferevent *bev, struct event *rd)
 {
     struct idle_conn *ic;
     struct timeval tv;
 
     if (pool->n_idle >= pool->opts.max_idle_conns) {
+        if (rd != NULL)
+            event_free(rd);
         bufferevent_free(bev);
         return;
     }
     ic = agw_xcalloc(1, sizeof(*ic));
     ic->pool = pool;
     ic->bev = bev;
+    ic->rd = rd;
     ic->timer = evtimer_new(pool->base, idle_timer_cb, ic);
     bufferevent_setcb(bev, idle_read_cb, NULL, idle_event_cb, ic);
-    bufferevent_enable(bev, EV_READ);
+    if (rd == NULL)
+        bufferevent_enable(bev, EV_READ);
+    else if (!event_pending(rd, EV_READ, NULL))
+        event_add(rd, NULL);
     tv.tv_sec = pool->opts.keepalive_ms / 1000;
     tv.tv_usec = (pool->opts.keepalive_ms % 1000) * 1000;
     evtimer_add(ic->timer, &tv);
@@ -210,8 +222,9 @@ static void pool_put(struct agw_upstream_pool *pool, struct bufferevent *bev)
     pool->n_idle++;
 }
 
-/* Takes the most recently used idle connection (the likeliest to be still open), or NULL. */
-static struct bufferevent *pool_take(struct agw_upstream_pool *pool)
+/* Takes the most recently used idle connection (the likeliest to be still open), or NULL; *<rd> is
+ * its read event (NULL over TLS). */
+static struct bufferevent *pool_take(struct agw_upstream_pool *pool, struct event **rd)
 {
     struct idle_conn *ic = TAILQ_FIRST(&pool->idle);
     struct bufferevent *bev;
@@ -219,6 +232,7 @@ static struct bufferevent *pool_take(struct agw_upstream_pool *pool)
     if (ic == NULL)
         return NULL;
     bev = ic->bev;
+    *rd = ic->rd;
     TAILQ_REMOVE(&pool->idle, ic, link);
     pool->n_idle--;
     event_free(ic->timer);
@@ -406,7 +420,12 @@ static bool process_input(struct agw_upstream *up)
  * of ours readv()s up to READ_MAX bytes into the bufferevent's input, then parses at once. EOF and
  * errors are reported through the same event callback as the bufferevent's. Writing, connecting
  * and the idle pool stay with the bufferevent; over TLS everything does (the socket holds records
- * for OpenSSL). */
+ * for OpenSSL).
+ *
+ * The read event belongs to the connection, not to the exchange: it is made when the connection is
+ * up, stays added while the connection waits in the pool and serves the next exchange as it is, and
+ * goes with the bufferevent. Its argument is the bufferevent, whose callbacks say who owns it now
+ * (an idle_conn or an exchange). Only a paused exchange takes it out of the loop. */
 #define READ_MAX (64 * 1024)
 
 static void up_event_cb(struct bufferevent *bev, short what, void *arg);
@@ -444,10 +463,20 @@ static ssize_t read_into(struct evbuffer *in, evutil_socket_t fd)
 
 static void rd_cb(evutil_socket_t fd, short what, void *arg)
 {
-    struct agw_upstream *up = arg;
+    struct bufferevent *bev = arg;
+    bufferevent_data_cb readcb = NULL;
+    void *owner = NULL;
+    struct agw_upstream *up;
     ssize_t got;
 
     (void)what;
+    bufferevent_getcb(bev, &readcb, NULL, NULL, &owner);
+    if (readcb == idle_read_cb) {
+        /* An idle connection spoke (bytes nobody asked for, or its close): unusable. */
+        idle_conn_free(owner);
+        return;
+    }
+    up = owner;
     got = read_into(bufferevent_get_input(up->bev), fd);
     if (got > 0) {
         up->last_read_ms = agw_now_ms();
@@ -466,12 +495,13 @@ static void reader_start(struct agw_upstream *up)
     if (up->pool->url.tls || up->rd != NULL)
         return;
     bufferevent_disable(up->bev, EV_READ);
-    up->rd = event_new(up->pool->base, bufferevent_getfd(up->bev), EV_READ | EV_PERSIST, rd_cb, up);
+    up->rd =
+        event_new(up->pool->base, bufferevent_getfd(up->bev), EV_READ | EV_PERSIST, rd_cb, up->bev);
     if (!up->paused && up->state != UP_ST_DONE && up->state != UP_ST_FAILED)
         event_add(up->rd, NULL);
 }
 
-/* Before the bufferevent goes (freed, or back to the pool, which reads through it). */
+/* Before the bufferevent is freed. */
 static void reader_stop(struct agw_upstream *up)
 {
     if (up->rd != NULL) {
@@ -631,6 +661,43 @@ static int connect_fresh(struct agw_upstream *up)
     return 0;
 }
 
+/* A pooled plain TCP connection: the request goes to the socket at once, in one writev() of the
+ * request's segments, instead of through the bufferevent's output (whose write event would cost an
+ * epoll_ctl() to arm, one to disarm and a trip through the loop). What the socket does not take is
+ * queued for the bufferevent; so is everything when the write fails (a stale connection: the
+ * bufferevent then finds the error and the exchange retries on a fresh one). <up->request> itself
+ * is kept whole for that retry. */
+#define REQUEST_SEGMENTS 8
+
+static void write_request_now(struct agw_upstream *up)
+{
+    struct evbuffer *out = bufferevent_get_output(up->bev);
+    struct evbuffer_iovec seg[REQUEST_SEGMENTS];
+    struct iovec iov[REQUEST_SEGMENTS];
+    int n = evbuffer_peek(up->request, -1, NULL, seg, REQUEST_SEGMENTS);
+    size_t done = 0;
+    ssize_t w = -1;
+
+    if (n > 0 && n <= REQUEST_SEGMENTS) {
+        for (int i = 0; i < n; i++)
+            iov[i] = (struct iovec){.iov_base = seg[i].iov_base, .iov_len = seg[i].iov_len};
+        w = writev(bufferevent_getfd(up->bev), iov, n);
+    }
+    if (w <= 0) {
+        evbuffer_add_buffer_reference(out, up->request);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        size_t len = seg[i].iov_len;
+
+        if (done + len > (size_t)w) {
+            size_t skip = done > (size_t)w ? 0 : (size_t)w - done;
+            evbuffer_add(out, (const char *)seg[i].iov_base + skip, len - skip);
+        }
+        done += len;
+    }
+}
+
 struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
                                         const struct agw_upstream_header *headers, size_t n_headers,
                                         const char *body, size_t body_len,
@@ -654,14 +721,17 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
     evbuffer_add(up->request, "\r\n", 2);
     evbuffer_add(up->request, body, body_len);
 
-    up->bev = pool_take(pool);
+    up->bev = pool_take(pool, &up->rd);
     if (up->bev != NULL) {
         up->reused = true;
         bufferevent_setcb(up->bev, up_read_cb, NULL, up_event_cb, up);
-        bufferevent_enable(up->bev, EV_READ | EV_WRITE);
-        evbuffer_add_buffer_reference(bufferevent_get_output(up->bev), up->request);
         set_state(up, UP_ST_WAITING);
-        reader_start(up);
+        if (up->rd == NULL) { /* TLS: the bufferevent reads and writes */
+            bufferevent_enable(up->bev, EV_READ | EV_WRITE);
+            evbuffer_add_buffer_reference(bufferevent_get_output(up->bev), up->request);
+        } else {
+            write_request_now(up);
+        }
         return up;
     }
     if (connect_fresh(up) != 0) {
@@ -701,15 +771,17 @@ static void destroy(struct agw_upstream *up)
 {
     if (up->lingering)
         TAILQ_REMOVE(&up->pool->lingering, up, linger_link);
-    reader_stop(up);
     if (up->bev != NULL) {
         bool reusable = up->state == UP_ST_DONE && up->resp.keep_alive &&
                         evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 &&
                         evbuffer_get_length(bufferevent_get_output(up->bev)) == 0;
-        if (reusable)
-            pool_put(up->pool, up->bev);
-        else
+        if (reusable) {
+            pool_put(up->pool, up->bev, up->rd);
+            up->rd = NULL;
+        } else {
+            reader_stop(up);
             bufferevent_free(up->bev);
+        }
     }
     event_free(up->timer);
     event_free(up->kick);

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The upstream connection pool against the demo agent: kept-alive connections are reused; one the
+# backend closes while it waits in the pool is dropped (hangup=idle); one the backend closes as the
+# next request arrives (hangup=next) is retried on a fresh connection, once. Under valgrind when it
+# is installed: the pooled connections' read events and buffers are freed at shutdown.
+. "$AGW_SRCDIR/tests/integration/lib.sh"
+
+start_demo demo || exit 1
+D=http://127.0.0.1:$DEMO_PORT
+cat >"$T/gw.json" <<JSON
+{
+  "listen": [ { "address": "127.0.0.1", "port": 0 } ],
+  "auth": { "mode": "none" },
+  "log": { "level": "debug" },
+  "agents": {
+    "keep": { "upstreams": ["$D/agent?events=3"] },
+    "hidle": { "upstreams": ["$D/agent?events=3&hangup=idle"] },
+    "hnext": { "upstreams": ["$D/agent?events=3&hangup=next"] }
+  }
+}
+JSON
+VG=()
+if command -v valgrind >/dev/null 2>&1 && [ -z "${AGW_SANITIZED:-}" ]; then
+    VG=(valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=99
+        --log-file="$T/vg.log")
+fi
+rm -f "$T/gw.port"
+GW_LOG=$T/gw.log
+"${VG[@]}" "$AGW_GATEWAY" -c "$T/gw.json" --port-file "$T/gw.port" >"$GW_LOG" 2>&1 &
+GW_PID=$!
+PIDS="$PIDS $GW_PID"
+wait_port_file "$T/gw.port" || { cat "$GW_LOG" >&2; exit 1; }
+GW_PORT=$(head -n1 "$T/gw.port")
+U=http://127.0.0.1:$GW_PORT/v1/ag-ui/agents
+RUN_BODY='{"threadId":"t1","runId":"r1","messages":[{"id":"m1","role":"user","content":"Hi"}],"tools":[],"context":[],"state":{},"forwardedProps":{}}'
+
+# run AGENT: one run; prints its last event type.
+run() {
+    curl -sS -N -m 30 -H 'Content-Type: application/json' -d "$RUN_BODY" "$U/$1/runs" 2>>"$T/curl.err" |
+        grep -o '"type":"[A-Z_]*"' | tail -n1 | cut -d'"' -f4
+}
+# stat FIELD: sets V to the demo agent's counter. Each call is one more accepted connection (curl's
+# own), which NSTAT counts so that upstream() can leave them out.
+NSTAT=0
+stat() {
+    http GET "$D/_demo/stats"
+    NSTAT=$((NSTAT + 1))
+    V=$(printf %s "$BODY" | grep -o "\"$1\":[0-9]*" | cut -d: -f2)
+}
+# upstream: sets UP to the connections the demo agent accepted from the gateway so far.
+upstream() {
+    stat accepted
+    UP=$((V - NSTAT))
+}
+
+# Reuse: three runs in a row over one upstream connection.
+upstream
+a0=$UP
+r=""
+for _ in 1 2 3; do r="$r$(run keep) "; done
+check_eq "three runs complete" "RUN_FINISHED RUN_FINISHED RUN_FINISHED " "$r"
+upstream
+check_eq "and share one upstream connection" $((a0 + 1)) "$UP"
+
+# hangup=idle: the backend closes the pooled connection while it is idle. The gateway notices (the
+# idle connection's read event), drops it, and the next run opens a fresh one at once.
+upstream
+a0=$UP
+check_eq "hangup=idle: first run" RUN_FINISHED "$(run hidle)"
+sleep 0.5
+check_eq "hangup=idle: the next run" RUN_FINISHED "$(run hidle)"
+upstream
+check_eq "hangup=idle: on a new connection" $((a0 + 2)) "$UP"
+check_not_contains "hangup=idle: no stale connection was tried" "stale" "$(cat "$GW_LOG")"
+
+# hangup=next: the pooled connection looks fine until the request is on it; the backend closes it
+# unanswered. The request never reached the agent's logic: it is sent again on a fresh connection.
+upstream
+a0=$UP
+stat requests
+q0=$V
+check_eq "hangup=next: first run" RUN_FINISHED "$(run hnext)"
+check_eq "hangup=next: the next run, retried" RUN_FINISHED "$(run hnext)"
+check_contains "hangup=next: the stale connection is logged" "pooled connection was stale, reconnecting" \
+    "$(cat "$GW_LOG")"
+upstream
+check_eq "hangup=next: two connections" $((a0 + 2)) "$UP"
+stat requests
+check_eq "hangup=next: two runs answered" $((q0 + 2)) "$V"
+check_eq "no client saw an error" "" "$(cat "$T/curl.err")"
+
+stop_pid "$GW_PID" >/dev/null
+st=$STOP_STATUS
+check_eq "SIGTERM exits 0 with pooled connections open${VG:+ (valgrind: no leak, no error)}" 0 "$st"
+[ "$st" = 0 ] || tail -n 40 "$T/vg.log" 2>/dev/null
+
+finish
