@@ -5,13 +5,13 @@
  * into reads, and never past <max_head>. Only a complete head is made contiguous (one pullup of
  * at most <max_head> bytes) and parsed as a plain block.
  *
- * Body: bytes are moved, not copied. Content-Length and chunk data go from <in> to <out> with
- * evbuffer_remove_buffer() (whole evbuffer chains change hands); a close-delimited body with
- * evbuffer_add_buffer(). Only chunk-size lines (<= MAX_CHUNK_LINE) are copied, to a stack buffer,
- * and a trailer line is made contiguous to be checked.
- *
- * Chunk-size and trailer lines are searched the same resumable way, within their own ceilings
- * (MAX_CHUNK_LINE; max_head for the whole trailer section).
+ * Body: one decoder (decode()) walks a contiguous block and hands each run of body bytes to a
+ * callback as (offset, length); framing bytes are not handed on. Two entry points use it. With
+ * evbuffers, each segment is a block and a run leaves <in> for <out> with evbuffer_remove_buffer()
+ * (whole chains change hands: moved, not copied). With a memory block, the runs move to its front
+ * (in place: the relay's reads, no evbuffer at all). A chunk-size or trailer line cut by the end of
+ * a block is kept in a small buffer allocated for it, within its ceiling (MAX_CHUNK_LINE; max_head
+ * for the whole trailer section), so split points never change the outcome.
  *
  * Errors are sticky: once a call has failed, later parse_head()/parse_body() calls return the same
  * code (and parse_eof() -AGW_EPROTO) until agw_http1_parser_reset(). */
@@ -42,6 +42,7 @@ enum chunk_state {
     CH_SIZE = 0, /* reading "hex [OWS] [;ext] CRLF" */
     CH_DATA,     /* <remaining> bytes of chunk data */
     CH_DATA_END, /* the CRLF after chunk data */
+    CH_DATA_CR,  /* its CR was read: the LF must follow */
     CH_TRAILERS, /* trailer lines until an empty one */
 };
 
@@ -49,14 +50,17 @@ struct agw_http1_parser {
     size_t max_head;         /* ceiling for a head, and for the trailer section */
     enum parser_state state; /* see enum parser_state */
     int error;               /* ST_ERROR: the negative code returned by every call */
-    /* ST_HEAD: bytes of <in> known to hold only non-empty head lines; ST_BODY: bytes of the
-     * chunk-size or trailer line being read known to hold no LF. */
+    /* ST_HEAD: bytes of <in> known to hold only non-empty head lines. */
     size_t scan;
     unsigned interim; /* ST_HEAD: 1xx responses skipped so far */
     enum agw_http1_body body;
     uint64_t remaining;     /* LENGTH: body bytes left; CHUNKED: bytes left in the chunk */
     enum chunk_state chunk; /* CHUNKED only */
     size_t trailer_bytes;   /* CHUNKED: trailer section bytes consumed, <= max_head */
+    /* CHUNKED: the start of a chunk-size or trailer line that a block cut (no LF in it); allocated
+     * only then, freed once the line is complete. */
+    char *line;
+    size_t line_len, line_cap;
 };
 
 struct agw_http1_parser *agw_http1_parser_new(size_t max_head)
@@ -70,6 +74,9 @@ struct agw_http1_parser *agw_http1_parser_new(size_t max_head)
 
 void agw_http1_parser_free(struct agw_http1_parser *p)
 {
+    if (p == NULL)
+        return;
+    free(p->line);
     free(p);
 }
 
@@ -77,6 +84,7 @@ void agw_http1_parser_reset(struct agw_http1_parser *p)
 {
     size_t max_head = p->max_head;
 
+    free(p->line);
     memset(p, 0, sizeof(*p));
     p->max_head = max_head;
 }
@@ -434,52 +442,6 @@ int agw_http1_parse_head(struct agw_http1_parser *p, struct evbuffer *in,
 
 /* ---- body ----------------------------------------------------------------------------------- */
 
-/* Moves up to <*left> bytes from <in> to <out>, decrementing <*left>. */
-static void move_bytes(struct evbuffer *in, struct evbuffer *out, uint64_t *left)
-{
-    size_t avail = evbuffer_get_length(in);
-
-    while (avail > 0 && *left > 0) {
-        size_t take = avail < *left ? avail : (size_t)*left;
-        int rc;
-
-        if (take > MAX_MOVE)
-            take = MAX_MOVE;
-        rc = evbuffer_remove_buffer(in, out, take);
-        assert(rc == (int)take); /* only a frozen buffer or in == out refuses */
-        if (rc <= 0)
-            break;
-        *left -= (size_t)rc;
-        avail -= (size_t)rc;
-    }
-}
-
-/* Finds the '\n' ending the line at the start of <in> within its first <max> bytes, resuming the
- * search where the previous call stopped (<p->scan>), so a line trickling in is scanned once.
- * Returns the line's length including its line end (the caller then consumes it), AGW_AGAIN, or
- * -AGW_ETOOBIG when <max> bytes hold no '\n'. */
-static ev_ssize_t line_end(struct agw_http1_parser *p, struct evbuffer *in, size_t max)
-{
-    size_t len = evbuffer_get_length(in);
-    size_t limit = len < max ? len : max;
-
-    if (p->scan > len)
-        p->scan = 0;
-    if (p->scan < limit) {
-        struct evbuffer_ptr from, to, lf;
-
-        evbuffer_ptr_set(in, &from, p->scan, EVBUFFER_PTR_SET);
-        evbuffer_ptr_set(in, &to, limit, EVBUFFER_PTR_SET);
-        lf = evbuffer_search_range(in, "\n", 1, &from, &to);
-        if (lf.pos >= 0) {
-            p->scan = 0;
-            return lf.pos + 1;
-        }
-        p->scan = limit;
-    }
-    return len >= max ? -AGW_ETOOBIG : AGW_AGAIN;
-}
-
 /* chunk-size [ OWS ] [ ";" chunk-ext ] (RFC 9112 §7.1), without the line end. The extensions are
  * ignored but must be made of field bytes. */
 static int parse_chunk_size(const char *line, size_t n, uint64_t *size)
@@ -514,98 +476,172 @@ static int parse_chunk_size(const char *line, size_t n, uint64_t *size)
     return 0;
 }
 
-/* One trailer field line (or the empty line that ends the section). Returns 1 at the end of the
- * section, 0 after a field line, AGW_AGAIN, or a negative error. Trailers are checked for syntax
- * (a framing desync shows up here: a status line is no field line) and dropped. */
-static int parse_trailer_line(struct agw_http1_parser *p, struct evbuffer *in)
+static void line_keep(struct agw_http1_parser *p, const char *s, size_t n)
 {
-    ev_ssize_t n = line_end(p, in, p->max_head - p->trailer_bytes);
-    const char *line, *v;
-    size_t len, nlen, vlen;
-
-    if (n < 0)
-        return (int)n;
-    line = pullup(in, (size_t)n);
-    len = (size_t)n - 1;
-    if (len > 0 && line[len - 1] == '\r')
-        len--;
-    if (len > 0 && split_field(line, len, &nlen, &v, &vlen) != 0)
-        return -AGW_EPROTO;
-    p->trailer_bytes += (size_t)n;
-    evbuffer_drain(in, (size_t)n);
-    return len == 0 ? 1 : 0;
+    if (p->line_len + n > p->line_cap) {
+        size_t cap = p->line_cap ? p->line_cap : 64;
+        while (cap < p->line_len + n)
+            cap *= 2;
+        p->line = agw_xrealloc(p->line, cap);
+        p->line_cap = cap;
+    }
+    memcpy(p->line + p->line_len, s, n);
+    p->line_len += n;
 }
 
-/* Returns 1 when the last chunk and the trailers have been consumed, 0 when <in> ran out, or a
- * negative error (not yet recorded in <p>). */
-static int parse_chunked(struct agw_http1_parser *p, struct evbuffer *in, struct evbuffer *out)
+/* The line kept across blocks was used: its buffer goes (lines are rarely cut, and an idle stream
+ * should hold nothing). */
+static void line_forget(struct agw_http1_parser *p)
 {
-    for (;;) {
-        switch (p->chunk) {
-        case CH_SIZE: {
-            char line[MAX_CHUNK_LINE + 2];
-            ev_ssize_t n = line_end(p, in, sizeof(line));
-            size_t len;
+    free(p->line);
+    p->line = NULL;
+    p->line_len = p->line_cap = 0;
+}
 
-            if (n == AGW_AGAIN)
-                return 0;
-            if (n < 0)
-                return (int)n;
-            evbuffer_remove(in, line, (size_t)n);
-            len = (size_t)n - 1;
-            if (len > 0 && line[len - 1] == '\r')
-                len--;
-            if (len > MAX_CHUNK_LINE)
-                return -AGW_ETOOBIG;
-            if (parse_chunk_size(line, len, &p->remaining) != 0)
-                return -AGW_EPROTO;
-            p->chunk = p->remaining == 0 ? CH_TRAILERS : CH_DATA;
+/* Takes the line that starts at b[*i] (its start may have come with earlier blocks, kept in
+ * p->line), if its '\n' is within <max> bytes of that start. Returns 0 with the line in *line, *n
+ * (without the '\n'; *total = its bytes with the '\n') and *i past it; AGW_AGAIN when the block
+ * ends first (the part is kept, *i = len); -AGW_ETOOBIG when <max> bytes hold no '\n'. */
+static int take_line(struct agw_http1_parser *p, const char *b, size_t len, size_t *i, size_t max,
+                     const char **line, size_t *n, size_t *total)
+{
+    size_t have = p->line_len, avail = len - *i;
+    size_t room = max > have ? max - have : 0;
+    const char *lf = memchr(b + *i, '\n', avail < room ? avail : room);
+    size_t k;
+
+    if (lf == NULL) {
+        if (avail >= room)
+            return -AGW_ETOOBIG;
+        line_keep(p, b + *i, avail);
+        *i = len;
+        return AGW_AGAIN;
+    }
+    k = (size_t)(lf - (b + *i));
+    if (have == 0) {
+        *line = b + *i;
+        *n = k;
+    } else {
+        line_keep(p, b + *i, k);
+        *line = p->line;
+        *n = p->line_len;
+    }
+    *total = have + k + 1;
+    *i += k + 1;
+    if (*n > 0 && (*line)[*n - 1] == '\r')
+        (*n)--;
+    return 0;
+}
+
+/* One chunk-size line or trailer line. Returns 1 at the end of the trailer section, 0, or < 0.
+ * Trailers are checked for syntax (a framing desync shows up here: a status line is no field line)
+ * and dropped. */
+static int chunk_line(struct agw_http1_parser *p, const char *line, size_t n, size_t total)
+{
+    size_t nlen, vlen;
+    const char *v;
+
+    if (p->chunk == CH_SIZE) {
+        if (n > MAX_CHUNK_LINE)
+            return -AGW_ETOOBIG;
+        if (parse_chunk_size(line, n, &p->remaining) != 0)
+            return -AGW_EPROTO;
+        p->chunk = p->remaining == 0 ? CH_TRAILERS : CH_DATA;
+        return 0;
+    }
+    p->trailer_bytes += total;
+    if (n == 0)
+        return 1;
+    return split_field(line, n, &nlen, &v, &vlen) != 0 ? -AGW_EPROTO : 0;
+}
+
+/* Body bytes of a block: (offset, length) within it, in order. */
+typedef void emit_fn(void *arg, size_t off, size_t n);
+
+/* Decodes the body bytes of the block <b> (<len> bytes), a part of the response after what earlier
+ * blocks held. Each run of body bytes is handed to <emit>; framing bytes are not. Returns 1 when
+ * the body ended (*used: the bytes of <b> that were the response's; the rest follows it), 0 when
+ * all of <b> was used and more is needed, or a negative error (not yet recorded in <p>). */
+static int decode(struct agw_http1_parser *p, const char *b, size_t len, size_t *used,
+                  emit_fn *emit, void *arg)
+{
+    size_t i = 0;
+
+    switch (p->body) {
+    case AGW_HTTP1_BODY_NONE:
+        *used = 0;
+        return 1;
+    case AGW_HTTP1_BODY_LENGTH:
+        i = len < p->remaining ? len : (size_t)p->remaining;
+        if (i > 0)
+            emit(arg, 0, i);
+        p->remaining -= i;
+        *used = i;
+        return p->remaining == 0 ? 1 : 0;
+    case AGW_HTTP1_BODY_CLOSE:
+        if (len > 0)
+            emit(arg, 0, len);
+        *used = len;
+        return 0;
+    case AGW_HTTP1_BODY_CHUNKED:
+        break;
+    }
+    while (i < len) {
+        switch (p->chunk) {
+        case CH_SIZE:
+        case CH_TRAILERS: {
+            size_t max = p->chunk == CH_SIZE ? MAX_CHUNK_LINE + 2 : p->max_head - p->trailer_bytes;
+            const char *line = NULL;
+            size_t n = 0, total = 0;
+            int rc = take_line(p, b, len, &i, max, &line, &n, &total);
+
+            if (rc == AGW_AGAIN)
+                break;
+            if (rc == 0)
+                rc = chunk_line(p, line, n, total);
+            if (p->line != NULL)
+                line_forget(p);
+            if (rc != 0) {
+                *used = i;
+                return rc;
+            }
             break;
         }
-        case CH_DATA:
-            move_bytes(in, out, &p->remaining);
-            if (p->remaining > 0)
-                return 0;
-            p->chunk = CH_DATA_END;
-            break;
-        case CH_DATA_END: {
-            /* Exactly CRLF (or a bare LF); a chunk longer than announced fails here at once. */
-            char crlf[2];
-            ev_ssize_t k = evbuffer_copyout(in, crlf, 2);
+        case CH_DATA: {
+            size_t take = len - i < p->remaining ? len - i : (size_t)p->remaining;
 
-            if (k <= 0)
-                return 0;
-            if (crlf[0] == '\n') {
-                evbuffer_drain(in, 1);
-            } else if (crlf[0] != '\r') {
-                return -AGW_EPROTO;
-            } else if (k == 1) {
-                return 0;
-            } else if (crlf[1] == '\n') {
-                evbuffer_drain(in, 2);
-            } else {
+            emit(arg, i, take);
+            i += take;
+            p->remaining -= take;
+            if (p->remaining == 0)
+                p->chunk = CH_DATA_END;
+            break;
+        }
+        case CH_DATA_END: /* exactly CRLF (or a bare LF): a chunk longer than announced fails here
+                           */
+            if (b[i] != '\n' && b[i] != '\r') {
+                *used = i;
                 return -AGW_EPROTO;
             }
+            p->chunk = b[i++] == '\n' ? CH_SIZE : CH_DATA_CR;
+            break;
+        case CH_DATA_CR:
+            if (b[i] != '\n') {
+                *used = i;
+                return -AGW_EPROTO;
+            }
+            i++;
             p->chunk = CH_SIZE;
             break;
         }
-        case CH_TRAILERS: {
-            int rc = parse_trailer_line(p, in);
-
-            if (rc == AGW_AGAIN)
-                return 0;
-            if (rc != 0)
-                return rc;
-            break;
-        }
-        }
     }
+    *used = len;
+    return 0;
 }
 
-int agw_http1_parse_body(struct agw_http1_parser *p, struct evbuffer *in, struct evbuffer *out)
+/* The state checks both entry points share. Returns 0 to decode, else the value to return. */
+static int body_state(const struct agw_http1_parser *p)
 {
-    int rc = 0;
-
     assert(p->state != ST_HEAD);
     switch (p->state) {
     case ST_HEAD:
@@ -617,27 +653,88 @@ int agw_http1_parse_body(struct agw_http1_parser *p, struct evbuffer *in, struct
     case ST_BODY:
         break;
     }
-    switch (p->body) {
-    case AGW_HTTP1_BODY_NONE:
-        rc = 1;
-        break;
-    case AGW_HTTP1_BODY_LENGTH:
-        move_bytes(in, out, &p->remaining);
-        rc = p->remaining == 0 ? 1 : 0;
-        break;
-    case AGW_HTTP1_BODY_CHUNKED:
-        rc = parse_chunked(p, in, out);
-        break;
-    case AGW_HTTP1_BODY_CLOSE:
-        evbuffer_add_buffer(out, in);
-        rc = 0;
-        break;
-    }
+    return 0;
+}
+
+static int body_end(struct agw_http1_parser *p, int rc)
+{
     if (rc < 0)
         return fail(p, rc);
     if (rc == 1)
         p->state = ST_DONE;
     return rc;
+}
+
+/* evbuffer blocks: a run of body bytes leaves <in> for <out> with evbuffer_remove_buffer(), which
+ * hands over whole chains (no copy) when the run is one; framing bytes before it are drained. */
+struct move_ctx {
+    struct evbuffer *in, *out;
+    size_t pos; /* offset in the block of the first byte still in <in> */
+};
+
+static void move_emit(void *arg, size_t off, size_t n)
+{
+    struct move_ctx *m = arg;
+    int rc;
+
+    evbuffer_drain(m->in, off - m->pos);
+    assert(n <= MAX_MOVE);
+    rc = evbuffer_remove_buffer(m->in, m->out, n);
+    assert(rc == (int)n); /* only a frozen buffer or in == out refuses */
+    (void)rc;
+    m->pos = off + n;
+}
+
+int agw_http1_parse_body(struct agw_http1_parser *p, struct evbuffer *in, struct evbuffer *out)
+{
+    int rc = body_state(p);
+
+    if (rc != 0)
+        return rc;
+    if (p->body == AGW_HTTP1_BODY_NONE)
+        return body_end(p, 1);
+    while (rc == 0 && evbuffer_get_length(in) > 0) {
+        struct evbuffer_iovec v;
+        struct move_ctx m = {in, out, 0};
+        size_t used = 0;
+
+        if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+            break;
+        rc = decode(p, v.iov_base, v.iov_len, &used, move_emit, &m);
+        if (rc >= 0)
+            evbuffer_drain(in, used - m.pos);
+    }
+    return body_end(p, rc);
+}
+
+/* Memory blocks, decoded in place: a run of body bytes moves to the front. */
+struct place_ctx {
+    char *buf;
+    size_t len; /* body bytes at the front so far */
+};
+
+static void place_emit(void *arg, size_t off, size_t n)
+{
+    struct place_ctx *c = arg;
+
+    if (off != c->len)
+        memmove(c->buf + c->len, c->buf + off, n);
+    c->len += n;
+}
+
+int agw_http1_decode_body(struct agw_http1_parser *p, char *buf, size_t len, size_t *used,
+                          size_t *body_len)
+{
+    struct place_ctx c = {buf, 0};
+    int rc = body_state(p);
+
+    *used = 0;
+    *body_len = 0;
+    if (rc != 0)
+        return rc;
+    rc = decode(p, buf, len, used, place_emit, &c);
+    *body_len = c.len;
+    return body_end(p, rc);
 }
 
 int agw_http1_parse_eof(struct agw_http1_parser *p)

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -356,6 +357,42 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* After a body parse that returned <rc>: hands over the decoded bytes in up->body, then reports the
+ * end or the failure. Returns false when the exchange is over (DONE, FAILED) or was closed by a
+ * callback. */
+static bool body_parsed(struct agw_upstream *up, int rc)
+{
+    if (rc < 0) {
+        fail(up, AGW_UP_ERR_PROTOCOL, "malformed response body framing");
+        return false;
+    }
+    if (evbuffer_get_length(up->body) > 0) {
+        size_t left;
+
+        call_begin(up);
+        up->cbs.on_body(up->arg, up->body);
+        if (!call_end(up))
+            return false;
+        /* The bytes may be the read block (body_block()): what the callee left must outlive it. */
+        left = evbuffer_get_length(up->body);
+        if (left > 0) {
+            char *copy = agw_xmalloc(left);
+
+            evbuffer_remove(up->body, copy, left);
+            evbuffer_add(up->body, copy, left);
+            free(copy);
+        }
+    }
+    if (rc == 1) {
+        set_state(up, UP_ST_DONE);
+        call_begin(up);
+        up->cbs.on_done(up->arg);
+        call_end(up);
+        return false;
+    }
+    return up->state == UP_ST_BODY;
+}
+
 /* Parses what the input holds. Returns false when the exchange was closed by a callback. */
 static bool process_input(struct agw_upstream *up)
 {
@@ -386,23 +423,8 @@ static bool process_input(struct agw_upstream *up)
     while (up->state == UP_ST_BODY && !up->paused) {
         size_t before = evbuffer_get_length(in);
         rc = agw_http1_parse_body(up->parser, in, up->body);
-        if (rc < 0) {
-            fail(up, AGW_UP_ERR_PROTOCOL, "malformed response body framing");
-            return !up->closing;
-        }
-        if (evbuffer_get_length(up->body) > 0) {
-            call_begin(up);
-            up->cbs.on_body(up->arg, up->body);
-            if (!call_end(up))
-                return false;
-        }
-        if (rc == 1) {
-            set_state(up, UP_ST_DONE);
-            call_begin(up);
-            up->cbs.on_done(up->arg);
-            call_end(up);
+        if (!body_parsed(up, rc))
             return false;
-        }
         /* Stop when the input is used up, or when the parser needs more bytes than the input holds
          * (a chunk line or the CRLF after chunk data cut by the read): looping again would spin
          * forever. */
@@ -429,6 +451,29 @@ static bool process_input(struct agw_upstream *up)
 #define READ_MAX (64 * 1024)
 
 static void up_event_cb(struct bufferevent *bev, short what, void *arg);
+
+/* While a response body streams and nothing waits in the input, a read goes to this block rather
+ * than to the bufferevent's input: the body is decoded in place (agw_http1_decode_body()) and
+ * handed over as a reference to the block, so no evbuffer holds the raw bytes, and the chunk
+ * framing costs no evbuffer call at all. One block per thread: reads are handled to the end before
+ * the next. */
+static _Thread_local char block[READ_MAX];
+
+/* <n> bytes read into block[]. */
+static void body_block(struct agw_upstream *up, size_t n)
+{
+    size_t used = 0, body_len = 0;
+    int rc = agw_http1_decode_body(up->parser, block, n, &used, &body_len);
+
+    if (rc == 1 && used < n) {
+        /* Bytes after the response: nobody asked for them, so the connection is not reused (the
+         * pool only takes connections whose input is empty). */
+        evbuffer_add(bufferevent_get_input(up->bev), block + used, n - used);
+    }
+    if (rc >= 0 && body_len > 0)
+        evbuffer_add_reference(up->body, block, body_len, NULL, NULL);
+    body_parsed(up, rc); /* may free <up> */
+}
 
 /* One readv() of up to READ_MAX bytes appended to <in>. Returns what readv() returned. The
  * bufferevent keeps its input's end frozen outside its own reads, so it is thawed for this one. */
@@ -477,11 +522,20 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     up = owner;
-    got = read_into(bufferevent_get_input(up->bev), fd);
-    if (got > 0) {
-        up->last_read_ms = agw_now_ms();
-        process_input(up); /* may free <up> */
-        return;
+    if (up->state == UP_ST_BODY && evbuffer_get_length(bufferevent_get_input(up->bev)) == 0) {
+        got = read(fd, block, sizeof(block));
+        if (got > 0) {
+            up->last_read_ms = agw_now_ms();
+            body_block(up, (size_t)got); /* may free <up> */
+            return;
+        }
+    } else {
+        got = read_into(bufferevent_get_input(up->bev), fd);
+        if (got > 0) {
+            up->last_read_ms = agw_now_ms();
+            process_input(up); /* may free <up> */
+            return;
+        }
     }
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return;

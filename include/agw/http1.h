@@ -52,6 +52,14 @@ void agw_http1_response_clear(struct agw_http1_response *resp);
  * the body stay in <in>. Only after parse_head() returned 0. */
 int agw_http1_parse_body(struct agw_http1_parser *p, struct evbuffer *in, struct evbuffer *out);
 
+/* The same for a memory block, decoded in place: the body bytes among the <len> bytes of <buf> are
+ * moved to its front (*<body_len> of them, maybe 0). *<used> is the number of bytes of <buf> that
+ * belonged to the response: all of them unless the body ended inside the block (then the rest
+ * follows the response). Returns as agw_http1_parse_body(). Blocks of one response may be mixed
+ * with agw_http1_parse_body() calls; lines cut between blocks are kept by the parser. */
+int agw_http1_decode_body(struct agw_http1_parser *p, char *buf, size_t len, size_t *used,
+                          size_t *body_len);
+
 /* The connection closed. Returns 1 when the body is complete (or close-delimited, which the close
  * completes), -AGW_EPROTO when the head or the body was cut short. */
 int agw_http1_parse_eof(struct agw_http1_parser *p);

@@ -53,7 +53,8 @@ struct agw_upstream_callbacks {
      */
     void (*on_head)(void *arg, const struct agw_http1_response *resp);
     /* Decoded body bytes are in <body>; the callee drains what it consumed (normally everything).
-     */
+     * The bytes may be the read buffer itself, valid only during the call: what is left in <body>
+     * is copied afterwards, so that it waits for the next call safely. */
     void (*on_body)(void *arg, struct evbuffer *body);
     /* The body ended cleanly. */
     void (*on_done)(void *arg);

@@ -38,8 +38,11 @@ static char *take_all(struct evbuffer *b, size_t *len)
 }
 
 /* Feeds <msg> in reads of <step> bytes (0 = all at once) to a parser with <max_head>, parsing the
- * head, then the body, after each read; then EOF when <eof> and the body is still open. */
-static void feed(const char *msg, size_t len, size_t step, size_t max_head, bool eof, struct run *r)
+ * head, then the body, after each read; then EOF when <eof> and the body is still open. With
+ * <blocks>, each read after the head's goes to agw_http1_decode_body() as a memory block (what the
+ * head's read left over goes through the evbuffer), else everything through the evbuffer. */
+static void feed_mode(const char *msg, size_t len, size_t step, size_t max_head, bool eof,
+                      bool blocks, struct run *r)
 {
     struct agw_http1_parser *p = agw_http1_parser_new(max_head);
     struct evbuffer *in = evbuffer_new(), *out = evbuffer_new();
@@ -52,6 +55,22 @@ static void feed(const char *msg, size_t len, size_t step, size_t max_head, bool
     for (size_t off = 0; off < len;) {
         size_t n = len - off < step ? len - off : step;
 
+        if (blocks && head) {
+            char *b = agw_xmalloc(n);
+            size_t used = 0, body_len = 0;
+
+            memcpy(b, msg + off, n);
+            off += n;
+            r->body_rc = agw_http1_decode_body(p, b, n, &used, &body_len);
+            cr_assert_leq(body_len, used);
+            evbuffer_add(out, b, body_len);
+            if (r->body_rc == 1)
+                evbuffer_add(in, b + used, n - used);
+            free(b);
+            if (r->body_rc != 0)
+                goto out;
+            continue;
+        }
         evbuffer_add(in, msg + off, n);
         off += n;
         if (!head) {
@@ -74,6 +93,27 @@ out:
     evbuffer_free(in);
     evbuffer_free(out);
     agw_http1_parser_free(p);
+}
+
+/* Both ways, which must agree byte for byte; <r> gets the evbuffer way's result. */
+static void feed(const char *msg, size_t len, size_t step, size_t max_head, bool eof, struct run *r)
+{
+    struct run b;
+
+    feed_mode(msg, len, step, max_head, eof, false, r);
+    feed_mode(msg, len, step, max_head, eof, true, &b);
+    cr_assert_eq(b.head_rc, r->head_rc, "step %zu", step);
+    cr_assert_eq(b.body_rc, r->body_rc, "step %zu: blocks %d, evbuffer %d", step, b.body_rc,
+                 r->body_rc);
+    cr_assert_eq(b.body_len, r->body_len, "step %zu", step);
+    cr_assert(memcmp(b.body, r->body, r->body_len) == 0, "step %zu: bodies differ", step);
+    if (r->body_rc >= 0) { /* after an error what is left means nothing */
+        cr_assert_eq(b.left_len, r->left_len, "step %zu", step);
+        cr_assert(memcmp(b.left, r->left, r->left_len) == 0, "step %zu: leftovers differ", step);
+    }
+    agw_http1_response_clear(&b.resp);
+    free(b.body);
+    free(b.left);
 }
 
 static void run_free(struct run *r)
