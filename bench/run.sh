@@ -118,7 +118,7 @@ if [ "$QUICK" = 1 ]; then
     N_IDLE=500
 else
     Q_FAST="events=10000&size=50";         A_FAST="--concurrency 50 --runs 200"
-    Q_PACED="events=500&delay_ms=1&ts=1";  A_PACED="--concurrency 20 --runs 20"
+    Q_PACED="events=500&delay_ms=1&ts=1";  A_PACED="--concurrency 20 --runs 60"
     Q_SHORT="events=5";                    A_SHORT="--concurrency 50 --runs 20000"
     N_IDLE=2000
 fi

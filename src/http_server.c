@@ -76,6 +76,10 @@ struct agw_req {
     agw_req_event_fn *on_drain;
     void *cb_arg;
     size_t lowat;
+    /* Set by stream_start: the connection's output and socket, when chunks may go straight to the
+     * socket (plain TCP, chunked); out_direct is NULL otherwise. */
+    struct evbuffer *out_direct;
+    evutil_socket_t fd;
 };
 
 /* ---- request ids ---------------------------------------------------------------------------- */
@@ -242,6 +246,10 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
     bufferevent_set_max_single_write(bev, 64 * 1024);
     evhtp_send_reply_chunk_start(req->r, (evhtp_res)status);
     bufferevent_flush(bev, EV_WRITE, BEV_FLUSH);
+    if (req->r->conn->ssl == NULL && (req->r->flags & EVHTP_REQ_FLAG_CHUNKED)) {
+        req->out_direct = bufferevent_get_output(bev);
+        req->fd = bufferevent_getfd(bev);
+    }
 }
 
 /* A chunk is written to the socket at once when nothing is queued before it on a plain TCP
@@ -252,6 +260,24 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
  * the order holds. (libevhtp would queue the chunk and flush it on the next iteration; over TLS it
  * must, the bytes go through OpenSSL.) */
 #define DIRECT_SEGMENTS 16
+
+/* "<hex size>\r\n" into <hdr> (at least 19 bytes); returns its length. */
+static size_t chunk_header(char *hdr, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    char tmp[16];
+    size_t k = 0, len = 0;
+
+    do {
+        tmp[k++] = hex[n & 15];
+        n >>= 4;
+    } while (n > 0);
+    while (k > 0)
+        hdr[len++] = tmp[--k];
+    hdr[len++] = '\r';
+    hdr[len++] = '\n';
+    return len;
+}
 
 /* Returns false, having written nothing, when <buf> has too many segments for one writev(). */
 static bool write_chunk_now(struct evbuffer *out, evutil_socket_t fd, struct evbuffer *buf,
@@ -266,7 +292,7 @@ static bool write_chunk_now(struct evbuffer *out, evutil_socket_t fd, struct evb
 
     if (nseg > DIRECT_SEGMENTS)
         return false;
-    hl = (size_t)snprintf(hdr, sizeof(hdr), "%zx\r\n", n);
+    hl = chunk_header(hdr, n);
     iov[0] = (struct iovec){.iov_base = hdr, .iov_len = hl};
     for (int i = 0; i < nseg; i++)
         iov[i + 1] = (struct iovec){.iov_base = seg[i].iov_base, .iov_len = seg[i].iov_len};
@@ -288,14 +314,12 @@ static bool write_chunk_now(struct evbuffer *out, evutil_socket_t fd, struct evb
 
 void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
 {
-    evhtp_connection_t *conn = req->r->conn;
-    struct evbuffer *out = bufferevent_get_output(conn->bev);
+    struct evbuffer *out = req->out_direct;
     size_t n = evbuffer_get_length(buf);
 
     if (n == 0)
         return;
-    if (conn->ssl != NULL || !(req->r->flags & EVHTP_REQ_FLAG_CHUNKED) ||
-        evbuffer_get_length(out) > 0 || !write_chunk_now(out, bufferevent_getfd(conn->bev), buf, n))
+    if (out == NULL || evbuffer_get_length(out) > 0 || !write_chunk_now(out, req->fd, buf, n))
         evhtp_send_reply_chunk(req->r, buf);
 }
 
