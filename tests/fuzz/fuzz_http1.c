@@ -1,7 +1,8 @@
 /* libFuzzer driver for src/http1.c. The input is what an upstream sends on one connection; its
  * first two bytes choose max_head and how the rest is cut into reads. The stream is parsed as a
  * sequence of pipelined responses whole, byte by byte, in the chosen reads, and from an evbuffer of
- * many small segments: every way must log the same heads, the same decoded body bytes and the same
+ * many small segments, and byte by byte and in the chosen reads with body reads decoded in place as
+ * memory blocks: every way must log the same heads, the same decoded body bytes and the same
  * results (the parser is split-invariant). Invariants of a parsed head are checked on the way.
  *
  *   clang -fsanitize=fuzzer,address,undefined -Iinclude -I_build src/http1.c src/common.c \
@@ -71,9 +72,25 @@ static void log_head(struct log *l, const struct agw_http1_response *r)
         log_add(l, r->content_type, strlen(r->content_type) + 1);
 }
 
+/* After a body parse that returned <rc>: logs it. Returns -1 to stop, 1 when the response ended
+ * (the next head follows), 0 to go on. */
+static int body_done(struct agw_http1_parser *p, struct log *l, int rc, int responses)
+{
+    if (rc == 0)
+        return 0;
+    log_rc(l, 'b', rc);
+    if (rc < 0 || responses == MAX_RESPONSES)
+        return -1;
+    /* Alternate between an explicit reset and parse_head()'s implicit one. */
+    if (responses % 2 == 0)
+        agw_http1_parser_reset(p);
+    return 1;
+}
+
 /* Parses the responses in <s>, reading it in pieces drawn from <seed> (0 = whole, 1 = byte by
- * byte), or, with <segments>, from one evbuffer of 3-byte references. */
-static void run(const char *s, size_t n, size_t max_head, unsigned seed, bool segments,
+ * byte), or, with <segments>, from one evbuffer of 3-byte references. With <blocks>, a read that
+ * arrives in a body with nothing waiting goes to agw_http1_decode_body() as a memory block. */
+static void run(const char *s, size_t n, size_t max_head, unsigned seed, bool segments, bool blocks,
                 struct log *l)
 {
     struct agw_http1_parser *p = agw_http1_parser_new(max_head);
@@ -114,18 +131,11 @@ static void run(const char *s, size_t n, size_t max_head, unsigned seed, bool se
                 log_add(l, v.iov_base, v.iov_len);
                 evbuffer_drain(out, v.iov_len);
             }
-            if (rc < 0) {
-                log_rc(l, 'b', rc);
+            rc = body_done(p, l, rc, responses);
+            if (rc < 0)
                 goto out;
-            }
             if (rc == 1) {
-                log_rc(l, 'b', rc);
                 in_body = false;
-                if (responses == MAX_RESPONSES)
-                    goto out;
-                /* Alternate between an explicit reset and parse_head()'s implicit one. */
-                if (responses % 2 == 0)
-                    agw_http1_parser_reset(p);
                 continue;
             }
         }
@@ -140,6 +150,25 @@ static void run(const char *s, size_t n, size_t max_head, unsigned seed, bool se
                 k = 1 + (seed >> 16) % 61;
                 if (k > n - at)
                     k = n - at;
+            }
+            if (blocks && in_body && evbuffer_get_length(in) == 0) {
+                char *b = agw_xmalloc(k);
+                size_t used = 0, blen = 0;
+
+                memcpy(b, s + at, k);
+                at += k;
+                rc = agw_http1_decode_body(p, b, k, &used, &blen);
+                if (blen > used || used > k)
+                    abort();
+                log_add(l, b, blen);
+                if (rc == 1)
+                    evbuffer_add(in, b + used, k - used);
+                free(b);
+                rc = body_done(p, l, rc, responses);
+                if (rc < 0)
+                    goto out;
+                in_body = rc == 0;
+                continue;
             }
             evbuffer_add(in, s + at, k);
             at += k;
@@ -174,18 +203,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     s = (const char *)data + 2;
     n = size - 2;
 
-    run(s, n, max_head, 0, false, &whole);
-    run(s, n, max_head, 1, false, &other);
-    same(&whole, &other);
-    free(other.p);
-    other = (struct log){0};
-    run(s, n, max_head, seed, false, &other);
-    same(&whole, &other);
-    free(other.p);
-    other = (struct log){0};
-    run(s, n, max_head, 0, true, &other);
-    same(&whole, &other);
-    free(other.p);
+    run(s, n, max_head, 0, false, false, &whole);
+    for (int mode = 0; mode < 5; mode++) {
+        other = (struct log){0};
+        switch (mode) {
+        case 0:
+            run(s, n, max_head, 1, false, false, &other);
+            break;
+        case 1:
+            run(s, n, max_head, seed, false, false, &other);
+            break;
+        case 2:
+            run(s, n, max_head, 0, true, false, &other);
+            break;
+        case 3:
+            run(s, n, max_head, 1, false, true, &other);
+            break;
+        default:
+            run(s, n, max_head, seed, false, true, &other);
+            break;
+        }
+        same(&whole, &other);
+        free(other.p);
+    }
     free(whole.p);
     return 0;
 }
