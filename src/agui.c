@@ -117,6 +117,7 @@ struct agw_agui {
     const char *pending;
     size_t pending_len;
     struct evbuffer *pending_out;
+    bool slow_only; /* agw_agui_set_fast_paths(false): every frame through jansson (tests) */
 };
 
 static AGW_NORETURN void oom(const char *what)
@@ -696,7 +697,7 @@ struct span {
 };
 
 struct flat_event {
-    struct span type, message_id, tool_call_id, delta;
+    struct span type, message_id, tool_call_id, step_name, delta, role, thread_id, run_id;
 };
 
 /* Length of the valid UTF-8 sequence (non-ASCII) at <p>, or 0. */
@@ -887,12 +888,20 @@ static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
             if (key_is(&k, "type")         ? !take(&fe->type, &v)
                 : key_is(&k, "messageId")  ? !take(&fe->message_id, &v)
                 : key_is(&k, "toolCallId") ? !take(&fe->tool_call_id, &v)
+                : key_is(&k, "stepName")   ? !take(&fe->step_name, &v)
                 : key_is(&k, "delta")      ? !take(&fe->delta, &v)
-                                           : k.escaped || key_is(&k, "timestamp"))
+                : key_is(&k, "role")       ? !take(&fe->role, &v)
+                : key_is(&k, "threadId")   ? !take(&fe->thread_id, &v)
+                : key_is(&k, "runId")      ? !take(&fe->run_id, &v)
+                                      : k.escaped || key_is(&k, "timestamp") || key_is(&k, "args"))
                 return false;
         } else if (k.escaped || key_is(&k, "type") || key_is(&k, "messageId") ||
-                   key_is(&k, "toolCallId") || key_is(&k, "delta")) {
-            return false; /* not a string where one is required: the full path says why */
+                   key_is(&k, "toolCallId") || key_is(&k, "stepName") || key_is(&k, "delta") ||
+                   key_is(&k, "role") || key_is(&k, "threadId") || key_is(&k, "runId") ||
+                   key_is(&k, "args")) {
+            /* Not a string where one is required (the full path says why), or a key the full path
+             * acts on ("args" of a CloudBase TOOL_CALL_START). */
+            return false;
         } else if ((*p >= '0' && *p <= '9') || *p == '-') {
             /* An integer member ("timestamp", a sequence number; at most 18 digits, so that jansson
              * reads it as an integer too) is relayed as it is by the full path too; fractions and
@@ -907,6 +916,8 @@ static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
             if (p == d || (p - d > 1 && *d == '0') || p - d > 18 ||
                 (p < end && (*p == '.' || *p == 'e' || *p == 'E')))
                 return false;
+        } else if (key_is(&k, "timestamp")) {
+            return false; /* not a number: the full path removes it */
         } else if (end - p >= 4 && memcmp(p, "true", 4) == 0) {
             p += 4;
         } else if (end - p >= 5 && memcmp(p, "false", 5) == 0) {
@@ -948,7 +959,82 @@ static bool fast_cached(struct agw_agui *a, const char *data, size_t len, struct
     return true;
 }
 
-/* Returns true when the frame was fully handled here. */
+static bool span_is(const struct span *sp, const char *s)
+{
+    return sp->p != NULL && !sp->escaped && sp->n == strlen(s) && memcmp(sp->p, s, sp->n) == 0;
+}
+
+/* The id of an item of <kind> in a flat event: its unescaped string, or NULL. */
+static const struct span *flat_id(const struct flat_event *fe, enum item_kind kind)
+{
+    const struct span *id = kind == ITEM_STEP        ? &fe->step_name
+                            : kind == ITEM_TOOL_CALL ? &fe->tool_call_id
+                                                     : &fe->message_id;
+
+    return id->p != NULL && !id->escaped ? id : NULL;
+}
+
+/* The lifecycle events of a plain run (RUN_STARTED and RUN_FINISHED with the client's ids, starts
+ * with everything the full path would add, ends of open items, other events while running) need no
+ * change either: they are relayed raw, with the bookkeeping the full path does, and without
+ * building a tree. Everything else (a rewrite, a drop, an error) is left to the full path, which
+ * decides; test_agui runs the hostile streams both ways. Returns true when the frame was handled.
+ */
+static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, const char *data,
+                           size_t len, struct evbuffer *out)
+{
+    enum item_kind kind = ITEM_STEP;
+    const struct span *id;
+    char type[32];
+    size_t at;
+
+    if (fe->type.n == 0 || fe->type.n >= sizeof(type))
+        return false;
+    memcpy(type, fe->type.p, fe->type.n);
+    type[fe->type.n] = '\0';
+    switch (classify(type, &kind)) {
+    case EV_RUN_STARTED:
+        if (a->state != AGW_AGUI_ST_IDLE || !span_is(&fe->thread_id, a->thread_id) ||
+            !span_is(&fe->run_id, a->run_id))
+            return false;
+        write_frame(a, out, data, len);
+        set_state(a, AGW_AGUI_ST_RUNNING);
+        return true;
+    case EV_RUN_FINISHED:
+        if (a->state != AGW_AGUI_ST_RUNNING || a->n_open > 0 ||
+            !span_is(&fe->thread_id, a->thread_id) || !span_is(&fe->run_id, a->run_id))
+            return false;
+        write_frame(a, out, data, len);
+        finish(a, NULL, false);
+        return true;
+    case EV_OPEN:
+        if (a->state != AGW_AGUI_ST_RUNNING || (id = flat_id(fe, kind)) == NULL ||
+            (kind == ITEM_TEXT_MESSAGE && fe->role.p == NULL) ||
+            find_open(a, kind, id->p, id->n, NULL) || !push_open(a, kind, id->p, id->n))
+            return false;
+        write_frame(a, out, data, len);
+        return true;
+    case EV_CLOSE:
+        if (a->state != AGW_AGUI_ST_RUNNING || (id = flat_id(fe, kind)) == NULL ||
+            !find_open(a, kind, id->p, id->n, &at))
+            return false;
+        remove_open(a, at);
+        write_frame(a, out, data, len);
+        return true;
+    case EV_PASS:
+        if (a->state != AGW_AGUI_ST_RUNNING)
+            return false;
+        write_frame(a, out, data, len);
+        return true;
+    case EV_RUN_ERROR:
+    case EV_CONTENT:
+        break;
+    }
+    return false;
+}
+
+/* The fast paths: content events, then lifecycle ones. Returns true when the frame was fully
+ * handled here. */
 static bool fast_content(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out)
 {
     struct flat_event fe;
@@ -959,8 +1045,10 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len, struc
     if (a->cached_len > 0 && fast_cached(a, data, len, out))
         return true;
     a->cached_len = 0;
-    if (a->state != AGW_AGUI_ST_RUNNING || len < 16 || !scan_flat_event(data, len, &fe))
+    if (a->state == AGW_AGUI_ST_FINISHED || len < 12 || !scan_flat_event(data, len, &fe))
         return false;
+    if (a->state != AGW_AGUI_ST_RUNNING)
+        return fast_lifecycle(a, &fe, data, len, out);
     if (fe.type.n == 20 && memcmp(fe.type.p, "TEXT_MESSAGE_CONTENT", 20) == 0)
         kind = ITEM_TEXT_MESSAGE, id = &fe.message_id;
     else if (fe.type.n == 14 && memcmp(fe.type.p, "TOOL_CALL_ARGS", 14) == 0)
@@ -968,7 +1056,7 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len, struc
     else if (fe.type.n == 25 && memcmp(fe.type.p, "REASONING_MESSAGE_CONTENT", 25) == 0)
         kind = ITEM_REASONING_MESSAGE, id = &fe.message_id;
     else
-        return false;
+        return fast_lifecycle(a, &fe, data, len, out);
     if (id->p == NULL || id->escaped || fe.delta.p == NULL ||
         !find_open(a, kind, id->p, id->n, NULL))
         return false;
@@ -1044,8 +1132,8 @@ int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, struct evbuf
         data = "";
     if (is_done_marker(data, len))
         return 0;
-    if (fast_content(a, data, len, out))
-        return 0;
+    if (!a->slow_only && fast_content(a, data, len, out))
+        return a->state == AGW_AGUI_ST_FINISHED;
 
     /* Flags 0: one JSON document (object or array) and nothing after it, valid UTF-8, no \u0000. */
     ev = json_loadb(data, len, 0, &jerr);
@@ -1136,6 +1224,11 @@ int agw_agui_feed_framed(struct agw_agui *a, const char *data, size_t len, struc
 void agw_agui_flush(struct agw_agui *a)
 {
     flush_pending(a);
+}
+
+void agw_agui_set_fast_paths(struct agw_agui *a, bool on)
+{
+    a->slow_only = !on;
 }
 
 void agw_agui_end(struct agw_agui *a, struct evbuffer *out)

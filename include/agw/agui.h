@@ -56,6 +56,10 @@ int agw_agui_feed_framed(struct agw_agui *a, const char *data, size_t len, struc
  * they are in changes or goes, and before writing to that <out> yourself. */
 void agw_agui_flush(struct agw_agui *a);
 
+/* For tests: with <on> false, every frame goes through the full path (parsed by jansson), never the
+ * allocation-free fast paths, whose output must be the same. On by default. */
+void agw_agui_set_fast_paths(struct agw_agui *a, bool on);
+
 /* The upstream's stream ended (EOF or end of body). Writes what the run still needs: RUN_STARTED if
  * nothing was sent, then RUN_FINISHED (after closing anything open) when the stream was clean, or
  * RUN_ERROR UPSTREAM_ERROR when it was cut inside a text message, tool call or reasoning message.

@@ -1666,6 +1666,107 @@ Test(agui, hostile_streams_always_verify)
     cr_assert_gt(errors, 500);
 }
 
+/* Frames aimed at the fast paths' edges: ids equal to the client's but escaped, starts without
+ * what the full path would add, non-string and non-number members where a rule looks. */
+static const char *const fast_edges[] = {
+    "{\"type\":\"RUN_STARTED\",\"threadId\":\"t\\u0031\",\"runId\":\"r1\"}",
+    "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\",\"timestamp\":12}",
+    "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\"}",
+    "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+    "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r1\",\"result\":1}",
+    "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r2\"}",
+    "{\"type\":\"RUN_FINISHED\",\"runId\":\"r1\",\"threadId\":\"t1\",\"timestamp\":true}",
+    "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m3\",\"role\":7}",
+    "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m3\",\"role\":\"assistant\",\"role\":"
+    "\"user\"}",
+    "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\",\"timestamp\":"
+    "12}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",\"timestamp\":false}",
+    "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m\\u0031\"}",
+    "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m3\",\"n\":1}",
+    "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c3\",\"toolCallName\":\"f\",\"args\":\"x\"}",
+    "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c3\",\"toolCallName\":\"f\",\"ok\":true}",
+    "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c3\"}",
+    "{\"type\":\"STEP_STARTED\",\"stepName\":\"s3\",\"timestamp\":true}",
+    "{\"type\":\"STEP_STARTED\",\"stepName\":7}",
+    "{\"type\":\"STEP_FINISHED\",\"stepName\":\"s3\"}",
+    "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"y\"}",
+    "{\"type\":\"REASONING_MESSAGE_END\",\"messageId\":\"y\"}",
+    "{\"type\":\"CUSTOM\",\"name\":\"x\",\"value\":1}",
+    "{\"type\":\"CUSTOM\",\"name\":\"x\",\"value\":\"v\",\"timestamp\":-3}",
+    "{\"type\":\"X_UNKNOWN\"}",
+    "{\"type\":\"RUN_ERROR\",\"message\":\"m\"}",
+};
+
+/* Runs <frames> (<n>) through a fresh normaliser with the fast paths <on>, ended by <ending>. */
+static char *run_with_fast(const char *const *frames, size_t n, bool on, int ending, int *rcs,
+                           uint64_t *events, char *outcome, size_t outcome_size)
+{
+    struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    struct evbuffer *out = evbuffer_new();
+    char *text, *clean;
+
+    agw_agui_set_fast_paths(a, on);
+    for (size_t i = 0; i < n; i++)
+        rcs[i] = agw_agui_feed(a, frames[i], strlen(frames[i]), out);
+    end_hostile(a, out, ending);
+    *events = agw_agui_events_out(a);
+    snprintf(outcome, outcome_size, "%s", agw_agui_outcome(a));
+    text = drain(out);
+    clean = without_clock(text);
+    free(text);
+    evbuffer_free(out);
+    agw_agui_free(a);
+    return clean;
+}
+
+/* The fast paths must write exactly what the full path writes, return the same values, count the
+ * same events and end the same way, on random streams made of every hostile frame and the edges. */
+Test(agui, fast_paths_agree_with_the_full_path)
+{
+    const char *pool[AGW_ARRAY_LEN(hostile_common) + AGW_ARRAY_LEN(hostile_rare) +
+                     AGW_ARRAY_LEN(fast_edges)];
+    size_t np = 0;
+    const char *frames[40];
+    int rf[40], rs[40];
+    unsigned fast_finished = 0;
+
+    for (size_t i = 0; i < AGW_ARRAY_LEN(hostile_common); i++)
+        pool[np++] = hostile_common[i];
+    for (size_t i = 0; i < AGW_ARRAY_LEN(hostile_rare); i++)
+        pool[np++] = hostile_rare[i];
+    for (size_t i = 0; i < AGW_ARRAY_LEN(fast_edges); i++)
+        pool[np++] = fast_edges[i];
+    rng_state = 0xD1B54A32D192ED03ULL;
+    for (int iter = 0; iter < 5000; iter++) {
+        size_t n = 1 + rng() % AGW_ARRAY_LEN(frames);
+        int ending = (int)(rng() % 3);
+        uint64_t ef, es;
+        char of[96], os[96];
+
+        /* Half the streams open with the client's own RUN_STARTED, the fast path's way in. */
+        for (size_t i = 0; i < n; i++)
+            frames[i] = i == 0 && iter % 2 == 0 ? hostile_common[0] : pool[rng() % np];
+        char *fast = run_with_fast(frames, n, true, ending, rf, &ef, of, sizeof(of));
+        char *slow = run_with_fast(frames, n, false, ending, rs, &es, os, sizeof(os));
+        if (strcmp(fast, slow) != 0) {
+            fprintf(stderr, "iteration %d input:\n", iter);
+            for (size_t i = 0; i < n; i++)
+                fprintf(stderr, "  %s\n", frames[i]);
+        }
+        cr_assert_str_eq(fast, slow, "iteration %d: fast paths wrote\n%s\nthe full path\n%s", iter,
+                         fast, slow);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(rf[i], rs[i], "iteration %d, frame %zu", iter, i);
+        cr_assert_eq(ef, es, "iteration %d", iter);
+        cr_assert_str_eq(of, os, "iteration %d", iter);
+        fast_finished += strcmp(of, "RUN_FINISHED") == 0;
+        free(fast);
+        free(slow);
+    }
+    cr_assert_gt(fast_finished, 200, "the streams reach RUN_FINISHED too");
+}
+
 /* The allocation-free fast path for content events must decide exactly as the full parser: each
  * frame below is fed after RUN_STARTED + TEXT_MESSAGE_START m1, and the expected relay is stated
  * explicitly. */
