@@ -16,12 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_struct.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <evhtp.h>
@@ -80,6 +82,7 @@ struct agw_req {
      * socket (plain TCP, chunked); out_direct is NULL otherwise. */
     struct evbuffer *out_direct;
     evutil_socket_t fd;
+    bool head_queued; /* the response head waits in out_direct: the first chunk takes it along */
 };
 
 /* ---- request ids ---------------------------------------------------------------------------- */
@@ -249,6 +252,7 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
     if (req->r->conn->ssl == NULL && (req->r->flags & EVHTP_REQ_FLAG_CHUNKED)) {
         req->out_direct = bufferevent_get_output(bev);
         req->fd = bufferevent_getfd(bev);
+        req->head_queued = evbuffer_get_length(req->out_direct) > 0;
     }
 }
 
@@ -257,9 +261,12 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
  * bufferevent's write event is not armed and disarmed for them (two epoll_ctl calls a burst). One
  * writev() takes the chunk header, <buf>'s segments and the CRLF, with no copy. What the socket
  * does not take is queued as usual, and while anything is queued every chunk queues behind it, so
- * the order holds. (libevhtp would queue the chunk and flush it on the next iteration; over TLS it
- * must, the bytes go through OpenSSL.) */
+ * the order holds. The one exception is the response head, which libevhtp queues at stream start:
+ * the first chunk takes it along, in front, in the same writev(), so the head and the first events
+ * leave together at once rather than on the next iteration. (libevhtp would queue the chunk and
+ * flush it on the next iteration; over TLS it must, the bytes go through OpenSSL.) */
 #define DIRECT_SEGMENTS 16
+#define HEAD_SEGMENTS   4
 
 /* "<hex size>\r\n" into <hdr> (at least 19 bytes); returns its length. */
 static size_t chunk_header(char *hdr, size_t n)
@@ -279,27 +286,43 @@ static size_t chunk_header(char *hdr, size_t n)
     return len;
 }
 
-/* Returns false, having written nothing, when <buf> has too many segments for one writev(). */
+/* Returns false, having written nothing, when <out> (whose bytes go first: the response head) or
+ * <buf> has too many segments for one writev(). */
 static bool write_chunk_now(struct evbuffer *out, evutil_socket_t fd, struct evbuffer *buf,
-                            size_t n)
+                            size_t n, bool last)
 {
-    struct evbuffer_iovec seg[DIRECT_SEGMENTS];
-    struct iovec iov[DIRECT_SEGMENTS + 2];
-    char hdr[24], crlf[2] = {'\r', '\n'};
-    size_t hl, done, body;
+    struct evbuffer_iovec seg[DIRECT_SEGMENTS], head[HEAD_SEGMENTS];
+    struct iovec iov[HEAD_SEGMENTS + DIRECT_SEGMENTS + 2];
+    char hdr[24], crlf[7] = {'\r', '\n', '0', '\r', '\n', '\r', '\n'};
+    size_t tail = last ? sizeof(crlf) : 2; /* the chunk's CRLF, and the last chunk after it */
+    size_t hl, done, body, queued = evbuffer_get_length(out);
+    int nhead = queued > 0 ? evbuffer_peek(out, -1, NULL, head, HEAD_SEGMENTS) : 0;
     int nseg = evbuffer_peek(buf, -1, NULL, seg, DIRECT_SEGMENTS);
+    int k = 0;
     ssize_t w;
 
-    if (nseg > DIRECT_SEGMENTS)
+    if (nseg > DIRECT_SEGMENTS || nhead > HEAD_SEGMENTS)
         return false;
     hl = chunk_header(hdr, n);
-    iov[0] = (struct iovec){.iov_base = hdr, .iov_len = hl};
+    for (int i = 0; i < nhead; i++)
+        iov[k++] = (struct iovec){.iov_base = head[i].iov_base, .iov_len = head[i].iov_len};
+    iov[k++] = (struct iovec){.iov_base = hdr, .iov_len = hl};
     for (int i = 0; i < nseg; i++)
-        iov[i + 1] = (struct iovec){.iov_base = seg[i].iov_base, .iov_len = seg[i].iov_len};
-    iov[nseg + 1] = (struct iovec){.iov_base = crlf, .iov_len = 2};
+        iov[k++] = (struct iovec){.iov_base = seg[i].iov_base, .iov_len = seg[i].iov_len};
+    iov[k++] = (struct iovec){.iov_base = crlf, .iov_len = tail};
     /* An error (the client left) is left for the bufferevent to find: everything is queued. */
-    w = writev(fd, iov, nseg + 2);
+    w = writev(fd, iov, k);
     done = w > 0 ? (size_t)w : 0;
+    if (queued > 0) {
+        size_t sent = done < queued ? done : queued;
+
+        /* The bufferevent keeps its output's front frozen outside its own writes, as libevent's
+         * write callback does: thawed for this drain. */
+        evbuffer_unfreeze(out, 1);
+        evbuffer_drain(out, sent);
+        evbuffer_freeze(out, 1);
+        done -= sent;
+    }
     if (done < hl)
         evbuffer_add(out, hdr + done, hl - done);
     done = done > hl ? done - hl : 0;
@@ -307,9 +330,17 @@ static bool write_chunk_now(struct evbuffer *out, evutil_socket_t fd, struct evb
     evbuffer_drain(buf, body);
     evbuffer_add_buffer(out, buf);
     done -= body;
-    if (done < 2)
-        evbuffer_add(out, crlf + done, 2 - done);
+    if (done < tail)
+        evbuffer_add(out, crlf + done, tail - done);
     return true;
+}
+
+/* The connection's write event is armed: its write callback will run on the next iteration. */
+static bool write_armed(const struct agw_req *req)
+{
+    struct bufferevent *bev = evhtp_request_get_bev(req->r);
+
+    return event_pending(&bev->ev_write, EV_WRITE, NULL);
 }
 
 void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
@@ -317,15 +348,60 @@ void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
     struct evbuffer *out = req->out_direct;
     size_t n = evbuffer_get_length(buf);
 
+    bool head = req->head_queued;
+
     if (n == 0)
         return;
-    if (out == NULL || evbuffer_get_length(out) > 0 || !write_chunk_now(out, req->fd, buf, n))
+    req->head_queued = false;
+    /* Anything queued but the head: the chunk queues behind it. */
+    if (out == NULL || (!head && evbuffer_get_length(out) > 0) ||
+        !write_chunk_now(out, req->fd, buf, n, false))
         evhtp_send_reply_chunk(req->r, buf);
+}
+
+/* The end of the body. When the connection's write event is armed already (the head of a response
+ * whose events all came in this iteration was queued at stream start) and nothing else waits in the
+ * output, the last chunk goes to the socket at once too, with <buf>'s bytes when there are any, in
+ * one writev(). libevhtp is then only told that the reply is finished: the armed event runs its
+ * write callback on the next iteration, and that completes the request (it wants an empty output
+ * and the flag). The write event is looked at directly (event2/bufferevent_struct.h): it is what
+ * makes this safe, since without it nothing would ever complete the request. */
+static void stream_finish(struct agw_req *req, struct evbuffer *buf)
+{
+    struct evbuffer *out = req->out_direct;
+    size_t n = buf != NULL ? evbuffer_get_length(buf) : 0;
+    bool head = req->head_queued;
+
+    req->head_queued = false;
+    if (out != NULL && (head || evbuffer_get_length(out) == 0) && write_armed(req)) {
+        if (n > 0 && write_chunk_now(out, req->fd, buf, n, true)) {
+            evhtp_send_reply_end(req->r);
+            return;
+        }
+        if (n == 0 && evbuffer_get_length(out) == 0) {
+            static const char last[] = "0\r\n\r\n";
+            ssize_t w = write(req->fd, last, sizeof(last) - 1);
+            size_t done = w > 0 ? (size_t)w : 0;
+
+            if (done < sizeof(last) - 1)
+                evbuffer_add(out, last + done, sizeof(last) - 1 - done);
+            evhtp_send_reply_end(req->r);
+            return;
+        }
+    }
+    if (n > 0)
+        evhtp_send_reply_chunk(req->r, buf);
+    evhtp_send_reply_chunk_end(req->r);
+}
+
+void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf)
+{
+    stream_finish(req, buf);
 }
 
 void agw_req_stream_end(struct agw_req *req)
 {
-    evhtp_send_reply_chunk_end(req->r);
+    stream_finish(req, NULL);
 }
 
 size_t agw_req_out_pending(const struct agw_req *req)

@@ -188,8 +188,8 @@ static void finish(struct agw_relay *r)
     evtimer_del(r->run_timer);
     set_state(r, RL_ST_FINISHING);
     if (r->req != NULL) {
-        flush_out(r);
-        agw_req_stream_end(r->req);
+        r->bytes_out += evbuffer_get_length(r->out);
+        agw_req_stream_finish(r->req, r->out);
     }
     end_if_detached(r);
 }

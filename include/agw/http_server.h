@@ -96,6 +96,8 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
 void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf);
 /* Ends the chunked body. The request is freed (and on_close runs) once the client took it. */
 void agw_req_stream_end(struct agw_req *req);
+/* agw_req_stream_write() then agw_req_stream_end(), in one system call where it can be. */
+void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf);
 /* Bytes queued toward the client and not yet written to the socket. */
 size_t agw_req_out_pending(const struct agw_req *req);
 /* Removes the close and drain callbacks (their owner is going away first). */
