@@ -62,6 +62,18 @@ check_eq "three runs complete" "RUN_FINISHED RUN_FINISHED RUN_FINISHED " "$r"
 upstream
 check_eq "and share one upstream connection" $((a0 + 1)) "$UP"
 
+# The client's side: three runs on one kept-alive client connection. Each run's head, events and last
+# chunk leave in one write, and libevhtp completes the request from the write event the head armed; if
+# it did not, the second run would never be read.
+out=$(curl -sS -v -m 20 -H 'Content-Type: application/json' -d "$RUN_BODY" "$U/keep/runs" \
+    --next -H 'Content-Type: application/json' -d "$RUN_BODY" "$U/keep/runs" \
+    --next -H 'Content-Type: application/json' -d "$RUN_BODY" "$U/keep/runs" 2>&1; echo "curl-exit=$?")
+check_eq "three runs on one client connection: all complete" 3 "$(printf %s "$out" | grep -c '"type":"RUN_FINISHED"')"
+check_eq "three runs on one client connection: reused" 2 "$(printf %s "$out" | grep -c 'Re-using existing connection')"
+# (curl quietly retries on a new connection when a reused one dies: count the connections it made)
+check_eq "three runs on one client connection: one connection made" 1 "$(printf %s "$out" | grep -c '^\* Connected to')"
+check_contains "three runs on one client connection: curl saw well-formed bodies" "curl-exit=0" "$out"
+
 # hangup=idle: the backend closes the pooled connection while it is idle. The gateway notices (the
 # idle connection's read event), drops it, and the next run opens a fresh one at once.
 upstream
