@@ -393,7 +393,8 @@ static bool body_parsed(struct agw_upstream *up, int rc)
     return up->state == UP_ST_BODY;
 }
 
-/* Parses what the input holds. Returns false when the exchange was closed by a callback. */
+/* Parses what the input holds. Returns false when the exchange is over (DONE, FAILED) or was closed
+ * by a callback (then it is gone). */
 static bool process_input(struct agw_upstream *up)
 {
     struct evbuffer *in = bufferevent_get_input(up->bev);
@@ -439,7 +440,8 @@ static bool process_input(struct agw_upstream *up)
  * followed by a deferred callback: at SSE rates that is three system calls and two trips through
  * the loop per 4 KiB, or per event when events are paced. On plain TCP connections the exchange
  * reads for itself once the connection is up: the bufferevent's reading is disabled and an event
- * of ours readv()s up to READ_MAX bytes into the bufferevent's input, then parses at once. EOF and
+ * of ours reads up to READ_MAX bytes (into the bufferevent's input for a response head, into
+ * block[] for a streaming body), then parses at once. EOF and
  * errors are reported through the same event callback as the bufferevent's. Writing, connecting
  * and the idle pool stay with the bufferevent; over TLS everything does (the socket holds records
  * for OpenSSL).
