@@ -406,6 +406,8 @@ void agw_req_stream_end(struct agw_req *req)
 
 size_t agw_req_out_pending(const struct agw_req *req)
 {
+    if (req->out_direct != NULL) /* checked after every write: no walk through libevhtp */
+        return evbuffer_get_length(req->out_direct);
     return evbuffer_get_length(bufferevent_get_output(evhtp_request_get_bev(req->r)));
 }
 
