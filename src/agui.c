@@ -1045,19 +1045,19 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len, struc
     if (a->cached_len > 0 && fast_cached(a, data, len, out))
         return true;
     a->cached_len = 0;
-    if (a->state == AGW_AGUI_ST_FINISHED || len < 12 || !scan_flat_event(data, len, &fe))
+    if (len < 12 || !scan_flat_event(data, len, &fe)) /* (feed() stops after the end) */
         return false;
     if (a->state != AGW_AGUI_ST_RUNNING)
         return fast_lifecycle(a, &fe, data, len, out);
     if (fe.type.n == 20 && memcmp(fe.type.p, "TEXT_MESSAGE_CONTENT", 20) == 0)
-        kind = ITEM_TEXT_MESSAGE, id = &fe.message_id;
+        kind = ITEM_TEXT_MESSAGE;
     else if (fe.type.n == 14 && memcmp(fe.type.p, "TOOL_CALL_ARGS", 14) == 0)
-        kind = ITEM_TOOL_CALL, id = &fe.tool_call_id;
+        kind = ITEM_TOOL_CALL;
     else if (fe.type.n == 25 && memcmp(fe.type.p, "REASONING_MESSAGE_CONTENT", 25) == 0)
-        kind = ITEM_REASONING_MESSAGE, id = &fe.message_id;
+        kind = ITEM_REASONING_MESSAGE;
     else
         return fast_lifecycle(a, &fe, data, len, out);
-    if (id->p == NULL || id->escaped || fe.delta.p == NULL ||
+    if ((id = flat_id(&fe, kind)) == NULL || fe.delta.p == NULL ||
         !find_open(a, kind, id->p, id->n, NULL))
         return false;
     /* Remember the bytes before the delta when the delta's '"}' ends the frame. */

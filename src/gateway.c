@@ -184,6 +184,8 @@ static struct req_info req_info_of(const struct agw_req *req)
 
 static void req_info_copy(struct req_info *ri, const struct agw_req *req)
 {
+    if (!agw_log_access_enabled())
+        return; /* no line will be written: nothing to keep (access_log() returns at once) */
     const char *src[4] = {agw_req_id(req), agw_req_peer(req), agw_req_method_name(req),
                           agw_req_path(req)};
     const char **dst[4] = {&ri->id, &ri->peer, &ri->method, &ri->path};

@@ -359,49 +359,29 @@ void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
         evhtp_send_reply_chunk(req->r, buf);
 }
 
-/* The end of the body. When the connection's write event is armed already (the head of a response
- * whose events all came in this iteration was queued at stream start) and nothing else waits in the
- * output, the last chunk goes to the socket at once too, with <buf>'s bytes when there are any, in
- * one writev(). libevhtp is then only told that the reply is finished: the armed event runs its
- * write callback on the next iteration, and that completes the request (it wants an empty output
- * and the flag). The write event is looked at directly (event2/bufferevent_struct.h): it is what
- * makes this safe, since without it nothing would ever complete the request. */
-static void stream_finish(struct agw_req *req, struct evbuffer *buf)
+/* The end of the body, after <buf>'s bytes (maybe none). When the connection's write event is armed
+ * already (the head of a response whose events all came in this iteration was queued at stream
+ * start) and nothing else waits in the output, the events and the last chunk go to the socket at
+ * once, in one writev(). libevhtp is then only told that the reply is finished: the armed event
+ * runs its write callback on the next iteration, and that completes the request (it wants an empty
+ * output and the flag). The write event is looked at directly (event2/bufferevent_struct.h): it is
+ * what makes this safe, since without it nothing would ever complete the request. Otherwise the
+ * events and the last chunk are queued behind what is there. */
+void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf)
 {
     struct evbuffer *out = req->out_direct;
-    size_t n = buf != NULL ? evbuffer_get_length(buf) : 0;
+    size_t n = evbuffer_get_length(buf);
     bool head = req->head_queued;
 
     req->head_queued = false;
-    if (out != NULL && (head || evbuffer_get_length(out) == 0) && write_armed(req)) {
-        if (n > 0 && write_chunk_now(out, req->fd, buf, n, true)) {
-            evhtp_send_reply_end(req->r);
-            return;
-        }
-        if (n == 0 && evbuffer_get_length(out) == 0) {
-            static const char last[] = "0\r\n\r\n";
-            ssize_t w = write(req->fd, last, sizeof(last) - 1);
-            size_t done = w > 0 ? (size_t)w : 0;
-
-            if (done < sizeof(last) - 1)
-                evbuffer_add(out, last + done, sizeof(last) - 1 - done);
-            evhtp_send_reply_end(req->r);
-            return;
-        }
+    if (n > 0 && out != NULL && (head || evbuffer_get_length(out) == 0) && write_armed(req) &&
+        write_chunk_now(out, req->fd, buf, n, true)) {
+        evhtp_send_reply_end(req->r);
+        return;
     }
     if (n > 0)
         evhtp_send_reply_chunk(req->r, buf);
     evhtp_send_reply_chunk_end(req->r);
-}
-
-void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf)
-{
-    stream_finish(req, buf);
-}
-
-void agw_req_stream_end(struct agw_req *req)
-{
-    stream_finish(req, NULL);
 }
 
 size_t agw_req_out_pending(const struct agw_req *req)

@@ -110,17 +110,22 @@ static void arm_heartbeat(struct agw_relay *r, uint32_t ms)
     evtimer_add(r->heartbeat, &tv);
 }
 
-static void flush_out(struct agw_relay *r)
+/* Hands <out> to the client; with <last>, ends the response too (in the same write when it can). */
+static void flush_out(struct agw_relay *r, bool last)
 {
     size_t n = evbuffer_get_length(r->out);
 
-    if (n == 0)
-        return;
     if (r->req == NULL) { /* detached: nobody to write to */
         evbuffer_drain(r->out, n);
         return;
     }
     r->bytes_out += n;
+    if (last) {
+        agw_req_stream_finish(r->req, r->out);
+        return;
+    }
+    if (n == 0)
+        return;
     agw_req_stream_write(r->req, r->out);
     r->last_write_ms = agw_now_ms();
 }
@@ -140,7 +145,7 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
     if (idle + 5 >= r->heartbeat_ms) {
         enter(r);
         agw_sse_write_comment(r->out, "ping");
-        flush_out(r);
+        flush_out(r, false);
         leave(r);
         arm_heartbeat(r, r->heartbeat_ms);
     } else {
@@ -187,10 +192,8 @@ static void finish(struct agw_relay *r)
     evtimer_del(r->heartbeat);
     evtimer_del(r->run_timer);
     set_state(r, RL_ST_FINISHING);
-    if (r->req != NULL) {
-        r->bytes_out += evbuffer_get_length(r->out);
-        agw_req_stream_finish(r->req, r->out);
-    }
+    if (r->req != NULL)
+        flush_out(r, true);
     end_if_detached(r);
 }
 
@@ -353,7 +356,7 @@ static void up_on_body(void *arg, struct evbuffer *body)
         finish(r);
         goto out;
     }
-    flush_out(r);
+    flush_out(r, false);
     /* Backpressure: stop reading the upstream while the client's queue is above the limit; the
      * server's drain callback resumes it. */
     if (r->req != NULL && r->up != NULL && agw_req_out_pending(r->req) > r->stream_buffer_bytes)

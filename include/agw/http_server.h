@@ -94,9 +94,9 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
                           agw_req_event_fn *on_drain);
 /* Moves every byte of <buf> to the client as one chunk (no-op when <buf> is empty). */
 void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf);
-/* Ends the chunked body. The request is freed (and on_close runs) once the client took it. */
-void agw_req_stream_end(struct agw_req *req);
-/* agw_req_stream_write() then agw_req_stream_end(), in one system call where it can be. */
+/* Moves every byte of <buf> (maybe none) to the client as a last chunk and ends the chunked body,
+ * in one system call where it can be. The request is freed (and on_close runs) once the client
+ * took it. */
 void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf);
 /* Bytes queued toward the client and not yet written to the socket. */
 size_t agw_req_out_pending(const struct agw_req *req);
