@@ -1,4 +1,5 @@
-/* Incremental HTTP/1.1 response parser for the upstream side (see include/agw/http1.h).
+/* Incremental HTTP/1.1 parsers: responses for the upstream side, requests for the server side (see
+ * include/agw/http1.h).
  *
  * Head: the parser looks for the blank line one line at a time with evbuffer_search_range(),
  * remembering how far it has looked (<scan>), so bytes are examined once however the head is cut
@@ -18,6 +19,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +63,15 @@ struct agw_http1_parser {
      * only then, freed once the line is complete. */
     char *line;
     size_t line_len, line_cap;
+    bool line_crlf; /* the last line take_line() returned ended with CR LF */
+    /* Request parsers only (request = true): the limits, the lines of the head seen so far, the
+     * body bytes announced so far (chunked) and whether the last -AGW_ETOOBIG was the body limit.
+     */
+    bool request;
+    struct agw_http1_request_limits lim;
+    unsigned lines;
+    uint64_t announced;
+    bool over_limit;
 };
 
 struct agw_http1_parser *agw_http1_parser_new(size_t max_head)
@@ -80,13 +91,28 @@ void agw_http1_parser_free(struct agw_http1_parser *p)
     free(p);
 }
 
+struct agw_http1_parser *agw_http1_request_parser_new(size_t max_head,
+                                                      const struct agw_http1_request_limits *lim)
+{
+    struct agw_http1_parser *p = agw_http1_parser_new(max_head);
+
+    assert(lim->max_line > 0 && lim->max_fields > 0);
+    p->request = true;
+    p->lim = *lim;
+    return p;
+}
+
 void agw_http1_parser_reset(struct agw_http1_parser *p)
 {
     size_t max_head = p->max_head;
+    bool request = p->request;
+    struct agw_http1_request_limits lim = p->lim;
 
     free(p->line);
     memset(p, 0, sizeof(*p));
     p->max_head = max_head;
+    p->request = request;
+    p->lim = lim;
 }
 
 void agw_http1_response_clear(struct agw_http1_response *resp)
@@ -440,6 +466,320 @@ int agw_http1_parse_head(struct agw_http1_parser *p, struct evbuffer *in,
     return 0;
 }
 
+/* ---- request head --------------------------------------------------------------------------- */
+
+/* Records why a request is refused. 413, 414 and 431 are limits (-AGW_ETOOBIG); the rest are
+ * -AGW_EPROTO. */
+static int refuse(struct agw_http1_parser *p, struct agw_http1_request *req, int status,
+                  const char *why)
+{
+    req->status = status;
+    req->error = why;
+    return fail(p, status == 413 || status == 414 || status == 431 ? -AGW_ETOOBIG : -AGW_EPROTO);
+}
+
+#define MAX_METHOD 32
+
+/* Methods are upper-case tokens (as nginx takes them): a lower-case "get" names no method. */
+static bool is_method_char(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || c == '-' || c == '_';
+}
+
+/* Fails fast on bytes that cannot begin a request line (a TLS handshake on a plain port, an SSH
+ * banner, a lower-case method) rather than waiting for a whole line. */
+static int check_method_prefix(struct agw_http1_parser *p, struct evbuffer *in,
+                               struct agw_http1_request *req)
+{
+    char start[MAX_METHOD + 1];
+    ev_ssize_t k = evbuffer_copyout(in, start, sizeof(start));
+
+    for (ev_ssize_t i = 0; i < k; i++) {
+        if (start[i] == ' ' && i > 0)
+            return 0;
+        if (!is_method_char((unsigned char)start[i]))
+            return refuse(p, req, 400, "bad request: invalid method");
+    }
+    return k > MAX_METHOD ? refuse(p, req, 400, "bad request: invalid method") : 0;
+}
+
+/* Looks for the blank line that ends the request head at the start of <in>, resuming at <p->scan>,
+ * and checks each line as it arrives: its length, its CR LF end, the number of fields. Returns the
+ * head's length including the blank line, AGW_AGAIN, or a refusal. */
+static ev_ssize_t find_request_head_end(struct agw_http1_parser *p, struct evbuffer *in,
+                                        struct agw_http1_request *req)
+{
+    size_t len, line_max = p->lim.max_line + 2;
+
+    if (p->scan == 0) {
+        unsigned char two[2];
+        int rc;
+
+        ev_ssize_t k;
+
+        while ((k = evbuffer_copyout(in, two, 2)) == 2 && two[0] == '\r' && two[1] == '\n')
+            evbuffer_drain(in, 2);
+        if (k == 1 && two[0] == '\r')
+            return AGW_AGAIN; /* maybe an empty line's CR */
+        if (k > 0 && p->lines == 0 && (rc = check_method_prefix(p, in, req)) != 0)
+            return rc;
+    }
+    len = evbuffer_get_length(in);
+    while (p->scan < len) {
+        struct evbuffer_ptr from, to, lf;
+        size_t limit = p->scan + line_max;
+        char cr = 0;
+
+        if (limit > len)
+            limit = len;
+        if (limit > p->max_head)
+            limit = p->max_head;
+        if (limit <= p->scan)
+            break;
+        evbuffer_ptr_set(in, &from, p->scan, EVBUFFER_PTR_SET);
+        evbuffer_ptr_set(in, &to, limit, EVBUFFER_PTR_SET);
+        lf = evbuffer_search_range(in, "\n", 1, &from, &to);
+        if (lf.pos < 0) {
+            if (limit - p->scan >= line_max)
+                return p->lines == 0
+                           ? refuse(p, req, 414, "URI too long: the request line is too long")
+                           : refuse(p, req, 431,
+                                    "request header fields too large: a field line is too long");
+            break;
+        }
+        if ((size_t)lf.pos > p->scan) {
+            evbuffer_ptr_set(in, &from, (size_t)lf.pos - 1, EVBUFFER_PTR_SET);
+            evbuffer_copyout_from(in, &from, &cr, 1);
+        }
+        if (cr != '\r')
+            return refuse(p, req, 400, "bad request: lines must end with CR LF");
+        if ((size_t)lf.pos == p->scan + 1) /* "\r\n": the blank line */
+            return lf.pos + 1;
+        if (p->lines > p->lim.max_fields)
+            return refuse(p, req, 431, "request header fields too large: too many fields");
+        p->lines++;
+        p->scan = (size_t)lf.pos + 1;
+    }
+    if (len >= p->max_head)
+        return refuse(p, req, 431, "request header fields too large: the head is too large");
+    return AGW_AGAIN;
+}
+
+/* A request target in origin form ("/path?query") or, for OPTIONS, "*": visible ASCII only. The
+ * absolute form (a proxy's) is not served. */
+static int check_target(struct agw_http1_parser *p, struct agw_http1_request *req, const char *t,
+                        size_t n, bool options)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] >= 0x7f)
+            return refuse(p, req, 400, "bad request: invalid character in the request target");
+    if (t[0] == '/' || (options && n == 1 && t[0] == '*'))
+        return 0;
+    return refuse(p, req, 400, "bad request: the request target must be an absolute path");
+}
+
+/* "METHOD SP request-target SP HTTP/1.1", without its line end; exactly one space apart. */
+static int parse_request_line(struct agw_http1_parser *p, struct agw_http1_request *req,
+                              const char *line, size_t n)
+{
+    const char *sp1 = memchr(line, ' ', n), *sp2, *v, *end = line + n;
+    size_t mlen;
+
+    if (sp1 == NULL)
+        return refuse(p, req, 400, "bad request: malformed request line");
+    mlen = (size_t)(sp1 - line);
+    if (mlen == 0 || mlen > MAX_METHOD)
+        return refuse(p, req, 400, "bad request: invalid method");
+    for (size_t i = 0; i < mlen; i++)
+        if (!is_method_char((unsigned char)line[i]))
+            return refuse(p, req, 400, "bad request: invalid method");
+    sp2 = memchr(sp1 + 1, ' ', (size_t)(end - sp1 - 1));
+    if (sp2 == NULL || sp2 == sp1 + 1)
+        return refuse(p, req, 400, "bad request: malformed request line");
+    v = sp2 + 1;
+    if (end - v != 8 || memcmp(v, "HTTP/", 5) != 0 || v[5] < '0' || v[5] > '9' || v[6] != '.' ||
+        v[7] < '0' || v[7] > '9')
+        return refuse(p, req, 400, "bad request: malformed request line");
+    if (v[5] != '1' || v[7] != '1')
+        return refuse(p, req, 505, "HTTP version not supported: use HTTP/1.1");
+    req->head_method = mlen == 4 && memcmp(line, "HEAD", 4) == 0;
+    return check_target(p, req, sp1 + 1, (size_t)(sp2 - sp1 - 1),
+                        mlen == 7 && memcmp(line, "OPTIONS", 7) == 0);
+}
+
+/* What the field lines said. */
+struct request_fields {
+    unsigned host, authorization, content_length;
+    bool chunked;
+};
+
+/* uri-host [":" port]: registered-name, IPv4 or bracketed IPv6 characters (may be empty). */
+static bool host_ok(const char *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              strchr("-._~%!$&'()*+,;=:[]", c) != NULL))
+            return false;
+    }
+    return true;
+}
+
+/* One field line (no line end) of a request head. */
+static int request_field(struct agw_http1_parser *p, struct agw_http1_request *req,
+                         struct request_fields *f, const char *line, size_t n)
+{
+    const char *colon, *v, *ve, *s, *e = NULL;
+    size_t nlen, vlen, elen;
+
+    if (line[0] == ' ' || line[0] == '\t')
+        return refuse(p, req, 400, "bad request: obsolete line folding");
+    colon = memchr(line, ':', n);
+    if (colon == NULL || colon == line)
+        return refuse(p, req, 400, "bad request: invalid header field name");
+    nlen = (size_t)(colon - line);
+    for (size_t i = 0; i < nlen; i++)
+        if (!is_tchar((unsigned char)line[i]))
+            return refuse(p, req, 400, "bad request: invalid header field name");
+    v = colon + 1;
+    ve = line + n;
+    while (v < ve && is_ows(*v))
+        v++;
+    while (ve > v && is_ows(ve[-1]))
+        ve--;
+    vlen = (size_t)(ve - v);
+    if (!all_field_chars(v, vlen))
+        return refuse(p, req, 400, "bad request: invalid character in a header field value");
+
+    if (nlen == 4 && agw_strieq_n(line, nlen, "host")) {
+        if (++f->host > 1)
+            return refuse(p, req, 400, "bad request: more than one Host header");
+        if (!host_ok(v, vlen))
+            return refuse(p, req, 400, "bad request: invalid Host header");
+    } else if (nlen == 13 && agw_strieq_n(line, nlen, "authorization")) {
+        if (++f->authorization > 1)
+            return refuse(p, req, 400, "bad request: more than one Authorization header");
+    } else if (nlen == 14 && agw_strieq_n(line, nlen, "content-length")) {
+        uint64_t x = 0;
+
+        if (++f->content_length > 1)
+            return refuse(p, req, 400, "bad request: more than one Content-Length");
+        if (vlen == 0 || vlen > 19)
+            return refuse(p, req, 400, "bad request: invalid Content-Length");
+        for (size_t i = 0; i < vlen; i++) {
+            if (v[i] < '0' || v[i] > '9')
+                return refuse(p, req, 400, "bad request: invalid Content-Length");
+            x = x * 10 + (uint64_t)(v[i] - '0');
+        }
+        req->content_length = x;
+    } else if (nlen == 17 && agw_strieq_n(line, nlen, "transfer-encoding")) {
+        bool any = false;
+
+        for (s = v; next_element(&s, ve, &e, &elen);) {
+            if (elen == 0)
+                continue;
+            if (!agw_strieq_n(e, elen, "chunked"))
+                return refuse(p, req, 501,
+                              "not implemented: only the chunked transfer coding is supported");
+            if (f->chunked)
+                return refuse(p, req, 400, "bad request: chunked applied more than once");
+            f->chunked = any = true;
+        }
+        if (!any)
+            return refuse(p, req, 400, "bad request: empty Transfer-Encoding");
+    } else if (nlen == 6 && agw_strieq_n(line, nlen, "expect")) {
+        if (!agw_strieq_n(v, vlen, "100-continue"))
+            return refuse(p, req, 417, "expectation failed: only 100-continue is supported");
+        req->expect_continue = true;
+    } else if (nlen == 10 && agw_strieq_n(line, nlen, "connection")) {
+        for (s = v; next_element(&s, ve, &e, &elen);)
+            if (agw_strieq_n(e, elen, "close"))
+                req->close = true;
+    }
+    return 0;
+}
+
+/* Checks one complete head (<len> bytes, ending with its blank line) and fills <req>. */
+static int parse_request_block(struct agw_http1_parser *p, struct agw_http1_request *req,
+                               const char *h, size_t len)
+{
+    const char *end = h + len, *line = h, *next;
+    struct request_fields f = {0};
+    size_t n;
+    int rc;
+
+    n = cut_line(line, end, &next);
+    if ((rc = parse_request_line(p, req, line, n)) != 0)
+        return rc;
+    for (line = next; (n = cut_line(line, end, &next)) > 0; line = next)
+        if ((rc = request_field(p, req, &f, line, n)) != 0)
+            return rc;
+    if (f.host == 0)
+        return refuse(p, req, 400, "bad request: missing Host header");
+    if (f.chunked && f.content_length > 0)
+        return refuse(p, req, 400, "bad request: both Transfer-Encoding and Content-Length");
+    if (f.chunked) {
+        req->body = AGW_HTTP1_BODY_CHUNKED;
+        req->rewrite = true;
+    } else if (f.content_length > 0) {
+        if (req->content_length > p->lim.max_body)
+            return refuse(p, req, 413, "payload too large");
+        req->body = AGW_HTTP1_BODY_LENGTH;
+    }
+    return 0;
+}
+
+int agw_http1_parse_request_head(struct agw_http1_parser *p, struct evbuffer *in,
+                                 struct agw_http1_request *req)
+{
+    ev_ssize_t n;
+    int rc;
+
+    assert(p->request && p->state != ST_BODY);
+    if (p->state == ST_ERROR)
+        return p->error;
+    if (p->state == ST_DONE)
+        agw_http1_parser_reset(p);
+    memset(req, 0, sizeof(*req));
+    n = find_request_head_end(p, in, req);
+    if (n < 0)
+        return (int)n;
+    rc = parse_request_block(p, req, pullup(in, (size_t)n), (size_t)n);
+    if (rc != 0)
+        return rc;
+    req->head_len = (size_t)n;
+    p->scan = 0;
+    p->lines = 0;
+    p->state = ST_BODY;
+    p->body = req->body;
+    p->remaining = req->content_length;
+    if (req->body == AGW_HTTP1_BODY_NONE ||
+        (req->body == AGW_HTTP1_BODY_LENGTH && p->remaining == 0))
+        p->state = ST_DONE;
+    return 0;
+}
+
+bool agw_http1_body_over_limit(const struct agw_http1_parser *p)
+{
+    return p->over_limit;
+}
+
+void agw_http1_rewrite_request_head(const char *head, size_t head_len, uint64_t body_len,
+                                    struct evbuffer *out)
+{
+    const char *end = head + head_len, *line = head, *next;
+    size_t n = cut_line(line, end, &next);
+
+    evbuffer_add(out, line, (size_t)(next - line));
+    for (line = next; (n = cut_line(line, end, &next)) > 0; line = next) {
+        /* The head was checked: a name is a token right before its colon. */
+        if (n >= 18 && line[17] == ':' && agw_strieq_n(line, 17, "transfer-encoding"))
+            continue;
+        evbuffer_add(out, line, (size_t)(next - line));
+    }
+    evbuffer_add_printf(out, "Content-Length: %" PRIu64 "\r\n\r\n", body_len);
+}
+
 /* ---- body ----------------------------------------------------------------------------------- */
 
 /* chunk-size [ OWS ] [ ";" chunk-ext ] (RFC 9112 §7.1), without the line end. The extensions are
@@ -528,7 +868,8 @@ static int take_line(struct agw_http1_parser *p, const char *b, size_t len, size
     }
     *total = have + k + 1;
     *i += k + 1;
-    if (*n > 0 && (*line)[*n - 1] == '\r')
+    p->line_crlf = *n > 0 && (*line)[*n - 1] == '\r';
+    if (p->line_crlf)
         (*n)--;
     return 0;
 }
@@ -541,11 +882,21 @@ static int chunk_line(struct agw_http1_parser *p, const char *line, size_t n, si
     size_t nlen, vlen;
     const char *v;
 
+    if (p->request && !p->line_crlf)
+        return -AGW_EPROTO; /* a request's lines end with CR LF */
     if (p->chunk == CH_SIZE) {
         if (n > MAX_CHUNK_LINE)
             return -AGW_ETOOBIG;
         if (parse_chunk_size(line, n, &p->remaining) != 0)
             return -AGW_EPROTO;
+        if (p->request) {
+            /* Refused as soon as it is announced, not once max_body bytes have come. */
+            if (p->remaining > p->lim.max_body - p->announced) {
+                p->over_limit = true;
+                return -AGW_ETOOBIG;
+            }
+            p->announced += p->remaining;
+        }
         p->chunk = p->remaining == 0 ? CH_TRAILERS : CH_DATA;
         return 0;
     }
@@ -617,9 +968,9 @@ static int decode(struct agw_http1_parser *p, const char *b, size_t len, size_t 
                 p->chunk = CH_DATA_END;
             break;
         }
-        case CH_DATA_END: /* exactly CRLF (or a bare LF): a chunk longer than announced fails here
-                           */
-            if (b[i] != '\n' && b[i] != '\r') {
+        case CH_DATA_END: /* exactly CRLF (or, in a response, a bare LF): a chunk longer than
+                           * announced fails here */
+            if ((b[i] != '\n' || p->request) && b[i] != '\r') {
                 *used = i;
                 return -AGW_EPROTO;
             }

@@ -1,7 +1,11 @@
-/* A small incremental HTTP/1.1 response parser for the upstream side. Pure: reads from an evbuffer,
- * never touches a socket. Status line and headers are capped at <max_head> bytes; bodies are
- * delimited by Content-Length, chunked transfer coding (hex size, ";ext", trailers) or the
- * connection's close. */
+/* Small incremental HTTP/1.1 parsers: responses for the upstream side, requests for the server
+ * side. Pure: they read from an evbuffer or a memory block, never touch a socket. A head is capped
+ * at <max_head> bytes; bodies are delimited by Content-Length, chunked transfer coding (hex size,
+ * ";ext", trailers) or, for responses, the connection's close.
+ *
+ * The request side follows RFC 9112's strict reading, as a server on the public edge must: what
+ * would let two parsers disagree about where a request ends is refused (see
+ * agw_http1_parse_request_head()). */
 #ifndef AGW_HTTP1_H
 #define AGW_HTTP1_H
 
@@ -63,5 +67,67 @@ int agw_http1_decode_body(struct agw_http1_parser *p, char *buf, size_t len, siz
 /* The connection closed. Returns 1 when the body is complete (or close-delimited, which the close
  * completes), -AGW_EPROTO when the head or the body was cut short. */
 int agw_http1_parse_eof(struct agw_http1_parser *p);
+
+/* ---- requests (the server side) ---- */
+
+struct agw_http1_request_limits {
+    size_t max_line;     /* the request line and each field line, line end excluded */
+    unsigned max_fields; /* header fields */
+    size_t max_body;     /* body bytes: a larger Content-Length or chunk is refused at once */
+};
+
+struct agw_http1_request {
+    size_t head_len;          /* request line, fields and blank line: the first bytes of <in> */
+    enum agw_http1_body body; /* NONE, LENGTH or CHUNKED */
+    uint64_t content_length;  /* for AGW_HTTP1_BODY_LENGTH */
+    bool expect_continue;     /* "Expect: 100-continue" */
+    bool close;               /* "Connection: close" */
+    bool head_method;         /* the method is HEAD (an answer carries no body) */
+    /* The head says Transfer-Encoding: once the body is decoded, it is handed on rewritten with a
+     * Content-Length (agw_http1_rewrite_request_head()). */
+    bool rewrite;
+    /* Errors: the status to answer (400, 413, 414, 417, 431, 501, 505) and why. */
+    int status;
+    const char *error; /* static text, for the client: "bad request: …" */
+};
+
+/* A parser for requests (the server side). <max_head> caps the whole head, and a chunked body's
+ * trailer section. */
+struct agw_http1_parser *agw_http1_request_parser_new(size_t max_head,
+                                                      const struct agw_http1_request_limits *lim);
+
+/* Looks for a complete request head at the start of <in> (empty lines before it are drained, as
+ * RFC 9112 §2.2 allows) and checks it. Returns 0 when it is complete and valid: <req> describes it,
+ * and its req->head_len bytes are still at the start of <in> (the caller takes them); the body, if
+ * any, follows through agw_http1_parse_body(). AGW_AGAIN when more bytes are needed: every line is
+ * checked against the limits as it arrives, so a head over a limit fails as soon as it shows.
+ * Otherwise a negative code with req->status and req->error set:
+ *   400  malformed request line, bare LF, obs-fold, a field name that is not a token (a space
+ *        before the colon), a control byte (NUL, CR) in a value, no Host or several, several
+ *        Authorization fields, an invalid or repeated Content-Length, Content-Length together with
+ *        Transfer-Encoding, a lowercase or otherwise invalid method
+ *   413  Content-Length over max_body
+ *   414  a request line over max_line
+ *   417  an Expect other than 100-continue
+ *   431  a field line over max_line, more than max_fields fields, a head over max_head
+ *   501  a Transfer-Encoding other than a single "chunked" (any case, OWS around it)
+ *   505  a well-formed version other than HTTP/1.1
+ * Errors are sticky until agw_http1_parser_reset(), which also readies the parser for the next
+ * request once a body is complete. For request parsers, agw_http1_parse_body() requires CRLF
+ * after chunk data and refuses (-AGW_ETOOBIG, agw_http1_body_over_limit() true) a chunk that would
+ * take the body past max_body, as soon as its size line arrives. */
+int agw_http1_parse_request_head(struct agw_http1_parser *p, struct evbuffer *in,
+                                 struct agw_http1_request *req);
+
+/* True when the last -AGW_ETOOBIG of agw_http1_parse_body() was the body limit (413), not an
+ * over-long chunk line or trailer section (400). */
+bool agw_http1_body_over_limit(const struct agw_http1_parser *p);
+
+/* Writes the head of a request that agw_http1_parse_request_head() accepted with req->rewrite,
+ * as its chunked body has been decoded: the request line and every field as they were, but
+ * Transfer-Encoding, then "Content-Length: <body_len>". <head> is the original head
+ * (req->head_len bytes). */
+void agw_http1_rewrite_request_head(const char *head, size_t head_len, uint64_t body_len,
+                                    struct evbuffer *out);
 
 #endif

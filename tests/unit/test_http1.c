@@ -1214,3 +1214,377 @@ Test(http1, reset_and_reuse)
     agw_http1_parser_free(p);
     agw_http1_parser_free(NULL);
 }
+
+/* ---- requests (the server side) ------------------------------------------------------------ */
+
+static const struct agw_http1_request_limits REQ_LIMITS = {
+    .max_line = 256, .max_fields = 8, .max_body = 1000};
+
+struct req_run {
+    int head_rc, body_rc;
+    struct agw_http1_request req;
+    bool over_limit;
+    char *head, *body, *left; /* owned, NUL-terminated */
+    size_t head_len, body_len, left_len;
+};
+
+/* Feeds <msg> in reads of <step> bytes (0 = at once) to a request parser: the head, then (once the
+ * caller has taken the head) the body, after each read. */
+static void req_feed(const char *msg, size_t step, struct req_run *r)
+{
+    struct agw_http1_parser *p = agw_http1_request_parser_new(1024, &REQ_LIMITS);
+    struct evbuffer *in = evbuffer_new(), *head = evbuffer_new(), *out = evbuffer_new();
+    size_t len = strlen(msg);
+    bool have_head = false;
+
+    memset(r, 0, sizeof(*r));
+    r->head_rc = r->body_rc = AGW_AGAIN;
+    if (step == 0)
+        step = len > 0 ? len : 1;
+    for (size_t off = 0; off < len;) {
+        size_t n = len - off < step ? len - off : step;
+
+        evbuffer_add(in, msg + off, n);
+        off += n;
+        if (!have_head) {
+            r->head_rc = agw_http1_parse_request_head(p, in, &r->req);
+            if (r->head_rc == AGW_AGAIN)
+                continue;
+            if (r->head_rc < 0)
+                break;
+            have_head = true;
+            evbuffer_remove_buffer(in, head, r->req.head_len);
+        }
+        r->body_rc = agw_http1_parse_body(p, in, out);
+        if (r->body_rc != 0)
+            break;
+    }
+    r->over_limit = agw_http1_body_over_limit(p);
+    r->head = take_all(head, &r->head_len);
+    r->body = take_all(out, &r->body_len);
+    r->left = take_all(in, &r->left_len);
+    evbuffer_free(in);
+    evbuffer_free(head);
+    evbuffer_free(out);
+    agw_http1_parser_free(p);
+}
+
+static void req_run_free(struct req_run *r)
+{
+    free(r->head);
+    free(r->body);
+    free(r->left);
+}
+
+/* <msg> is refused with <status>, whatever the reads' sizes. */
+static void expect_refused(const char *msg, int status)
+{
+    size_t steps[] = {0, 1, 2, 7};
+
+    for (size_t i = 0; i < AGW_ARRAY_LEN(steps); i++) {
+        struct req_run r;
+
+        req_feed(msg, steps[i], &r);
+        cr_assert(r.head_rc < 0 || r.body_rc < 0, "accepted (step %zu): %s", steps[i], msg);
+        if (r.head_rc < 0) {
+            cr_assert_eq(r.req.status, status, "step %zu: %d instead of %d for: %s", steps[i],
+                         r.req.status, status, msg);
+            cr_assert_not_null(r.req.error);
+        } else {
+            cr_assert_eq(status, r.over_limit ? 413 : 400, "body refused (step %zu): %s", steps[i],
+                         msg);
+        }
+        req_run_free(&r);
+    }
+}
+
+/* <msg> is one complete request whose decoded body is <body>, with nothing left over. */
+static void expect_request(const char *msg, const char *body)
+{
+    size_t steps[] = {0, 1, 3, 5};
+
+    for (size_t i = 0; i < AGW_ARRAY_LEN(steps); i++) {
+        struct req_run r;
+
+        req_feed(msg, steps[i], &r);
+        cr_assert_eq(r.head_rc, 0, "head refused (step %zu, %s): %s", steps[i],
+                     r.req.error ? r.req.error : "", msg);
+        cr_assert_eq(r.body_rc, 1, "body not complete (step %zu): %s", steps[i], msg);
+        cr_assert_str_eq(r.body, body, "step %zu", steps[i]);
+        cr_assert_eq(r.left_len, 0, "step %zu", steps[i]);
+        req_run_free(&r);
+    }
+}
+
+Test(http1_request, valid_requests)
+{
+    expect_request("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", "");
+    expect_request("\r\n\r\nGET / HTTP/1.1\r\nHost: \r\n\r\n", "");
+    expect_request("POST /a?b=c HTTP/1.1\r\nHost: h:80\r\nContent-Length: 5\r\n\r\nhello", "hello");
+    expect_request("OPTIONS * HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", "");
+    expect_request("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "3;ext=1\r\nabc\r\n2;a=\"q\"\r\nde\r\n0\r\nX-Trailer: 1\r\n\r\n",
+                   "abcde");
+    /* Transfer codings are case-insensitive and OWS around them is no part of them. */
+    expect_request(
+        "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: CHUNKED\r\n\r\n1\r\na\r\n0\r\n\r\n", "a");
+    expect_request("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked \r\n\r\n0\r\n\r\n",
+                   "");
+    expect_request(
+        "POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n1", "1");
+    /* obs-text in a value passes; HTAB inside a value too. */
+    expect_request("GET / HTTP/1.1\r\nHost: x\r\nX-A: caf\xc3\xa9\tb\r\n\r\n", "");
+}
+
+Test(http1_request, what_the_head_says)
+{
+    struct req_run r;
+
+    req_feed("HEAD / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Close\r\n"
+             "Expect: 100-continue\r\nContent-Length: 2\r\n\r\nab",
+             0, &r);
+    cr_assert_eq(r.head_rc, 0);
+    cr_assert(r.req.head_method);
+    cr_assert(r.req.close);
+    cr_assert(r.req.expect_continue);
+    cr_assert(!r.req.rewrite);
+    cr_assert_eq(r.req.body, AGW_HTTP1_BODY_LENGTH);
+    cr_assert_eq(r.req.content_length, 2);
+    cr_assert_eq(r.head_len, r.req.head_len);
+    req_run_free(&r);
+
+    req_feed("POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nX-B: 2\r\n\r\n"
+             "2\r\nhi\r\n0\r\n\r\n",
+             0, &r);
+    cr_assert_eq(r.body_rc, 1);
+    cr_assert(r.req.rewrite);
+    cr_assert_eq(r.req.body, AGW_HTTP1_BODY_CHUNKED);
+    struct evbuffer *out = evbuffer_new();
+    agw_http1_rewrite_request_head(r.head, r.head_len, r.body_len, out);
+    size_t n;
+    char *head = take_all(out, &n);
+    cr_assert_str_eq(head, "POST /x HTTP/1.1\r\nHost: x\r\nX-B: 2\r\nContent-Length: 2\r\n\r\n");
+    free(head);
+    evbuffer_free(out);
+    req_run_free(&r);
+}
+
+Test(http1_request, smuggling_shapes_are_refused)
+{
+    const char *tail = "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+    char msg[512];
+
+    snprintf(msg, sizeof(msg),
+             "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n%s", tail);
+    expect_refused(msg, 501);
+    snprintf(msg, sizeof(msg), "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n%s",
+             tail);
+    expect_refused(msg, 501);
+    snprintf(msg, sizeof(msg),
+             "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: "
+             "chunked\r\n\r\n%s",
+             tail);
+    expect_refused(msg, 400);
+    snprintf(msg, sizeof(msg), "POST / HTTP/1.1\r\nHost: x\r\nContent-Length : 43\r\n\r\n%s", tail);
+    expect_refused(msg, 400);
+    snprintf(msg, sizeof(msg),
+             "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: "
+             "chunked\r\n\r\n0\r\n\r\n%s",
+             tail);
+    expect_refused(msg, 400);
+    expect_refused(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400);
+    expect_refused(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc", 400);
+    expect_refused("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3, 3\r\n\r\nabc", 400);
+    /* 2^64 + 1 must not wrap to 1. */
+    expect_refused("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "10000000000000001\r\na\r\n0\r\n\r\n",
+                   400);
+}
+
+Test(http1_request, malformed_requests_are_refused)
+{
+    expect_refused("GET /healthz HTTP/1.1\nHost: x\n\n", 400);
+    expect_refused("GET /healthz HTTP/1.1\r\nHost: x\n\r\n", 400);
+    expect_refused("GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  folded\r\n\r\n", 400);
+    expect_refused("get /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    expect_refused("GET  / HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    expect_refused("GET / HTTP/1.1 \r\nHost: x\r\n\r\n", 400);
+    expect_refused("GET /a b HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    expect_refused("GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    expect_refused("GET / HTTP/1.x\r\nHost: x\r\n\r\n", 400);
+    expect_refused("GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505);
+    expect_refused("GET / HTTP/1.0\r\nHost: x\r\n\r\n", 505);
+    expect_refused("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400); /* a TLS ClientHello */
+    expect_refused("SSH-2.0-x\r\n", 400);
+    expect_refused("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello", 400);
+    expect_refused("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400);
+    expect_refused("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: \r\n\r\n", 400);
+    expect_refused("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\n\r\n",
+                   400);
+    expect_refused(
+        "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\na\r\n0\r\n\r\n", 400);
+    expect_refused(
+        "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\n0\r\n\r\n", 400);
+    expect_refused("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n",
+                   400);
+    expect_refused("GET / HTTP/1.1\r\nHost: x\r\nExpect: tea\r\n\r\n", 417);
+    expect_refused("GET / HTTP/1.1\r\nHost: x y\r\n\r\n", 400);
+}
+
+Test(http1_request, header_validation)
+{
+    /* A NUL inside a value must not cut it short (a token followed by junk authenticates). */
+    static const char nul[] = "GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\0junk\r\n\r\n";
+    struct agw_http1_parser *p = agw_http1_request_parser_new(1024, &REQ_LIMITS);
+    struct evbuffer *in = evbuffer_new();
+    struct agw_http1_request req;
+
+    evbuffer_add(in, nul, sizeof(nul) - 1);
+    cr_assert_eq(agw_http1_parse_request_head(p, in, &req), -AGW_EPROTO);
+    cr_assert_eq(req.status, 400);
+    agw_http1_parser_free(p);
+    evbuffer_free(in);
+
+    expect_refused("GET / HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n", 400);
+    expect_refused("GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x7f\r\n\r\n", 400);
+    expect_refused("GET / HTTP/1.1\r\nHost: x\r\nX(A): 1\r\n\r\n", 400);
+    expect_refused("GET / HTTP/1.1\r\nHost: x\r\n: 1\r\n\r\n", 400);
+    expect_refused("GET / HTTP/1.1\r\nHost: x\r\nNoColon\r\n\r\n", 400);
+    expect_refused("GET / HTTP/1.1\r\nX-A: 1\r\n\r\n", 400);
+    expect_refused("GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400);
+    expect_refused("GET / HTTP/1.1\r\nHost: x\r\nAuthorization: a\r\nauthorization: b\r\n\r\n",
+                   400);
+}
+
+Test(http1_request, limits_fail_as_soon_as_they_show)
+{
+    char msg[4096];
+    struct req_run r;
+    size_t n;
+
+    /* The 9th field, with max_fields 8, before the head is complete. */
+    n = (size_t)snprintf(msg, sizeof(msg), "GET / HTTP/1.1\r\nHost: x\r\n");
+    for (int i = 0; i < 8; i++)
+        n += (size_t)snprintf(msg + n, sizeof(msg) - n, "a:\r\n");
+    req_feed(msg, 0, &r);
+    cr_assert_eq(r.head_rc, -AGW_ETOOBIG);
+    cr_assert_eq(r.req.status, 431);
+    req_run_free(&r);
+    /* 8 fields are fine. */
+    n = (size_t)snprintf(msg, sizeof(msg), "GET / HTTP/1.1\r\nHost: x\r\n");
+    for (int i = 0; i < 7; i++)
+        n += (size_t)snprintf(msg + n, sizeof(msg) - n, "a:\r\n");
+    snprintf(msg + n, sizeof(msg) - n, "\r\n");
+    expect_request(msg, "");
+
+    /* A request line over max_line: 414 with no line end in sight. */
+    n = (size_t)snprintf(msg, sizeof(msg), "GET /");
+    memset(msg + n, 'a', 300);
+    msg[n + 300] = '\0';
+    req_feed(msg, 0, &r);
+    cr_assert_eq(r.req.status, 414);
+    req_run_free(&r);
+    /* A field line over max_line: 431, unterminated too. */
+    n = (size_t)snprintf(msg, sizeof(msg), "GET / HTTP/1.1\r\nHost: x\r\nX-Big: ");
+    memset(msg + n, 'a', 300);
+    msg[n + 300] = '\0';
+    req_feed(msg, 0, &r);
+    cr_assert_eq(r.req.status, 431);
+    req_run_free(&r);
+    /* A line of exactly max_line passes. */
+    n = (size_t)snprintf(msg, sizeof(msg), "GET / HTTP/1.1\r\nHost: x\r\nX: ");
+    memset(msg + n, 'a', 256 - 3);
+    snprintf(msg + n + 253, sizeof(msg) - n - 253, "\r\n\r\n");
+    expect_request(msg, "");
+    /* The whole head over max_head (1024) with short lines. */
+    struct agw_http1_request_limits many = REQ_LIMITS;
+    many.max_fields = 1000;
+    struct agw_http1_parser *p = agw_http1_request_parser_new(1024, &many);
+    struct evbuffer *in = evbuffer_new();
+    struct agw_http1_request req;
+    evbuffer_add_printf(in, "GET / HTTP/1.1\r\nHost: x\r\n");
+    for (int i = 0; i < 200; i++)
+        evbuffer_add_printf(in, "a%d: b\r\n", i);
+    cr_assert_eq(agw_http1_parse_request_head(p, in, &req), -AGW_ETOOBIG);
+    cr_assert_eq(req.status, 431);
+    agw_http1_parser_free(p);
+    evbuffer_free(in);
+
+    /* Bodies: Content-Length over max_body at once; a chunk over what is left at its size line. */
+    expect_refused("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n", 413);
+    req_feed("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFF\r\n", 0, &r);
+    cr_assert_eq(r.body_rc, -AGW_ETOOBIG);
+    cr_assert(r.over_limit);
+    req_run_free(&r);
+    req_feed("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+             "1F4\r\n",
+             0, &r);
+    cr_assert_eq(r.body_rc, 0, "500 bytes announced: within the limit");
+    req_run_free(&r);
+    /* 500 + 501 > 1000: refused at the second size line. */
+    char big[1200];
+    n = (size_t)snprintf(big, sizeof(big),
+                         "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1F4\r\n");
+    memset(big + n, 'a', 500);
+    snprintf(big + n + 500, sizeof(big) - n - 500, "\r\n1F5\r\n");
+    req_feed(big, 0, &r);
+    cr_assert_eq(r.body_rc, -AGW_ETOOBIG);
+    cr_assert(r.over_limit);
+    req_run_free(&r);
+    /* An over-long chunk line is a framing error, not the body limit. */
+    n = (size_t)snprintf(big, sizeof(big),
+                         "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;");
+    memset(big + n, 'e', 1100);
+    big[n + 1100] = '\0';
+    req_feed(big, 0, &r);
+    cr_assert_eq(r.body_rc, -AGW_ETOOBIG);
+    cr_assert(!r.over_limit);
+    req_run_free(&r);
+}
+
+Test(http1_request, pipelined_requests_one_after_the_other)
+{
+    static const char two[] = "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nabGET /b "
+                              "HTTP/1.1\r\nHost: x\r\n\r\nGET /c HTTP/1.1\r\nHost: x\r\n\r\n";
+    struct agw_http1_parser *p = agw_http1_request_parser_new(1024, &REQ_LIMITS);
+    struct evbuffer *in = evbuffer_new(), *out = evbuffer_new();
+    struct agw_http1_request req;
+    const char *paths[] = {"/a", "/b", "/c"};
+
+    evbuffer_add(in, two, sizeof(two) - 1);
+    for (size_t i = 0; i < 3; i++) {
+        char line[16] = {0};
+
+        cr_assert_eq(agw_http1_parse_request_head(p, in, &req), 0, "request %zu", i);
+        evbuffer_copyout(in, line, 5 + strlen(paths[i]));
+        cr_assert(strstr(line, paths[i]) != NULL, "request %zu: %s", i, line);
+        evbuffer_drain(in, req.head_len);
+        cr_assert_eq(agw_http1_parse_body(p, in, out), 1);
+        agw_http1_parser_reset(p);
+    }
+    cr_assert_eq(evbuffer_get_length(in), 0);
+    cr_assert_eq(evbuffer_get_length(out), 2);
+    cr_assert_eq(agw_http1_parse_request_head(p, in, &req), AGW_AGAIN);
+    agw_http1_parser_free(p);
+    evbuffer_free(in);
+    evbuffer_free(out);
+}
+
+Test(http1_request, errors_are_sticky)
+{
+    struct agw_http1_parser *p = agw_http1_request_parser_new(1024, &REQ_LIMITS);
+    struct evbuffer *in = evbuffer_new();
+    struct agw_http1_request req;
+
+    evbuffer_add_printf(in, "GET / HTTP/1.1\nHost: x\n\n");
+    cr_assert_eq(agw_http1_parse_request_head(p, in, &req), -AGW_EPROTO);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    evbuffer_add_printf(in, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    cr_assert_eq(agw_http1_parse_request_head(p, in, &req), -AGW_EPROTO);
+    agw_http1_parser_reset(p);
+    cr_assert_eq(agw_http1_parse_request_head(p, in, &req), 0);
+    agw_http1_parser_free(p);
+    evbuffer_free(in);
+}
