@@ -752,9 +752,17 @@ static int parse_limits(struct ctx *c, json_t *v, struct agw_limits *l)
          (size_t)1 << 30},
         {"max_frame_bytes", offsetof(struct agw_limits, max_frame_bytes), 256, (size_t)1 << 30},
         {"max_header_bytes", offsetof(struct agw_limits, max_header_bytes), 1024, (size_t)1 << 20},
+        {"max_request_header_bytes", offsetof(struct agw_limits, max_request_header_bytes),
+         AGW_MAX_REQUEST_LINE + 2, (size_t)1 << 20},
     };
-    static const char *const keys[] = {"max_body_bytes",   "stream_buffer_bytes", "max_frame_bytes",
-                                       "max_header_bytes", "max_json_depth",      NULL};
+    static const char *const keys[] = {"max_body_bytes",
+                                       "stream_buffer_bytes",
+                                       "max_frame_bytes",
+                                       "max_header_bytes",
+                                       "max_json_depth",
+                                       "max_request_header_bytes",
+                                       "max_request_header_fields",
+                                       NULL};
     char p[256];
     json_t *x;
 
@@ -778,6 +786,9 @@ static int parse_limits(struct ctx *c, json_t *v, struct agw_limits *l)
     }
     if ((x = json_object_get(v, "max_json_depth")) != NULL &&
         get_uint(c, "limits.max_json_depth", x, 1, 1000, &l->max_json_depth))
+        return -AGW_EINVAL;
+    if ((x = json_object_get(v, "max_request_header_fields")) != NULL &&
+        get_uint(c, "limits.max_request_header_fields", x, 1, 10000, &l->max_request_header_fields))
         return -AGW_EINVAL;
     return 0;
 }
@@ -987,6 +998,8 @@ static struct agw_config *config_new(void)
     cfg->limits.max_frame_bytes = 1024 * 1024;
     cfg->limits.max_header_bytes = 16 * 1024;
     cfg->limits.max_json_depth = 64;
+    cfg->limits.max_request_header_bytes = 32 * 1024;
+    cfg->limits.max_request_header_fields = 100;
     cfg->timeouts.connect_ms = 5000;
     cfg->timeouts.first_byte_ms = 60000;
     cfg->timeouts.idle_ms = 300000;

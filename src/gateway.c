@@ -876,6 +876,8 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
 {
     struct agw_gateway *gw = agw_xcalloc(1, sizeof(*gw));
     struct agw_server_options so = {.max_body_bytes = cfg->limits.max_body_bytes,
+                                    .max_head_bytes = cfg->limits.max_request_header_bytes,
+                                    .max_header_fields = cfg->limits.max_request_header_fields,
                                     .request_ms = cfg->timeouts.request_ms};
     struct agw_upstream_pool_options po = {
         .connect_ms = cfg->timeouts.connect_ms,

@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 #include <assert.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -30,12 +31,21 @@
 #include <jansson.h>
 #include <openssl/ssl.h>
 
+#include "agw/config.h"
+#include "agw/http1.h"
 #include "agw/http_server.h"
 #include "agw/log.h"
 
-#define MAX_LISTENERS    16
-#define MAX_HEADER_BYTES (64 * 1024) /* all request header names + values */
-#define REQUEST_ID_MAX   64
+#define MAX_LISTENERS  16
+#define REQUEST_ID_MAX 64
+/* After a refusal, what the client still sends is read and dropped for at most this long and this
+ * much (a lingering close, as nginx does), so that its kernel does not reset the connection before
+ * the client has read the answer. */
+#define LINGER_MS        2000
+#define LINGER_MAX_BYTES (1024 * 1024)
+/* Accepting is paused this long when accept() fails for want of descriptors or memory. */
+#define ACCEPT_PAUSE_MS 100
+#define ACCEPT_LOG_MS   1000 /* at most one log line per this period about failed accepts */
 
 struct conn_ctx;
 
@@ -49,16 +59,48 @@ struct agw_server {
     evhtp_t *htps[MAX_LISTENERS];
     size_t n_htps;
     size_t active; /* live struct agw_req */
+    struct agw_http1_request_limits limits;
+    size_t hold_max; /* input held behind a request being answered before reading stops */
+    struct event *accept_timer; /* resumes accepting after a pause */
+    uint64_t accept_log_ms;     /* when accept failures were last logged */
+    uint64_t accept_unlogged;   /* failures since */
+    struct agw_server_stats stats;
+};
+
+/* The gate: every byte a client sends goes through our strict parser (src/http1.c) before
+ * libevhtp's, one complete request at a time (see doc/security.md). */
+enum gate_state {
+    GATE_HEAD = 0, /* reading a request head */
+    GATE_BODY,     /* reading its body */
+    GATE_BUSY,     /* handed to libevhtp and being answered; what follows waits in <raw> */
+    GATE_CLOSING,  /* refused: the answer goes out, then what the client still sends is dropped */
 };
 
 struct conn_ctx {
     struct agw_server *srv;
     TAILQ_ENTRY(conn_ctx) link;
     evhtp_connection_t *conn;
-    struct event
-        *timer; /* request read timeout (slow clients), armed while no request is complete */
+    struct bufferevent *bev; /* the connection's (libevhtp's), whose callbacks wrap libevhtp's */
+    struct event *timer; /* request read timeout (slow clients), armed while no request is complete;
+                            the lingering close's limit in GATE_CLOSING */
     struct event *abort_ev; /* deferred agw_req_abort() */
-    struct agw_req *cur;    /* the request being read or answered, or NULL */
+    struct event *gate_ev;  /* deferred gate_run(): the next request after an answer */
+    struct agw_req *cur;    /* the request being answered, or NULL */
+    enum gate_state gate;
+    struct agw_http1_parser *parser;
+    struct agw_http1_request hreq; /* the head being read, from GATE_BODY on */
+    struct evbuffer *raw;          /* read from the client and not yet handed to libevhtp */
+    struct evbuffer *pass;         /* the request being assembled: its head, then its body */
+    struct evbuffer *body;         /* a chunked body, decoded (allocated for the first one) */
+    bufferevent_data_cb lib_read, lib_write; /* libevhtp's callbacks */
+    bufferevent_event_cb lib_event;
+    void *lib_arg;
+    unsigned depth;     /* our callbacks on the stack */
+    bool dead;          /* the connection was freed meanwhile: free this when depth reaches 0 */
+    bool peer_eof;      /* the client closed its sending side */
+    bool continue_sent; /* "100 Continue" written for the current request */
+    bool shut_wr;       /* GATE_CLOSING: the answer is out and our side is shut */
+    size_t linger_bytes;
     char peer[64];
 };
 
@@ -69,13 +111,11 @@ struct agw_req {
     char id[REQUEST_ID_MAX + 1];
     uint64_t start_ms;
     int status;     /* 0 until answered */
-    bool rejected;  /* answered before the body was read (413, 417, 431, 505): ignore the rest */
     bool complete;  /* the handler was called */
     bool streaming; /* stream_start was called */
-    size_t header_bytes; /* sum of header names and values read */
-    size_t body_bytes;   /* body bytes read */
     agw_req_event_fn *on_close;
     agw_req_event_fn *on_drain;
+    agw_req_event_fn *on_half_close;
     void *cb_arg;
     size_t lowat;
     /* Set by stream_start: the connection's output and socket, when chunks may go straight to the
@@ -209,17 +249,6 @@ void agw_req_reply_error(struct agw_req *req, int status, const char *fmt, ...)
 int agw_req_status(const struct agw_req *req)
 {
     return req->status;
-}
-
-/* Answers before the body is read and closes the connection after the answer: the rest of the
- * request is never looked at (libevhtp frees the connection once the reply is flushed, as
- * keep-alive is off). */
-static void reject_early(struct agw_req *req, int status, const char *msg)
-{
-    req->rejected = true;
-    evhtp_request_set_keepalive(req->r, 0);
-    set_header(req->r, "Connection", "close");
-    agw_req_reply_error(req, status, "%s", msg);
 }
 
 /* ---- streaming ------------------------------------------------------------------------------ */
@@ -391,10 +420,21 @@ size_t agw_req_out_pending(const struct agw_req *req)
     return evbuffer_get_length(bufferevent_get_output(evhtp_request_get_bev(req->r)));
 }
 
+void agw_req_on_half_close(struct agw_req *req, agw_req_event_fn *on_half_close)
+{
+    req->on_half_close = on_half_close;
+}
+
+bool agw_req_half_closed(const struct agw_req *req)
+{
+    return req->cc->peer_eof;
+}
+
 void agw_req_detach(struct agw_req *req)
 {
     req->on_close = NULL;
     req->on_drain = NULL;
+    req->on_half_close = NULL;
     req->cb_arg = NULL;
 }
 
@@ -485,45 +525,286 @@ uint64_t agw_req_start_ms(const struct agw_req *req)
     return req->start_ms;
 }
 
+/* ---- the gate ------------------------------------------------------------------------------- */
+
+/* libevhtp's own parser is lenient where a server on the edge must not be (it takes unknown
+ * transfer codings for "no body", truncates values at a NUL, wraps chunk sizes, closes without an
+ * answer on errors, and stalls pipelined requests). So the bytes a client sends never reach it
+ * directly: the connection's bufferevent callbacks are ours, and wrap libevhtp's. Ours read into
+ * <raw>, check a whole request with src/http1.c (head and body), answer refusals ourselves and
+ * close, and hand libevhtp one complete, valid request at a time in its bufferevent's input: the
+ * head as the client sent it (or, for a chunked body, rewritten with a Content-Length) and the
+ * body. libevhtp then parses a request that any parser reads the same way. The next request waits
+ * in <raw> until the answer to this one has been written. */
+
+static void conn_enter(struct conn_ctx *cc)
+{
+    cc->depth++;
+}
+
+/* After libevhtp had the hand (it may have freed the connection, and then our context waits for
+ * us to leave). Returns false when the connection is gone. */
+static bool conn_alive(const struct conn_ctx *cc)
+{
+    return !cc->dead;
+}
+
+static void conn_ctx_free(struct conn_ctx *cc)
+{
+    agw_http1_parser_free(cc->parser);
+    evbuffer_free(cc->raw);
+    evbuffer_free(cc->pass);
+    if (cc->body != NULL)
+        evbuffer_free(cc->body);
+    free(cc);
+}
+
+static void conn_leave(struct conn_ctx *cc)
+{
+    if (--cc->depth == 0 && cc->dead)
+        conn_ctx_free(cc);
+}
+
+/* Closes the connection from one of our callbacks or events (never from inside libevhtp's). */
+static void close_now(struct conn_ctx *cc)
+{
+    if (!cc->dead)
+        evhtp_connection_free(cc->conn);
+}
+
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 400:
+        return "Bad Request";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Content Too Large";
+    case 414:
+        return "URI Too Long";
+    case 417:
+        return "Expectation Failed";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 501:
+        return "Not Implemented";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Error";
+    }
+}
+
+static void count_refusal(struct agw_server *srv, int status)
+{
+    static const int statuses[] = AGW_SERVER_REFUSAL_STATUSES;
+
+    for (size_t i = 0; i < AGW_ARRAY_LEN(statuses); i++) {
+        if (statuses[i] == status) {
+            srv->stats.refused[i]++;
+            return;
+        }
+    }
+}
+
+/* Answers a request the gate refused, in HTTP/1.1 whatever the client's version, and closes the
+ * connection once the answer is out: after a framing error nothing that follows can be trusted.
+ * No request object exists (libevhtp never saw the bytes). */
+static void refuse(struct conn_ctx *cc, int status, const char *msg)
+{
+    struct evbuffer *out = bufferevent_get_output(cc->bev);
+    char id[REQUEST_ID_MAX + 1];
+    char body[256];
+    int n;
+
+    new_request_id(id, sizeof(id));
+    n = snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg); /* static ASCII text */
+    evbuffer_add_printf(out,
+                        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: "
+                        "%d\r\nX-Request-Id: %s\r\nConnection: close\r\n\r\n",
+                        status, reason_phrase(status), n, id);
+    if (!cc->hreq.head_method)
+        evbuffer_add(out, body, (size_t)n);
+    agw_log_info("conn %s: request refused: %d %s", cc->peer, status, msg);
+    count_refusal(cc->srv, status);
+    cc->gate = GATE_CLOSING;
+    evbuffer_drain(cc->raw, evbuffer_get_length(cc->raw));
+    evbuffer_drain(cc->pass, evbuffer_get_length(cc->pass));
+    bufferevent_enable(cc->bev, EV_READ | EV_WRITE);
+    evtimer_del(cc->timer);
+    {
+        struct timeval tv = {.tv_sec = LINGER_MS / 1000, .tv_usec = (LINGER_MS % 1000) * 1000};
+        evtimer_add(cc->timer, &tv);
+    }
+}
+
+/* Hands the complete request in <pass> (and <body>) to libevhtp: its parser runs and our handler
+ * is called from inside. */
+static void hand_over(struct conn_ctx *cc)
+{
+    struct evbuffer *in = bufferevent_get_input(cc->bev);
+
+    if (cc->hreq.rewrite) {
+        size_t head_len = cc->hreq.head_len;
+        struct evbuffer *req = evbuffer_new();
+        const char *head = (const char *)evbuffer_pullup(cc->pass, (ev_ssize_t)head_len);
+
+        agw_http1_rewrite_request_head(head, head_len, evbuffer_get_length(cc->body), req);
+        evbuffer_drain(cc->pass, head_len);
+        evbuffer_add_buffer(req, cc->body);
+        evbuffer_add_buffer(cc->pass, req);
+        evbuffer_free(req);
+    }
+    /* The input is empty (every read moved to <raw>); its end is frozen by the bufferevent outside
+     * its reads, its front is not: prepending to an empty buffer appends. */
+    assert(evbuffer_get_length(in) == 0);
+    evbuffer_prepend_buffer(in, cc->pass);
+    agw_http1_parser_reset(cc->parser);
+    cc->gate = GATE_BUSY;
+    cc->lib_read(cc->bev, cc->lib_arg);
+}
+
+/* Moves the gate on with what <raw> holds: reads a head, then a body, and hands the request over
+ * when it is complete. */
+static void gate_run(struct conn_ctx *cc)
+{
+    int rc;
+
+    if (cc->gate == GATE_BUSY || cc->gate == GATE_CLOSING) {
+        /* A request is being answered: what follows waits, within a bound. */
+        if (cc->gate == GATE_BUSY && evbuffer_get_length(cc->raw) > cc->srv->hold_max)
+            bufferevent_disable(cc->bev, EV_READ);
+        return;
+    }
+    if (cc->gate == GATE_HEAD) {
+        rc = agw_http1_parse_request_head(cc->parser, cc->raw, &cc->hreq);
+        if (rc == AGW_AGAIN) {
+            if (cc->peer_eof) /* the rest will never come */
+                close_now(cc);
+            return;
+        }
+        if (rc < 0) {
+            refuse(cc, cc->hreq.status, cc->hreq.error);
+            return;
+        }
+        evbuffer_remove_buffer(cc->raw, cc->pass, cc->hreq.head_len);
+        cc->gate = GATE_BODY;
+        cc->continue_sent = false;
+        if (cc->hreq.rewrite && cc->body == NULL)
+            cc->body = evbuffer_new();
+    }
+    rc = agw_http1_parse_body(cc->parser, cc->raw, cc->hreq.rewrite ? cc->body : cc->pass);
+    if (rc == 0) {
+        if (cc->peer_eof) {
+            close_now(cc);
+        } else if (cc->hreq.expect_continue && !cc->continue_sent) {
+            cc->continue_sent = true;
+            evbuffer_add_printf(bufferevent_get_output(cc->bev), "HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        return;
+    }
+    if (rc < 0) {
+        if (agw_http1_body_over_limit(cc->parser))
+            refuse(cc, 413, "payload too large");
+        else
+            refuse(cc, 400, "bad request: malformed chunked body");
+        return;
+    }
+    hand_over(cc);
+}
+
+static void gate_read_cb(struct bufferevent *bev, void *arg)
+{
+    struct conn_ctx *cc = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+
+    if (cc->gate == GATE_CLOSING) {
+        cc->linger_bytes += evbuffer_get_length(in);
+        evbuffer_drain(in, evbuffer_get_length(in));
+        if (cc->linger_bytes > LINGER_MAX_BYTES)
+            close_now(cc);
+        return;
+    }
+    evbuffer_add_buffer(cc->raw, in);
+    conn_enter(cc);
+    gate_run(cc);
+    conn_leave(cc);
+}
+
+static void gate_write_cb(struct bufferevent *bev, void *arg)
+{
+    struct conn_ctx *cc = arg;
+
+    if (cc->gate == GATE_CLOSING) {
+        if (!cc->shut_wr && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+            /* The answer is out: say so, then read and drop what comes until the client closes
+             * or the linger timer ends it. Over TLS a shutdown would cut the record layer. */
+            cc->shut_wr = true;
+            if (cc->conn->ssl != NULL)
+                close_now(cc);
+            else
+                shutdown(bufferevent_getfd(bev), SHUT_WR);
+        }
+        return;
+    }
+    conn_enter(cc);
+    cc->lib_write(bev, cc->lib_arg);
+    conn_leave(cc);
+}
+
+static void gate_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    struct conn_ctx *cc = arg;
+
+    conn_enter(cc);
+    if (cc->gate == GATE_CLOSING) {
+        close_now(cc);
+        goto out;
+    }
+    if ((what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_READING)) ==
+        (BEV_EVENT_EOF | BEV_EVENT_READING)) {
+        /* The client closed its sending side. It may still be reading (a half-close after its
+         * request): a request being answered, or complete ones waiting, are answered first. */
+        cc->peer_eof = true;
+        if (cc->gate != GATE_BUSY && evbuffer_get_length(cc->raw) > 0)
+            gate_run(cc);
+        if (!conn_alive(cc) || cc->gate == GATE_CLOSING)
+            goto out;
+        if (cc->gate == GATE_BUSY) {
+            struct agw_req *req = cc->cur;
+
+            if (req != NULL && req->on_half_close != NULL)
+                req->on_half_close(req, req->cb_arg);
+            goto out;
+        }
+    }
+    cc->lib_event(bev, what, cc->lib_arg);
+out:
+    conn_leave(cc);
+}
+
+/* The answer to the previous request is out: the next one may be in <raw> already. */
+static void gate_ev_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn_ctx *cc = arg;
+
+    (void)fd;
+    (void)what;
+    if (cc->gate != GATE_HEAD)
+        return;
+    conn_enter(cc);
+    bufferevent_enable(cc->bev, EV_READ);
+    if (evbuffer_get_length(cc->raw) > 0)
+        gate_run(cc);
+    else if (cc->peer_eof)
+        close_now(cc);
+    conn_leave(cc);
+}
+
 /* ---- libevhtp hooks ------------------------------------------------------------------------- */
 
 static void request_complete_cb(evhtp_request_t *r, void *arg);
-
-static evhtp_res on_header(evhtp_request_t *r, evhtp_header_t *h, void *arg)
-{
-    struct conn_ctx *cc = arg;
-    struct agw_req *req = cc->cur;
-
-    (void)r;
-    if (req == NULL || req->rejected)
-        return EVHTP_RES_OK;
-    req->header_bytes += h->klen + h->vlen;
-    if (req->header_bytes > MAX_HEADER_BYTES)
-        reject_early(req, 431, "request header fields too large");
-    return EVHTP_RES_OK;
-}
-
-static evhtp_res on_read(evhtp_request_t *r, struct evbuffer *buf, void *arg)
-{
-    struct conn_ctx *cc = arg;
-    struct agw_req *req = cc->cur;
-
-    (void)r;
-    if (req == NULL || req->rejected) {
-        evbuffer_drain(buf, evbuffer_get_length(buf));
-        return EVHTP_RES_OK;
-    }
-    req->body_bytes += evbuffer_get_length(buf);
-    if (req->body_bytes > cc->srv->opts.max_body_bytes) {
-        /* A chunked body (no Content-Length) grew past the limit. */
-        evbuffer_drain(buf, evbuffer_get_length(buf));
-        char msg[96];
-        snprintf(msg, sizeof(msg), "payload too large: the limit is %zu bytes",
-                 cc->srv->opts.max_body_bytes);
-        reject_early(req, 413, msg);
-    }
-    return EVHTP_RES_OK;
-}
 
 /* The request is gone: run its owner's close callback and free it. */
 static void end_request(struct conn_ctx *cc, struct agw_req *req)
@@ -533,6 +814,7 @@ static void end_request(struct conn_ctx *cc, struct agw_req *req)
         agw_req_event_fn *fn = req->on_close;
         req->on_close = NULL;
         req->on_drain = NULL;
+        req->on_half_close = NULL;
         fn(req, req->cb_arg);
     }
     cc->srv->active--;
@@ -547,7 +829,11 @@ static evhtp_res on_request_fini(evhtp_request_t *r, void *arg)
     if (req == NULL || req->r != r)
         return EVHTP_RES_OK;
     end_request(cc, req);
-    /* A kept-alive connection must deliver its next request within the same limit. */
+    /* libevhtp is about to ready its parser for the next request (keep-alive): the gate goes on
+     * from the loop, once it has. A kept-alive connection must deliver its next request within
+     * the same limit. */
+    cc->gate = GATE_HEAD;
+    event_active(cc->gate_ev, EV_TIMEOUT, 0);
     arm_request_timer(cc);
     return EVHTP_RES_OK;
 }
@@ -565,46 +851,11 @@ static evhtp_res on_headers(evhtp_request_t *r, evhtp_headers_t *hdrs, void *arg
      */
     r->cb = request_complete_cb;
     r->cbarg = cc;
-    if (req->rejected)
-        return EVHTP_RES_OK;
-
     v = evhtp_header_find(r->headers_in, "X-Request-Id");
     if (v != NULL && request_id_ok(v))
         snprintf(req->id, sizeof(req->id), "%s", v);
     else
         new_request_id(req->id, sizeof(req->id));
-
-    if (r->proto != EVHTP_PROTO_11) {
-        reject_early(req, 505, "HTTP version not supported: use HTTP/1.1");
-        return EVHTP_RES_OK;
-    }
-    v = evhtp_header_find(r->headers_in, "Content-Length");
-    if (v != NULL) {
-        char *end = NULL;
-        unsigned long long n = strtoull(v, &end, 10);
-        if (end == v || *end != '\0' || v[0] == '-') {
-            reject_early(req, 400, "bad request: invalid Content-Length");
-            return EVHTP_RES_OK;
-        }
-        if (n > cc->srv->opts.max_body_bytes) {
-            char msg[96];
-            snprintf(msg, sizeof(msg), "payload too large: the limit is %zu bytes",
-                     cc->srv->opts.max_body_bytes);
-            reject_early(req, 413, msg);
-            return EVHTP_RES_OK;
-        }
-    }
-    v = evhtp_header_find(r->headers_in, "Expect");
-    if (v != NULL) {
-        if (!agw_strieq_n(v, strlen(v), "100-continue")) {
-            reject_early(req, 417, "expectation failed: only 100-continue is supported");
-            return EVHTP_RES_OK;
-        }
-        /* libevhtp's own 100-continue is off: it would answer any Expect, even after a rejection.
-         */
-        evbuffer_add_printf(bufferevent_get_output(evhtp_request_get_bev(r)),
-                            "HTTP/1.1 100 Continue\r\n\r\n");
-    }
     return EVHTP_RES_OK;
 }
 
@@ -614,7 +865,7 @@ static evhtp_res on_headers_start(evhtp_request_t *r, void *arg)
     struct agw_req *req;
 
     if (cc->cur != NULL)
-        return EVHTP_RES_ERROR; /* pipelined request behind one still alive: refuse (see doc) */
+        return EVHTP_RES_ERROR; /* cannot happen: the gate hands over one request at a time */
     req = agw_xcalloc(1, sizeof(*req));
     req->srv = cc->srv;
     req->cc = cc;
@@ -633,7 +884,7 @@ static void request_complete_cb(evhtp_request_t *r, void *arg)
     struct conn_ctx *cc = arg;
     struct agw_req *req = cc->cur;
 
-    if (req == NULL || req->r != r || req->rejected)
+    if (req == NULL || req->r != r)
         return;
     req->complete = true;
     evtimer_del(cc->timer);
@@ -665,7 +916,11 @@ static evhtp_res on_connection_fini(evhtp_connection_t *conn, void *arg)
     TAILQ_REMOVE(&cc->srv->conns, cc, link);
     event_free(cc->timer);
     event_free(cc->abort_ev);
-    free(cc);
+    event_free(cc->gate_ev);
+    cc->timer = cc->abort_ev = cc->gate_ev = NULL;
+    cc->dead = true;
+    if (cc->depth == 0)
+        conn_ctx_free(cc);
     return EVHTP_RES_OK;
 }
 
@@ -700,19 +955,66 @@ static evhtp_res post_accept(evhtp_connection_t *conn, void *arg)
 
     cc->srv = srv;
     cc->conn = conn;
+    cc->bev = evhtp_connection_get_bev(conn);
     cc->timer = evtimer_new(srv->base, request_timeout_cb, cc);
     cc->abort_ev = evtimer_new(srv->base, abort_cb, cc);
+    cc->gate_ev = evtimer_new(srv->base, gate_ev_cb, cc);
+    cc->parser = agw_http1_request_parser_new(srv->opts.max_head_bytes, &srv->limits);
+    cc->raw = evbuffer_new();
+    cc->pass = evbuffer_new();
     format_peer(conn->saddr, cc->peer, sizeof(cc->peer));
     TAILQ_INSERT_TAIL(&srv->conns, cc, link);
     evhtp_connection_set_hook(conn, evhtp_hook_on_headers_start, (evhtp_hook)on_headers_start, cc);
-    evhtp_connection_set_hook(conn, evhtp_hook_on_header, (evhtp_hook)on_header, cc);
     evhtp_connection_set_hook(conn, evhtp_hook_on_headers, (evhtp_hook)on_headers, cc);
-    evhtp_connection_set_hook(conn, evhtp_hook_on_read, (evhtp_hook)on_read, cc);
     evhtp_connection_set_hook(conn, evhtp_hook_on_write, (evhtp_hook)on_write, cc);
     evhtp_connection_set_hook(conn, evhtp_hook_on_connection_fini, (evhtp_hook)on_connection_fini,
                               cc);
+    /* The gate: our callbacks first (libevhtp set its own when it accepted the connection, and
+     * never sets them again on a server connection). */
+    bufferevent_getcb(cc->bev, &cc->lib_read, &cc->lib_write, &cc->lib_event, &cc->lib_arg);
+    bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
     arm_request_timer(cc);
     return EVHTP_RES_OK;
+}
+
+/* accept() failed. Out of descriptors (or memory), the pending connection stays in the backlog and
+ * the listener would be readable again at once: stop accepting for a moment rather than spin, and
+ * say so at most once a period. */
+static void accept_error_cb(struct evconnlistener *lev, void *ctx)
+{
+    int err = EVUTIL_SOCKET_ERROR();
+    evhtp_t *htp = ctx;
+    struct agw_server *srv = htp->arg;
+    bool pause = err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+    uint64_t now = agw_now_ms();
+
+    srv->stats.accept_errors++;
+    srv->accept_unlogged++;
+    if (pause) {
+        struct timeval tv = {.tv_sec = 0, .tv_usec = ACCEPT_PAUSE_MS * 1000};
+
+        evconnlistener_disable(lev);
+        if (!evtimer_pending(srv->accept_timer, NULL))
+            evtimer_add(srv->accept_timer, &tv);
+    }
+    if (srv->accept_log_ms == 0 || now - srv->accept_log_ms >= ACCEPT_LOG_MS) {
+        agw_log_warn("accept() failed: %s (%" PRIu64 " time(s) since the last report)%s",
+                     evutil_socket_error_to_string(err), srv->accept_unlogged,
+                     pause ? "; accepting paused for a moment" : "");
+        srv->accept_log_ms = now;
+        srv->accept_unlogged = 0;
+    }
+}
+
+static void accept_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_server *srv = arg;
+
+    (void)fd;
+    (void)what;
+    for (size_t i = 0; i < srv->n_htps; i++)
+        if (srv->htps[i]->server != NULL)
+            evconnlistener_enable(srv->htps[i]->server);
 }
 
 /* Requests that reach libevhtp's generic callback without our headers hook having run (it cannot
@@ -735,6 +1037,11 @@ struct agw_server *agw_server_new(struct event_base *base, const struct agw_serv
     srv->opts = *opts;
     srv->handler = handler;
     srv->arg = arg;
+    srv->limits = (struct agw_http1_request_limits){.max_line = AGW_MAX_REQUEST_LINE,
+                                                    .max_fields = opts->max_header_fields,
+                                                    .max_body = opts->max_body_bytes};
+    srv->hold_max = opts->max_head_bytes + opts->max_body_bytes;
+    srv->accept_timer = evtimer_new(base, accept_timer_cb, srv);
     return srv;
 }
 
@@ -749,6 +1056,7 @@ void agw_server_free(struct agw_server *srv)
         evhtp_unbind_socket(srv->htps[i]);
         evhtp_free(srv->htps[i]);
     }
+    event_free(srv->accept_timer);
     free(srv);
 }
 
@@ -765,7 +1073,7 @@ int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port
         SSL_CTX_free(tls);
         return -AGW_EINVAL;
     }
-    htp = evhtp_new(srv->base, NULL);
+    htp = evhtp_new(srv->base, srv);
     if (htp == NULL) {
         SSL_CTX_free(tls);
         return -AGW_EIO;
@@ -790,6 +1098,7 @@ int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port
         evhtp_free(htp);
         return -AGW_EIO;
     }
+    evconnlistener_set_error_cb(htp->server, accept_error_cb);
     fd = evconnlistener_get_fd(htp->server);
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
         evhtp_unbind_socket(htp);
@@ -841,6 +1150,11 @@ void agw_server_drain(struct agw_server *srv)
 bool agw_server_draining(const struct agw_server *srv)
 {
     return srv->draining;
+}
+
+void agw_server_get_stats(const struct agw_server *srv, struct agw_server_stats *st)
+{
+    *st = srv->stats;
 }
 
 size_t agw_server_active_requests(const struct agw_server *srv)

@@ -45,8 +45,8 @@ struct agw_relay {
     struct agw_upstream *up;
     struct agw_sse_parser *sse;
     struct agw_agui *agui;
-    struct evbuffer *out; /* client frames produced and not yet handed to the server */
-    struct event *heartbeat;
+    struct evbuffer *out;    /* client frames produced and not yet handed to the server */
+    struct event *heartbeat; /* the heartbeat period, or a probe of a half-closed client */
     struct event *run_timer;
     uint64_t last_write_ms;
     /* parameters (owned copies) */
@@ -80,6 +80,7 @@ struct agw_relay {
     bool detach;                 /* the agent's on_client_disconnect is "detach" */
     bool detached;               /* the client left and the run goes on */
     bool cancelled;              /* agw_relay_cancel(): close the upstream rather than drain it */
+    bool probe; /* the heartbeat timer is a probe: write a ping whatever the time */
 };
 
 static void relay_free(struct agw_relay *r);
@@ -142,6 +143,16 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (r->state != RL_ST_STREAMING || r->req == NULL)
         return;
+    if (r->probe) {
+        r->probe = false;
+        enter(r);
+        agw_sse_write_comment(r->out, "ping");
+        flush_out(r, false);
+        leave(r);
+        if (r->heartbeat_ms > 0)
+            arm_heartbeat(r, r->heartbeat_ms);
+        return;
+    }
     if (idle + 5 >= r->heartbeat_ms) {
         enter(r);
         agw_sse_write_comment(r->out, "ping");
@@ -151,6 +162,31 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
     } else {
         arm_heartbeat(r, (uint32_t)(r->heartbeat_ms - idle));
     }
+}
+
+/* The client closed its sending side: it may be a half-close (it still reads) or a close, which
+ * only writing shows (the first write draws a reset, the next one fails and the server's close
+ * callback ends the run). So write a ping now and another one shortly. */
+#define PROBE_MS 100
+
+static void probe_client(struct agw_relay *r)
+{
+    agw_sse_write_comment(r->out, "ping");
+    flush_out(r, false);
+    r->probe = true;
+    evtimer_del(r->heartbeat);
+    arm_heartbeat(r, PROBE_MS);
+}
+
+static void client_half_close(struct agw_req *req, void *arg)
+{
+    struct agw_relay *r = arg;
+
+    (void)req;
+    enter(r);
+    if (r->state == RL_ST_STREAMING && r->req != NULL)
+        probe_client(r);
+    leave(r);
 }
 
 static void unregister(struct agw_relay *r)
@@ -299,7 +335,9 @@ static void up_on_head(void *arg, const struct agw_http1_response *resp)
     r->status = 200;
     agw_req_stream_start(r->req, 200, r->stream_buffer_bytes / 2, client_drain);
     r->last_write_ms = agw_now_ms();
-    if (r->heartbeat_ms > 0)
+    if (agw_req_half_closed(r->req))
+        probe_client(r);
+    else if (r->heartbeat_ms > 0)
         arm_heartbeat(r, r->heartbeat_ms);
 out:
     leave(r);
@@ -534,6 +572,7 @@ struct agw_relay *agw_relay_start(struct agw_relay_set *set, const struct agw_re
     TAILQ_INSERT_TAIL(&set->relays, r, link);
     set->count++;
     agw_req_on_close(p->req, client_close, r);
+    agw_req_on_half_close(p->req, client_half_close);
     start_attempt(r);
     return r;
 }

@@ -12,6 +12,10 @@
 
 #define AGW_CONFIG_ERR_MAX 512
 
+/* A client's request line, and each of its header field lines, line end excluded: longer ones are
+ * refused with 414 and 431 (as nginx's default large_client_header_buffers does). */
+#define AGW_MAX_REQUEST_LINE 8192
+
 enum agw_protocol {
     AGW_PROTO_AGUI = 0, /* "ag-ui": the official protocol (plus CloudBase dialect fixes) */
     AGW_PROTO_AGKIT,    /* "ag-kit": the legacy AG-Kit send-message protocol */
@@ -125,6 +129,8 @@ struct agw_limits {
     size_t max_frame_bytes;     /* one SSE frame from an upstream (1 MiB) */
     size_t max_header_bytes;    /* an upstream response's status line + headers (16 KiB) */
     unsigned max_json_depth;    /* nesting depth of a request body (64) */
+    size_t max_request_header_bytes;    /* a client's request line + header fields (32 KiB) */
+    unsigned max_request_header_fields; /* header fields in a client's request (100) */
 };
 
 struct agw_timeouts {

@@ -1,8 +1,10 @@
 /* The HTTP server side: the only module that calls libevhtp (so the server could move to another
- * library without touching the rest). It parses requests, enforces the request limits (413 from
- * headers, 505 for HTTP/1.0, a header+body read timeout against slow clients) and hands complete
- * requests to one handler. Responses are either a whole body or a chunked stream with backpressure
- * callbacks.
+ * library without touching the rest). Every request is checked by the strict parser of src/http1.c
+ * before libevhtp sees it (refusals — 400, 413, 414, 417, 431, 501, 505 — are answered here and
+ * close the connection), a whole request must arrive within a read timeout (slow clients), and
+ * complete requests go to one handler, one at a time per connection (pipelined requests wait their
+ * turn). Responses are either a whole body or a chunked stream with backpressure callbacks. A
+ * client that closes its sending side after its request still gets the answer.
  *
  * Lifetime: a struct agw_req is created when a request's headers arrive and freed by this module
  * after its response ended or its client went away. A handler that streams registers callbacks; the
@@ -19,9 +21,23 @@ struct agw_server;
 struct agw_req;
 
 struct agw_server_options {
-    size_t max_body_bytes; /* larger bodies get 413 */
+    size_t max_body_bytes;      /* larger bodies get 413 */
+    size_t max_head_bytes;      /* request line + header fields; larger heads get 431 */
+    unsigned max_header_fields; /* more get 431 */
     uint32_t request_ms; /* a connection must deliver a request's headers and body within this (0 =
                             no limit) */
+};
+
+/* The statuses the server answers by itself, in the order of agw_server_stats.refused. */
+#define AGW_SERVER_REFUSAL_STATUSES                                                                \
+    {                                                                                              \
+        400, 413, 414, 417, 431, 501, 505                                                          \
+    }
+#define AGW_SERVER_N_REFUSALS 7
+
+struct agw_server_stats {
+    uint64_t accept_errors;                  /* accept() failures (e.g. out of descriptors) */
+    uint64_t refused[AGW_SERVER_N_REFUSALS]; /* requests refused before the handler, by status */
 };
 
 /* Called once per complete request (headers and body). The handler must eventually answer:
@@ -51,6 +67,7 @@ void agw_server_drain(struct agw_server *srv);
 bool agw_server_draining(const struct agw_server *srv);
 /* Requests currently alive on this server. */
 size_t agw_server_active_requests(const struct agw_server *srv);
+void agw_server_get_stats(const struct agw_server *srv, struct agw_server_stats *st);
 
 /* ---- reading the request ---- */
 enum agw_method agw_req_method(const struct agw_req *req);
@@ -100,7 +117,14 @@ void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf);
 void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf);
 /* Bytes queued toward the client and not yet written to the socket. */
 size_t agw_req_out_pending(const struct agw_req *req);
-/* Removes the close and drain callbacks (their owner is going away first). */
+/* Registers <on_half_close> (with the close callback's argument), run once if the client closes its
+ * sending side while its request is being answered. The answer goes on: the client may still be
+ * reading. One that closed its socket altogether is only found by writing to it, so a streaming
+ * handler should write something soon (a heartbeat): the writes fail, and on_close follows. */
+void agw_req_on_half_close(struct agw_req *req, agw_req_event_fn *on_half_close);
+/* True once the client has closed its sending side. */
+bool agw_req_half_closed(const struct agw_req *req);
+/* Removes the close, drain and half-close callbacks (their owner is going away first). */
 void agw_req_detach(struct agw_req *req);
 /* Ends the connection now (a stream that cannot be completed cleanly); on_close runs from the loop.
  */
