@@ -297,6 +297,7 @@ static bool call_end(struct agw_upstream *up)
     return true;
 }
 
+/* Reports the failure. The exchange may be freed before this returns (the callee closed it). */
 static void fail(struct agw_upstream *up, const char *kind, const char *detail)
 {
     if (up->state == UP_ST_DONE || up->state == UP_ST_FAILED)
@@ -411,9 +412,10 @@ static bool process_input(struct agw_upstream *up)
         if (rc == AGW_AGAIN)
             return true;
         if (rc < 0) {
+            /* The callee may close the exchange from on_error: <up> may be gone after this. */
             fail(up, AGW_UP_ERR_PROTOCOL,
                  rc == -AGW_ETOOBIG ? "response head too large" : "malformed response head");
-            return !up->closing;
+            return false;
         }
         set_state(up, UP_ST_BODY);
         call_begin(up);
