@@ -277,6 +277,8 @@ static void finish(struct agw_agui *a, const char *code, bool error)
     set_state(a, AGW_AGUI_ST_FINISHED);
 }
 
+static void close_all(struct agw_agui *a, struct evbuffer *out);
+
 /* Ends the run with a gateway RUN_ERROR. <message> should be valid UTF-8; it is replaced by a
  * generic text when it is not (it may quote upstream bytes). */
 static void run_error(struct agw_agui *a, struct evbuffer *out, const char *code,
@@ -288,6 +290,8 @@ static void run_error(struct agw_agui *a, struct evbuffer *out, const char *code
     if (a->state == AGW_AGUI_ST_FINISHED)
         return;
     begin(a, out);
+    /* Every ending closes what is open first (a cancel, a timeout, a cut stream alike). */
+    close_all(a, out);
     if (message != NULL)
         msg = json_string(message);
     if (msg == NULL)
@@ -1183,6 +1187,7 @@ int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, struct evbuf
         break;
     case EV_RUN_ERROR: {
         begin(a, out);
+        close_all(a, out);
         changed = normalise_run_error(ev) || changed;
         write_upstream(a, out, ev, data, len, changed);
         json_t *code = json_object_get(ev, "code");

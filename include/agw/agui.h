@@ -6,7 +6,9 @@
  * One struct agw_agui per run, owned by the relay. Its rules, in short:
  * - exactly one RUN_STARTED first, carrying the client's threadId/runId (injected when missing,
  * rewritten when different); RUN_FINISHED carries them too;
- * - open text messages, tool calls, reasoning messages and steps are closed before RUN_FINISHED;
+ * - open text messages, tool calls, reasoning messages and steps are closed before the terminal
+ * event, whatever it is (RUN_FINISHED, an upstream RUN_ERROR, or the gateway's: cancel, shutdown,
+ * timeout, a cut stream);
  * - exactly one terminal event (RUN_FINISHED or RUN_ERROR); nothing is written after it;
  * - "[DONE]" and empty TEXT_MESSAGE_CONTENT deltas are dropped; non-JSON data → RUN_ERROR
  * INVALID_EVENT;
@@ -61,13 +63,13 @@ void agw_agui_flush(struct agw_agui *a);
 void agw_agui_set_fast_paths(struct agw_agui *a, bool on);
 
 /* The upstream's stream ended (EOF or end of body). Writes what the run still needs: RUN_STARTED if
- * nothing was sent, then RUN_FINISHED (after closing anything open) when the stream was clean, or
+ * nothing was sent, then the end of anything open, then RUN_FINISHED when the stream was clean, or
  * RUN_ERROR UPSTREAM_ERROR when it was cut inside a text message, tool call or reasoning message.
  * No-op after the terminal event. */
 void agw_agui_end(struct agw_agui *a, struct evbuffer *out);
 
 /* Ends the run with RUN_ERROR {"message":<message>,"code":<code>} (RUN_STARTED first if nothing was
- * sent yet). No-op after the terminal event. */
+ * sent yet, and the end event of everything still open). No-op after the terminal event. */
 void agw_agui_fail(struct agw_agui *a, const char *code, const char *message, struct evbuffer *out);
 
 /* True once the terminal event has been written. */

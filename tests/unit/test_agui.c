@@ -262,6 +262,16 @@ static void assert_run_error(const struct result *r, size_t i, const char *code,
     cr_assert_eq(i + 1, json_array_size(r->events), "RUN_ERROR is not last: %s", r->text);
 }
 
+/* Asserts that event <i> closes the text message <id> that was open when the run failed, and that
+ * event <i> + 1 is the gateway's RUN_ERROR (every ending closes what is open first). */
+static void assert_closed_then_error(const struct result *r, size_t i, const char *id,
+                                     const char *code, const char *needle)
+{
+    assert_type(r, i, "TEXT_MESSAGE_END");
+    cr_assert_str_eq(str_at(r, i, "messageId"), id);
+    assert_run_error(r, i + 1, code, needle);
+}
+
 /* The expected client bytes for frames relayed unchanged. */
 static char *framed(const char *const *frames)
 {
@@ -284,7 +294,8 @@ static char *frame_of(const char *data)
 /* A model of @ag-ui/client's verifier plus the gateway's own promises. Returns NULL if <events> is
  * a stream the client accepts as one complete run, else what is wrong (a static buffer). Checked:
  * first RUN_STARTED with the client's ids; one terminal event, last; no RUN_STARTED inside the run;
- * START/END balanced per kind and id, CONTENT/ARGS only for open ids; nothing open at RUN_FINISHED;
+ * START/END balanced per kind and id, CONTENT/ARGS only for open ids; nothing open at the terminal
+ * event (RUN_FINISHED or RUN_ERROR: every ending closes what is open first);
  * non-empty string "type"; no top-level null; integer timestamps; string ids and deltas; RUN_ERROR
  * {message: string, code?: string}; TEXT_MESSAGE_START has a role; no "args" on TOOL_CALL_START. */
 static const char *verify_stream(json_t *events)
@@ -347,10 +358,10 @@ static const char *verify_stream(json_t *events)
                 !json_is_string(r) || strcmp(json_string_value(r), RID) != 0)
                 FAIL("event %zu (%s): not the client's ids", i, type);
         }
-        if (strcmp(type, "RUN_FINISHED") == 0) {
+        if (terminal) {
             for (size_t k = 0; k < AGW_ARRAY_LEN(kinds); k++)
                 if (json_object_size(open[k]) != 0)
-                    FAIL("RUN_FINISHED with a %s still open", kinds[k].start);
+                    FAIL("%s with a %s still open", type, kinds[k].start);
         }
         if (strcmp(type, "RUN_ERROR") == 0) {
             if (!json_is_string(json_object_get(ev, "message")))
@@ -752,13 +763,20 @@ Test(agui, run_error_variants)
     }
 }
 
-Test(agui, run_error_does_not_close_open_items)
+/* An upstream RUN_ERROR arriving with a message open: the message is closed first (the client's
+ * view of the thread must not keep a message that never ends). */
+Test(agui, run_error_closes_open_items_first)
 {
     struct result r =
         RUN(END_NONE, "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"user\"}",
+            "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\",\"toolCallName\":\"f\"}",
             "{\"type\":\"RUN_ERROR\",\"message\":\"x\"}");
-    cr_assert_eq(r.n_out, 3);
-    assert_type(&r, 2, "RUN_ERROR");
+    cr_assert_eq(r.n_out, 6);
+    assert_type(&r, 3, "TOOL_CALL_END");
+    cr_assert_str_eq(str_at(&r, 3, "toolCallId"), "c");
+    assert_type(&r, 4, "TEXT_MESSAGE_END");
+    cr_assert_str_eq(str_at(&r, 4, "messageId"), "m");
+    assert_type(&r, 5, "RUN_ERROR");
     assert_verified(&r);
     result_free(&r);
 }
@@ -836,8 +854,11 @@ Test(agui, content_for_unknown_id_is_invalid)
                 "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m\"}",
                 "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"open\",\"role\":\"user\"}",
                 cases[i].data);
-        cr_assert_eq(r.n_out, 5, "case %zu: %s", i, r.text);
-        assert_run_error(&r, 4, "INVALID_EVENT", cases[i].needle);
+        /* The message still open is closed before the RUN_ERROR. */
+        cr_assert_eq(r.n_out, 6, "case %zu: %s", i, r.text);
+        assert_type(&r, 4, "TEXT_MESSAGE_END");
+        cr_assert_str_eq(str_at(&r, 4, "messageId"), "open");
+        assert_run_error(&r, 5, "INVALID_EVENT", cases[i].needle);
         cr_assert_eq(r.last_rc, 1);
         assert_verified(&r);
         result_free(&r);
@@ -946,7 +967,8 @@ Test(agui, open_items_bounded_by_id_bytes)
     /* 128 KiB of ids: 128 ids of 1 KiB fit, the 129th does not. */
     open_many(a, out, 129, 1024, &rc);
     cr_assert_eq(rc, 1);
-    cr_assert_eq(agw_agui_events_out(a), 1 + 128 + 1);
+    /* RUN_STARTED, 128 opens, their 128 ends, RUN_ERROR. */
+    cr_assert_eq(agw_agui_events_out(a), 1 + 128 + 128 + 1);
     cr_assert_str_eq(agw_agui_outcome(a), "RUN_ERROR:INVALID_EVENT");
     evbuffer_free(out);
     agw_agui_free(a);
@@ -1004,8 +1026,12 @@ Test(agui, non_string_delta_is_invalid)
                 "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\",\"toolCallName\":\"f\"}",
                 "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"x\",\"role\":\"reasoning\"}",
                 cases[i]);
-        cr_assert_eq(r.n_out, 5, "case %zu: %s", i, r.text);
-        assert_run_error(&r, 4, "INVALID_EVENT", "without a string \"delta\"");
+        /* The three open items are closed, newest first, before the RUN_ERROR. */
+        cr_assert_eq(r.n_out, 8, "case %zu: %s", i, r.text);
+        assert_type(&r, 4, "REASONING_MESSAGE_END");
+        assert_type(&r, 5, "TOOL_CALL_END");
+        assert_type(&r, 6, "TEXT_MESSAGE_END");
+        assert_run_error(&r, 7, "INVALID_EVENT", "without a string \"delta\"");
         assert_verified(&r);
         result_free(&r);
     }
@@ -1316,8 +1342,10 @@ Test(agui, eof_mid_message_is_upstream_error)
     };
     for (size_t i = 0; i < AGW_ARRAY_LEN(opens); i++) {
         struct result r = RUN(END_EOF, "{\"type\":\"STEP_STARTED\",\"stepName\":\"s\"}", opens[i]);
-        cr_assert_eq(r.n_out, 4, "case %zu: %s", i, r.text);
-        assert_run_error(&r, 3, "UPSTREAM_ERROR",
+        /* The cut item, then the step, are closed before the RUN_ERROR. */
+        cr_assert_eq(r.n_out, 6, "case %zu: %s", i, r.text);
+        assert_type(&r, 4, "STEP_FINISHED");
+        assert_run_error(&r, 5, "UPSTREAM_ERROR",
                          "upstream closed the stream in the middle of a message");
         cr_assert_str_eq(r.outcome, "RUN_ERROR:UPSTREAM_ERROR");
         assert_verified(&r);
@@ -1391,8 +1419,9 @@ Test(agui, fail_after_start)
             "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
             "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}", NULL},
         AGW_AGUI_FRAME_TOO_LARGE, "frame over 1048576 bytes");
-    cr_assert_eq(r.n_out, 3);
-    assert_run_error(&r, 2, "FRAME_TOO_LARGE", "1048576");
+    cr_assert_eq(r.n_out, 4);
+    assert_type(&r, 2, "TEXT_MESSAGE_END");
+    assert_run_error(&r, 3, "FRAME_TOO_LARGE", "1048576");
     assert_verified(&r);
     result_free(&r);
 
@@ -1837,7 +1866,7 @@ Test(agui, content_fast_path_agrees_with_the_full_parser)
         if (exp == NULL) {
             cr_assert_eq(r.n_out, 2, "case %zu: the frame is dropped", i);
         } else if (strcmp(exp, "ERROR") == 0) {
-            assert_run_error(&r, 2, "INVALID_EVENT", "");
+            assert_closed_then_error(&r, 2, "m1", "INVALID_EVENT", "");
         } else {
             cr_assert_eq(r.n_out, 3, "case %zu", i);
             const char *third =
@@ -1882,7 +1911,7 @@ Test(agui, content_fast_path_sees_special_bytes_at_every_offset)
                 cr_assert(strstr(r.text, frame) != NULL, "special %zu at %zu: relayed as is", s,
                           off);
             } else {
-                assert_run_error(&r, 2, "INVALID_EVENT", "");
+                assert_closed_then_error(&r, 2, "m1", "INVALID_EVENT", "");
             }
             result_free(&r);
         }
@@ -1905,10 +1934,10 @@ Test(agui, repeated_deltas_shortcut_agrees_with_the_full_parser)
 
     /* a control byte or broken UTF-8 in a later delta */
     r = RUN(END_NONE, STARTED, START_M1, C1("a"), C1("bad \x01"));
-    assert_run_error(&r, 3, "INVALID_EVENT", "");
+    assert_closed_then_error(&r, 3, "m1", "INVALID_EVENT", "");
     result_free(&r);
     r = RUN(END_NONE, STARTED, START_M1, C1("a"), C1("bad \xc3\x28"));
-    assert_run_error(&r, 3, "INVALID_EVENT", "");
+    assert_closed_then_error(&r, 3, "m1", "INVALID_EVENT", "");
     result_free(&r);
 
     /* an empty later delta is dropped; one with a member after the delta goes the full way (a null
@@ -1927,7 +1956,7 @@ Test(agui, repeated_deltas_shortcut_agrees_with_the_full_parser)
     result_free(&r);
     r = RUN(END_NONE, STARTED, START_M1, C1("a"),
             "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"b}");
-    assert_run_error(&r, 3, "INVALID_EVENT", "");
+    assert_closed_then_error(&r, 3, "m1", "INVALID_EVENT", "");
     result_free(&r);
 
     /* tool call arguments keep an empty delta */
