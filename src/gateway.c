@@ -115,6 +115,29 @@ static void count_failure(struct agw_gateway *gw, const char *kind)
     }
 }
 
+/* What the servers count by themselves: requests refused before routing, failed accepts. */
+static void serve_server_metrics(struct agw_gateway *gw, struct evbuffer *b)
+{
+    static const int statuses[] = AGW_SERVER_REFUSAL_STATUSES;
+    struct agw_server_stats st, admin = {0};
+
+    agw_server_get_stats(gw->srv, &st);
+    if (gw->admin != NULL)
+        agw_server_get_stats(gw->admin, &admin);
+    evbuffer_add_printf(b, "# HELP agw_requests_refused_total Requests refused by the HTTP parser "
+                           "before routing (malformed, too large, unsupported), by status.\n"
+                           "# TYPE agw_requests_refused_total counter\n");
+    for (size_t i = 0; i < AGW_ARRAY_LEN(statuses); i++)
+        evbuffer_add_printf(b, "agw_requests_refused_total{status=\"%d\"} %" PRIu64 "\n",
+                            statuses[i], st.refused[i] + admin.refused[i]);
+    evbuffer_add_printf(b,
+                        "# HELP agw_accept_errors_total Failed accept() calls (e.g. out of file "
+                        "descriptors; accepting pauses briefly).\n"
+                        "# TYPE agw_accept_errors_total counter\nagw_accept_errors_total %" PRIu64
+                        "\n",
+                        st.accept_errors + admin.accept_errors);
+}
+
 static void serve_metrics(struct agw_gateway *gw, struct agw_req *req)
 {
     struct evbuffer *b = evbuffer_new();
@@ -161,6 +184,7 @@ static void serve_metrics(struct agw_gateway *gw, struct agw_req *req)
     for (size_t i = 0; i < AGW_ARRAY_LEN(failure_kinds); i++)
         evbuffer_add_printf(b, "agw_upstream_failures_total{kind=\"%s\"} %" PRIu64 "\n",
                             failure_kinds[i], m->upstream_failures[i]);
+    serve_server_metrics(gw, b);
     len = evbuffer_get_length(b);
     agw_req_reply(req, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1), len);
     evbuffer_free(b);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,29 @@ static int write_port_file(const char *path, const uint16_t *ports, size_t n)
     return rename(tmp, path);
 }
 
+/* Each relayed stream holds two descriptors: take every descriptor the system lets this process
+ * have (the soft limit up to the hard one), and say what that allows. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur == RLIM_INFINITY)
+        agw_log_info("open files: no limit");
+    else
+        agw_log_info("open files: at most %llu, about %llu concurrent streams",
+                     (unsigned long long)rl.rlim_cur,
+                     (unsigned long long)(rl.rlim_cur > 64 ? (rl.rlim_cur - 64) / 2 : 0));
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -158,6 +182,7 @@ int main(int argc, char **argv)
     /* A client that disconnects mid-write must not kill the process (libevent writes with writev).
      */
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
 
     gw = agw_gateway_new(cfg, err, sizeof(err));
     if (gw == NULL) {
