@@ -195,3 +195,13 @@ bool agw_header_has_token(const char *value, const char *token)
     }
     return false;
 }
+
+bool agw_is_event_stream(const char *ct)
+{
+    static const char want[] = "text/event-stream";
+    size_t n = sizeof(want) - 1;
+
+    if (ct == NULL || strlen(ct) < n || !agw_strieq_n(ct, n, want))
+        return false;
+    return ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ';
+}

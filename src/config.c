@@ -548,8 +548,10 @@ static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *
                        struct agw_agent_config *a)
 {
     static const char *const keys[] = {
-        "upstreams",        "protocol",        "balance", "retries", "on_client_disconnect",
-        "upstream_headers", "forward_headers", "ca_file", NULL};
+        "upstreams",        "protocol",        "balance", "retries",   "on_client_disconnect",
+        "upstream_headers", "forward_headers", "ca_file", "decisions", NULL};
+    static const char *const decision_keys[] = {"forward", NULL};
+    static const char *const forwards[] = {"auto", "never", "live", NULL};
     static const char *const protocols[] = {"ag-ui", "ag-kit", NULL};
     static const char *const balances[] = {"thread_affinity", "round_robin", NULL};
     static const char *const disconnects[] = {"cancel", "detach", NULL};
@@ -603,6 +605,19 @@ static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *
         if (get_enum(c, p, x, disconnects, &e))
             return -AGW_EINVAL;
         a->on_client_disconnect = (enum agw_on_disconnect)e;
+    }
+    if ((x = json_object_get(v, "decisions")) != NULL) {
+        json_t *f;
+
+        join(p, sizeof(p), path, "decisions");
+        if (want_object(c, p, x) || check_keys(c, p, x, decision_keys))
+            return -AGW_EINVAL;
+        if ((f = json_object_get(x, "forward")) != NULL) {
+            join(q, sizeof(q), p, "forward");
+            if (get_enum(c, q, f, forwards, &e))
+                return -AGW_EINVAL;
+            a->decisions_forward = (enum agw_decision_forward)e;
+        }
     }
     if ((x = json_object_get(v, "ca_file")) != NULL) {
         join(p, sizeof(p), path, "ca_file");

@@ -71,6 +71,7 @@ struct knobs {
     int64_t drop_after;          /* close the connection after this many events; -1 = never */
     int64_t stall;         /* 1 = stop after the first content event and keep the connection open */
     int64_t wait_decision; /* 1 = after a frontend tool call, wait for a decision-only POST */
+    int64_t decision;      /* enum decision_mode: what a decision for a waiting run gets */
     int64_t status;        /* 0 = stream; else answer this status with a JSON error */
     int64_t crlf, bytewise, done, fail, multiline, comments, ts; /* booleans */
     int64_t lifecycle_none; /* 1 = no RUN_STARTED / RUN_FINISHED */
@@ -98,6 +99,18 @@ enum hangup { HANGUP_NONE = 0, HANGUP_IDLE, HANGUP_NEXT };
 static const struct knob_word hangup_words[] = {
     {"none", HANGUP_NONE}, {"idle", HANGUP_IDLE}, {"next", HANGUP_NEXT}, {NULL, 0}};
 
+/* What a decision-only POST for a waiting run gets: "live" applies it to the waiting run and answers
+ * 202 (a backend that takes live decisions); "stream" treats it as a new run, streamed back, and the
+ * waiting run ends without it (as Mastra and AG-Kit servers do); "empty" answers an empty event
+ * stream and leaves the waiting run as it is (as CopilotKit's runtime does: "already running");
+ * "refuse" answers 409 with a JSON error and leaves the waiting run as it is. */
+enum decision_mode { DECISION_LIVE = 0, DECISION_STREAM, DECISION_EMPTY, DECISION_REFUSE };
+static const struct knob_word decision_words[] = {{"live", DECISION_LIVE},
+                                                  {"stream", DECISION_STREAM},
+                                                  {"empty", DECISION_EMPTY},
+                                                  {"refuse", DECISION_REFUSE},
+                                                  {NULL, 0}};
+
 struct knob_def {
     const char *name;
     enum knob_type type;
@@ -115,6 +128,7 @@ static const struct knob_def knob_defs[] = {
     {"drop_after", KNOB_UINT, KOFF(drop_after), 0, 1000000000, NULL},
     {"stall", KNOB_BOOL, KOFF(stall), 0, 1, NULL},
     {"wait_decision", KNOB_BOOL, KOFF(wait_decision), 0, 1, NULL},
+    {"decision", KNOB_ENUM, KOFF(decision), 0, 3, decision_words},
     {"status", KNOB_UINT, KOFF(status), 200, 599, NULL},
     {"crlf", KNOB_BOOL, KOFF(crlf), 0, 1, NULL},
     {"bytewise", KNOB_BOOL, KOFF(bytewise), 0, 1, NULL},
@@ -1947,6 +1961,24 @@ static void apply_decision(struct conn *wc, const json_t *in, uint64_t from)
     arm_timer(wc, 0); /* production resumes from the loop */
 }
 
+/* decision=stream: the waiting run of <wc> ends without the decision that came on connection <from>
+ * (which is answered as a new run). */
+static void abandon_wait(struct conn *wc, uint64_t from)
+{
+    struct run *r = wc->run;
+
+    assert(r->waiting && r->steps[r->cur].kind == EV_WAIT);
+    agw_log_info("conn %" PRIu64 ": decision for run %s taken as a new run; conn %" PRIu64
+                 " ends without it",
+                 from, r->run_id, wc->id);
+    r->cur++; /* past EV_WAIT */
+    r->rep = 0;
+    r->waiting = false;
+    wc->d->waiting--;
+    plan_end(r);
+    arm_timer(wc, 0);
+}
+
 /* An agent POST: validate, build the run, answer after first_byte_delay_ms. */
 static void handle_run(struct conn *c, const char *path, const char *query)
 {
@@ -1992,7 +2024,7 @@ static void handle_run(struct conn *c, const char *path, const char *query)
     if (in &&
         decision_only((const char *)evbuffer_pullup(c->body, -1), evbuffer_get_length(c->body))) {
         struct conn *wc = find_waiting(d, tid, rid);
-        if (wc) {
+        if (wc && r->k.decision == DECISION_LIVE) {
             json_t *ack = json_pack("{s:s,s:s,s:s}", "status", "accepted", "threadId",
                                     wc->run->thread_id, "runId", wc->run->run_id);
             apply_decision(wc, in, c->id);
@@ -2001,6 +2033,22 @@ static void handle_run(struct conn *c, const char *path, const char *query)
             send_json(c, 202, ack, "", false);
             return;
         }
+        if (wc && r->k.decision == DECISION_EMPTY) {
+            agw_log_info("conn %" PRIu64 ": decision for waiting run %s: an empty stream", c->id,
+                         wc->run->run_id);
+            json_decref(in);
+            run_free(r);
+            send_response(c, 200, "text/event-stream", "", 0, "", false);
+            return;
+        }
+        if (wc && r->k.decision == DECISION_REFUSE) {
+            json_decref(in);
+            run_free(r);
+            send_error(c, 409, "thread already running: the decision was not taken", false);
+            return;
+        }
+        if (wc) /* DECISION_STREAM: the decision is a new run below */
+            abandon_wait(wc, c->id);
     }
     if (tid && *tid) {
         r->thread_id = agw_xstrdup(tid);

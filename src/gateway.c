@@ -49,7 +49,8 @@ struct metrics {
     struct status_count *requests;
     size_t n_requests, cap_requests;
     uint64_t events, bytes, runs_started, auth_failures;
-    uint64_t decisions_forwarded, decisions_failed, decisions_rejected, runs_cancelled;
+    uint64_t decisions_forwarded, decisions_failed, decisions_rejected, decisions_streamed;
+    uint64_t runs_cancelled;
     uint64_t upstream_failures[8];
 };
 
@@ -174,13 +175,16 @@ static void serve_metrics(struct agw_gateway *gw, struct agw_req *req)
         "# TYPE agw_decision_failures_total counter\nagw_decision_failures_total %" PRIu64 "\n"
         "# HELP agw_decisions_rejected_total Decisions with no active run, refused (400).\n"
         "# TYPE agw_decisions_rejected_total counter\nagw_decisions_rejected_total %" PRIu64 "\n"
+        "# HELP agw_decisions_streamed_total Decisions the backend answered with a new stream, "
+        "relayed to the client as a run.\n"
+        "# TYPE agw_decisions_streamed_total counter\nagw_decisions_streamed_total %" PRIu64 "\n"
         "# HELP agw_runs_cancelled_total Runs ended by the cancel endpoint.\n"
         "# TYPE agw_runs_cancelled_total counter\nagw_runs_cancelled_total %" PRIu64 "\n"
         "# HELP agw_upstream_failures_total Upstream failures, by kind.\n"
         "# TYPE agw_upstream_failures_total counter\n",
         agw_runs_count(gw->runs), agw_relay_set_count(gw->relays), m->runs_started, m->events,
         m->bytes, m->auth_failures, m->decisions_forwarded, m->decisions_failed,
-        m->decisions_rejected, m->runs_cancelled);
+        m->decisions_rejected, m->decisions_streamed, m->runs_cancelled);
     for (size_t i = 0; i < AGW_ARRAY_LEN(failure_kinds); i++)
         evbuffer_add_printf(b, "agw_upstream_failures_total{kind=\"%s\"} %" PRIu64 "\n",
                             failure_kinds[i], m->upstream_failures[i]);
@@ -443,17 +447,24 @@ static bool authorize(struct agw_gateway *gw, struct agw_req *req, const char *a
  */
 
 /* One decision on its way to the backend of the run waiting for it. Lives until the client's
- * request is gone. */
+ * request is gone, or until the backend's answer turns out to be a stream, which a relay then
+ * takes over. */
 struct decision {
     struct agw_gateway *gw;
     struct agw_req *req;
     struct agw_upstream *up;
+    struct agw_upstream_pool *backend_pool;
     struct req_info ri;
-    const char *agent_id, *key_id; /* borrowed from the config */
-    char *thread_id, *run_id;      /* the active run's */
-    char *backend;                 /* its backend's authority, for the log */
-    int status;                    /* answered to the client */
+    const struct agw_agent_config *agent; /* borrowed from the config */
+    const char *key_id;                   /* borrowed from the config */
+    char *thread_id, *run_id;             /* the active run's */
+    char *client_thread, *client_run;     /* the decision's own (a stream is relayed with them) */
+    char *backend;                        /* its backend's authority, for the log */
+    int status;                           /* answered to the client */
     const char *outcome;
+    int refused_status; /* a non-2xx answer whose body is being read for its reason */
+    char reason[256];
+    size_t reason_len;
 };
 
 static void decision_answer(struct decision *d, int status, const char *outcome, const char *msg)
@@ -462,7 +473,7 @@ static void decision_answer(struct decision *d, int status, const char *outcome,
 
     d->status = status;
     d->outcome = outcome;
-    count_request(gw, d->agent_id, status);
+    count_request(gw, d->agent->id, status);
     if (status == 202) {
         gw->m.decisions_forwarded++;
         reply_accepted(d->req, "decision_forwarded", d->thread_id, d->run_id);
@@ -472,34 +483,163 @@ static void decision_answer(struct decision *d, int status, const char *outcome,
     }
 }
 
+static void decision_free(struct decision *d)
+{
+    req_info_clear(&d->ri);
+    free(d->thread_id);
+    free(d->run_id);
+    free(d->client_thread);
+    free(d->client_run);
+    free(d->backend);
+    free(d);
+}
+
+/* The backend answered the decision by starting a run: relay that stream to the client as a run
+ * of its own (registered, normalised, logged like any run), with the decision's ids. The relay
+ * takes the exchange, the request and the request's log record; <d> goes. */
+static void decision_to_run(struct decision *d, const struct agw_http1_response *resp)
+{
+    struct agw_gateway *gw = d->gw;
+    const struct agw_config *cfg = gw->cfg;
+    struct run_ctx *rc = agw_xcalloc(1, sizeof(*rc));
+    struct agw_upstream *up = d->up;
+    struct agw_relay_params p = {
+        .req = d->req,
+        .agent_id = d->agent->id,
+        .thread_id = d->client_thread,
+        .run_id = d->client_run,
+        .protocol = d->agent->protocol,
+        .backends = &d->backend_pool,
+        .n_backends = 1,
+        .body = "",
+        .stream_buffer_bytes = cfg->limits.stream_buffer_bytes,
+        .max_frame_bytes = cfg->limits.max_frame_bytes,
+        .heartbeat_ms = cfg->timeouts.heartbeat_ms,
+        .run_ms = cfg->timeouts.run_ms,
+        .runs = gw->runs,
+        .detach = d->agent->on_client_disconnect == AGW_DISCONNECT_DETACH,
+        .on_end = run_ended,
+        .arg = rc,
+    };
+
+    agw_log_info("req=%s the backend answered the decision with a new stream: relayed as a run",
+                 agw_req_id(d->req));
+    rc->gw = gw;
+    rc->ri = d->ri; /* moved */
+    memset(&d->ri, 0, sizeof(d->ri));
+    rc->key_id = d->key_id;
+    gw->m.decisions_streamed++;
+    gw->m.runs_started++;
+    d->up = NULL;
+    agw_relay_adopt(gw->relays, &p, up, resp);
+    decision_free(d); /* the relay's close callback replaced ours on the request */
+}
+
+/* The reason a backend gave with a refusal: its JSON "error" or "message" when it has one, else its
+ * body's start; printable ASCII only (it is quoted to the client). */
+static void refusal_reason(const struct decision *d, char *out, size_t len)
+{
+    json_t *j = json_loadb(d->reason, d->reason_len, 0, NULL);
+    json_t *e = json_is_object(j) ? json_object_get(j, "error") : NULL;
+    const char *text = d->reason;
+    size_t n = d->reason_len, k = 0;
+
+    if (json_is_object(e))
+        e = json_object_get(e, "message");
+    if (!json_is_string(e) && json_is_object(j))
+        e = json_object_get(j, "message");
+    if (json_is_string(e)) {
+        text = json_string_value(e);
+        n = json_string_length(e);
+    }
+    for (size_t i = 0; i < n && k + 1 < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        out[k++] = c >= 0x20 && c < 0x7f && c != '"' && c != '\\' ? (char)c : ' ';
+    }
+    while (k > 0 && out[k - 1] == ' ')
+        k--;
+    out[k] = '\0';
+    json_decref(j);
+}
+
+static void decision_refused(struct decision *d)
+{
+    char why[200], msg[320];
+
+    refusal_reason(d, why, sizeof(why));
+    if (why[0] != '\0')
+        snprintf(msg, sizeof(msg), "bad gateway: the backend refused the decision with HTTP %d: %s",
+                 d->refused_status, why);
+    else
+        snprintf(msg, sizeof(msg), "bad gateway: the backend refused the decision with HTTP %d",
+                 d->refused_status);
+    decision_answer(d, 502, "decision_refused", msg);
+}
+
+/* The backend's answer decides (doc/human-in-the-loop.md, "What the backend's answer means"):
+ * 202/204, or another 2xx that is no stream, took the decision into the live run → 202; a 2xx
+ * event stream is a new run → relayed; anything else is an error. With decisions.forward "live"
+ * only 202/204 count. */
 static void decision_on_head(void *arg, const struct agw_http1_response *resp)
 {
     struct decision *d = arg;
     int status = resp->status;
-    char msg[128];
+    bool live_only = d->agent->decisions_forward == AGW_FORWARD_LIVE;
+    bool stream = agw_is_event_stream(resp->content_type);
+    char msg[256];
 
-    /* The backend's answer body is not wanted; reading it to its end lets the connection be
-     * reused. Released before answering: the answer may end the request, and <d> with it. */
-    agw_upstream_release(d->up);
-    d->up = NULL;
-    if (status >= 200 && status <= 299) {
-        decision_answer(d, 202, "decision_forwarded", NULL);
-    } else {
-        snprintf(msg, sizeof(msg), "bad gateway: the backend refused the decision with HTTP %d",
-                 status);
-        decision_answer(d, 502, "decision_refused", msg);
+    if (status < 200 || status > 299) {
+        d->refused_status = status; /* its reason follows in the body */
+        return;
     }
+    if (stream && !live_only) {
+        decision_to_run(d, resp);
+        return;
+    }
+    if (status == 202 || status == 204 || (!stream && !live_only)) {
+        /* The body is not wanted; reading it to its end lets the connection be reused. Released
+         * before answering: the answer may end the request, and <d> with it. */
+        agw_upstream_release(d->up);
+        d->up = NULL;
+        decision_answer(d, 202, "decision_forwarded", NULL);
+        return;
+    }
+    /* decisions.forward "live": a backend that starts a run for the decision (or answers 200) did
+     * not take it into the live run. Closing tells a streaming backend to stop. */
+    agw_upstream_close(d->up);
+    d->up = NULL;
+    snprintf(msg, sizeof(msg),
+             "bad gateway: the backend answered the decision with HTTP %d%s, not 202 "
+             "(decisions.forward is \"live\")",
+             status, stream ? " and a new event stream" : "");
+    decision_answer(d, 502, "decision_not_live", msg);
 }
 
 static void decision_on_body(void *arg, struct evbuffer *body)
 {
-    (void)arg;
+    struct decision *d = arg;
+    size_t n = evbuffer_get_length(body), room = sizeof(d->reason) - d->reason_len;
+
+    if (d->refused_status != 0 && room > 0)
+        d->reason_len +=
+            (size_t)evbuffer_remove(body, d->reason + d->reason_len, n < room ? n : room);
     evbuffer_drain(body, evbuffer_get_length(body));
+    if (d->refused_status != 0 && d->reason_len == sizeof(d->reason) && d->status == 0) {
+        agw_upstream_close(d->up); /* enough of the reason: no need to wait for the rest */
+        d->up = NULL;
+        decision_refused(d);
+    }
 }
 
 static void decision_on_done(void *arg)
 {
-    (void)arg; /* on_head has answered */
+    struct decision *d = arg;
+
+    if (d->refused_status != 0 && d->status == 0) {
+        agw_upstream_close(d->up);
+        d->up = NULL;
+        decision_refused(d);
+    }
 }
 
 static void decision_on_error(void *arg, const char *kind, const char *detail)
@@ -508,11 +648,15 @@ static void decision_on_error(void *arg, const char *kind, const char *detail)
     bool timeout = kind == AGW_UP_ERR_FIRST_BYTE_TIMEOUT;
     char msg[256];
 
+    agw_upstream_close(d->up);
+    d->up = NULL;
+    if (d->refused_status != 0) { /* the refusal's body was cut: what came is the reason */
+        decision_refused(d);
+        return;
+    }
     count_failure(d->gw, kind);
     snprintf(msg, sizeof(msg), "%s: the decision could not be forwarded: %s",
              timeout ? "gateway timeout" : "bad gateway", detail);
-    agw_upstream_close(d->up);
-    d->up = NULL;
     decision_answer(d, timeout ? 504 : 502, "decision_failed", msg);
 }
 
@@ -528,14 +672,10 @@ static void decision_closed(struct agw_req *req, void *arg)
     struct decision *d = arg;
 
     agw_upstream_close(d->up); /* the client left before the backend answered */
-    access_log(&d->ri, d->agent_id, d->thread_id, d->run_id, d->key_id, d->status, 0, 0,
+    access_log(&d->ri, d->agent->id, d->thread_id, d->run_id, d->key_id, d->status, 0, 0,
                agw_now_ms() - agw_req_start_ms(req), d->backend,
                d->outcome != NULL ? d->outcome : "client_closed", false);
-    req_info_clear(&d->ri);
-    free(d->thread_id);
-    free(d->run_id);
-    free(d->backend);
-    free(d);
+    decision_free(d);
 }
 
 /* A decision-only request (SPEC §5). When an active run matches, the same body goes to the backend
@@ -569,10 +709,13 @@ static bool route_decision(struct agw_gateway *gw, struct agw_req *req,
     d->gw = gw;
     d->req = req;
     req_info_copy(&d->ri, req);
-    d->agent_id = agent->id;
+    d->agent = agent;
     d->key_id = key != NULL ? key->id : NULL;
     d->thread_id = agw_xstrdup(e->thread_id);
     d->run_id = agw_xstrdup(e->run_id);
+    d->client_thread = agw_xstrdup(in->thread_id);
+    d->client_run = agw_xstrdup(in->run_id);
+    d->backend_pool = e->backend;
     d->backend = agw_xstrdup(agw_upstream_pool_url(e->backend)->authority);
     agw_log_info("req=%s decision for %s -> %s", agw_req_id(req), e->key, e->backend_url);
     agw_req_on_close(req, decision_closed, d);
@@ -682,7 +825,8 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
     struct fwd_ctx fc = {agent, h, &n};
     agw_req_foreach_header(req, forward_header, &fc);
 
-    if (in.decision_only && route_decision(gw, req, agent, key, &in, h, n, body_data, body_len)) {
+    if (in.decision_only && agent->decisions_forward != AGW_FORWARD_NEVER &&
+        route_decision(gw, req, agent, key, &in, h, n, body_data, body_len)) {
         agw_input_clear(&in);
         return;
     }

@@ -80,7 +80,9 @@ struct agw_relay {
     bool detach;                 /* the agent's on_client_disconnect is "detach" */
     bool detached;               /* the client left and the run goes on */
     bool cancelled;              /* agw_relay_cancel(): close the upstream rather than drain it */
-    bool probe; /* the heartbeat timer is a probe: write a ping whatever the time */
+    bool probe;      /* the heartbeat timer is a probe: write a ping whatever the time */
+    bool defer_head; /* the client's 200 waits for the first event (a decision's answer): until
+                        then (status 0) a failure or an empty stream is answered with 502 */
 };
 
 static void relay_free(struct agw_relay *r);
@@ -111,6 +113,24 @@ static void arm_heartbeat(struct agw_relay *r, uint32_t ms)
     evtimer_add(r->heartbeat, &tv);
 }
 
+static void client_drain(struct agw_req *req, void *arg);
+static void probe_client(struct agw_relay *r);
+
+/* Sends the client its 200 and the stream's headers. */
+static void start_client_stream(struct agw_relay *r)
+{
+    agw_req_add_header(r->req, "Content-Type", "text/event-stream");
+    agw_req_add_header(r->req, "Cache-Control", "no-cache");
+    agw_req_add_header(r->req, "X-Accel-Buffering", "no");
+    r->status = 200;
+    agw_req_stream_start(r->req, 200, r->stream_buffer_bytes / 2, client_drain);
+    r->last_write_ms = agw_now_ms();
+    if (agw_req_half_closed(r->req))
+        probe_client(r);
+    else if (r->heartbeat_ms > 0)
+        arm_heartbeat(r, r->heartbeat_ms);
+}
+
 /* Hands <out> to the client; with <last>, ends the response too (in the same write when it can). */
 static void flush_out(struct agw_relay *r, bool last)
 {
@@ -119,6 +139,11 @@ static void flush_out(struct agw_relay *r, bool last)
     if (r->req == NULL) { /* detached: nobody to write to */
         evbuffer_drain(r->out, n);
         return;
+    }
+    if (r->status == 0) { /* a deferred head: the first events are here */
+        if (n == 0 && !last)
+            return;
+        start_client_stream(r);
     }
     r->bytes_out += n;
     if (last) {
@@ -141,7 +166,7 @@ static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (r->state != RL_ST_STREAMING || r->req == NULL)
+    if (r->state != RL_ST_STREAMING || r->req == NULL || r->status == 0)
         return;
     if (r->probe) {
         r->probe = false;
@@ -184,7 +209,7 @@ static void client_half_close(struct agw_req *req, void *arg)
 
     (void)req;
     enter(r);
-    if (r->state == RL_ST_STREAMING && r->req != NULL)
+    if (r->state == RL_ST_STREAMING && r->req != NULL && r->status != 0)
         probe_client(r);
     leave(r);
 }
@@ -243,10 +268,10 @@ static void fail_stream(struct agw_relay *r, const char *code, const char *messa
  * --------------------------- */
 
 static void start_attempt(struct agw_relay *r);
-static void client_drain(struct agw_req *req, void *arg);
 
 static void reply_error(struct agw_relay *r, int status, const char *msg)
 {
+    unregister(r);
     if (r->up != NULL) {
         agw_upstream_close(r->up);
         r->up = NULL;
@@ -286,17 +311,6 @@ static const char *current_authority(const struct agw_relay *r)
     return agw_upstream_pool_url(r->backends[r->attempt])->authority;
 }
 
-static bool is_event_stream(const char *ct)
-{
-    static const char want[] = "text/event-stream";
-    size_t n = sizeof(want) - 1;
-
-    if (ct == NULL)
-        return false;
-    return agw_strieq_n(ct, n, want) ||
-           (strncasecmp(ct, want, n) == 0 && (ct[n] == ';' || ct[n] == ' '));
-}
-
 static void up_on_head(void *arg, const struct agw_http1_response *resp)
 {
     struct agw_relay *r = arg;
@@ -312,7 +326,7 @@ static void up_on_head(void *arg, const struct agw_http1_response *resp)
         reply_error(r, 502, detail);
         goto out;
     }
-    if (!is_event_stream(resp->content_type)) {
+    if (!agw_is_event_stream(resp->content_type)) {
         r->upstream_error = "content_type";
         snprintf(
             detail, sizeof(detail),
@@ -329,16 +343,8 @@ static void up_on_head(void *arg, const struct agw_http1_response *resp)
     }
     if (r->req == NULL) /* detached before the upstream answered: the run goes on alone */
         goto out;
-    agw_req_add_header(r->req, "Content-Type", "text/event-stream");
-    agw_req_add_header(r->req, "Cache-Control", "no-cache");
-    agw_req_add_header(r->req, "X-Accel-Buffering", "no");
-    r->status = 200;
-    agw_req_stream_start(r->req, 200, r->stream_buffer_bytes / 2, client_drain);
-    r->last_write_ms = agw_now_ms();
-    if (agw_req_half_closed(r->req))
-        probe_client(r);
-    else if (r->heartbeat_ms > 0)
-        arm_heartbeat(r, r->heartbeat_ms);
+    if (!r->defer_head)
+        start_client_stream(r);
 out:
     leave(r);
 }
@@ -418,9 +424,19 @@ static void up_on_done(void *arg)
         if (rc == -AGW_ETOOBIG)
             agw_agui_fail(r->agui, AGW_AGUI_FRAME_TOO_LARGE,
                           "an upstream event exceeded limits.max_frame_bytes", r->out);
+        if (r->status == 0 && r->req != NULL && agw_agui_events_out(r->agui) == 0) {
+            /* A deferred head and not one event: the backend did not take the decision (an
+             * agent that answers "already running" with an empty stream). */
+            r->upstream_error = "empty_stream";
+            reply_error(r, 502,
+                        "bad gateway: the backend answered with an empty event stream (it did not "
+                        "take the decision)");
+            goto out;
+        }
         agw_agui_end(r->agui, r->out);
         finish(r);
     }
+out:
     leave(r);
 }
 
@@ -438,6 +454,11 @@ static void up_on_error(void *arg, const char *kind, const char *detail)
         bool timeout = kind == AGW_UP_ERR_FIRST_BYTE_TIMEOUT;
         snprintf(msg, sizeof(msg), "%s: %s", timeout ? "gateway timeout" : "bad gateway", detail);
         reply_error(r, timeout ? 504 : 502, msg);
+        goto out;
+    }
+    if (r->state == RL_ST_STREAMING && r->status == 0 && r->req != NULL) {
+        snprintf(msg, sizeof(msg), "bad gateway: %s", detail); /* a deferred head: no stream yet */
+        reply_error(r, 502, msg);
         goto out;
     }
     if (r->state == RL_ST_STREAMING) {
@@ -525,7 +546,7 @@ static void run_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- life ------------------------------------------------------------------------------ */
 
-struct agw_relay *agw_relay_start(struct agw_relay_set *set, const struct agw_relay_params *p)
+static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_relay_params *p)
 {
     struct agw_relay *r = agw_xcalloc(1, sizeof(*r));
 
@@ -573,7 +594,27 @@ struct agw_relay *agw_relay_start(struct agw_relay_set *set, const struct agw_re
     set->count++;
     agw_req_on_close(p->req, client_close, r);
     agw_req_on_half_close(p->req, client_half_close);
+    return r;
+}
+
+struct agw_relay *agw_relay_start(struct agw_relay_set *set, const struct agw_relay_params *p)
+{
+    struct agw_relay *r = relay_new(set, p);
+
     start_attempt(r);
+    return r;
+}
+
+struct agw_relay *agw_relay_adopt(struct agw_relay_set *set, const struct agw_relay_params *p,
+                                  struct agw_upstream *up, const struct agw_http1_response *resp)
+{
+    struct agw_relay *r = relay_new(set, p);
+
+    assert(p->n_backends == 1);
+    r->defer_head = true;
+    r->up = up;
+    agw_upstream_set_callbacks(up, &up_cbs, r);
+    up_on_head(r, resp);
     return r;
 }
 

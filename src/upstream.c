@@ -799,6 +799,13 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
     return up;
 }
 
+void agw_upstream_set_callbacks(struct agw_upstream *up, const struct agw_upstream_callbacks *cbs,
+                                void *arg)
+{
+    up->cbs = *cbs;
+    up->arg = arg;
+}
+
 void agw_upstream_pause(struct agw_upstream *up)
 {
     if (up->paused)

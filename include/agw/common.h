@@ -60,4 +60,8 @@ bool agw_header_has_token(const char *value, const char *token);
 /* Case-insensitive ASCII comparison of <a> (length <alen>) with the NUL-terminated <b>. */
 bool agw_strieq_n(const char *a, size_t alen, const char *b);
 
+/* True when the Content-Type value <content_type> (may be NULL) is text/event-stream, with or
+ * without parameters. */
+bool agw_is_event_stream(const char *content_type);
+
 #endif

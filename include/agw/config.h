@@ -47,6 +47,14 @@ enum agw_decision_match {
     AGW_MATCH_THREAD,  /* "thread": latest active run of agent+thread */
 };
 
+/* What a decision-only request for an active run becomes (per agent, decisions.forward). */
+enum agw_decision_forward {
+    AGW_FORWARD_AUTO = 0, /* "auto": forwarded; the backend's answer decides (202, a new stream, an
+                             error) */
+    AGW_FORWARD_NEVER,    /* "never": always a new run (backends that take no live decisions) */
+    AGW_FORWARD_LIVE,     /* "live": forwarded; only a 202/204 is success, anything else an error */
+};
+
 enum agw_no_active_run {
     AGW_NO_ACTIVE_RUN_NEW_RUN = 0, /* "new_run": start a run like any other request */
     AGW_NO_ACTIVE_RUN_REJECT,      /* "reject": 400 */
@@ -106,6 +114,7 @@ struct agw_agent_config {
     char **forward_headers; /* allow-list of client header names forwarded upstream */
     size_t n_forward_headers;
     char *ca_file; /* CA file to verify https upstreams; NULL = the system trust store */
+    enum agw_decision_forward decisions_forward;
 };
 
 struct agw_auth_key {

@@ -78,6 +78,13 @@ void agw_relay_set_shutdown(struct agw_relay_set *set);
 
 /* Starts a run. Everything is reported through the client's response and <on_end>. */
 struct agw_relay *agw_relay_start(struct agw_relay_set *set, const struct agw_relay_params *p);
+/* Starts a run on an exchange that is already under way: its response head <resp> (2xx, an event
+ * stream) has just arrived, and the caller — inside that exchange's on_head — hands it over (a
+ * decision the backend answered by starting a new run). <p> names the exchange's backend as its
+ * only one. The client's 200 waits for the first event: an empty stream, or a failure before any
+ * event, is answered with 502 instead. Everything is then reported as for agw_relay_start(). */
+struct agw_relay *agw_relay_adopt(struct agw_relay_set *set, const struct agw_relay_params *p,
+                                  struct agw_upstream *up, const struct agw_http1_response *resp);
 /* Cancels a streaming run (its registry entry's owner): the upstream connection is closed at once
  * and the client's stream ends with RUN_ERROR {code:"CANCELLED"}. The relay may be freed before
  * this returns (a detached run). */

@@ -75,6 +75,11 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
                                         const char *body, size_t body_len,
                                         const struct agw_upstream_callbacks *cbs, void *arg);
 
+/* Hands the exchange's callbacks to a new owner (e.g. from inside on_head: the decision whose
+ * answer turned out to be a stream gives it to a relay). The next callback goes to <cbs>/<arg>. */
+void agw_upstream_set_callbacks(struct agw_upstream *up, const struct agw_upstream_callbacks *cbs,
+                                void *arg);
+
 /* Backpressure: stop / resume reading the response (the idle timer is suspended while paused). */
 void agw_upstream_pause(struct agw_upstream *up);
 void agw_upstream_resume(struct agw_upstream *up);

@@ -421,6 +421,33 @@ sse "$U/agent" "$(decision_body tk rk "$APPROVE")"
 check_contains "killed: a later decision is an ordinary run" "HTTP/1.1 200" "$HDR"
 check_eq "killed: decisions unchanged" 4 "$(demo_stat decisions)"
 
+# (vi) decision= on the decision: what a backend that takes no live decisions does with one
+start_waiting w6 "$U/agent?wait_decision=1" "$(wait_body tm rm)"
+check_eq "decision=: the run waits" 1 "$(wait_stat waiting 1)"
+D0=$(demo_stat decisions)
+decide "$(decision_body tm rm "$APPROVE")" -H 'X-Demo-Decision: empty'
+check_eq "decision=empty: 200" 200 "$STATUS"
+check_contains "decision=empty: an event stream" "Content-Type: text/event-stream" "$DHDR"
+check_eq "decision=empty: no event" "" "$BODY"
+check_eq "decision=empty: the run still waits" 1 "$(demo_stat waiting)"
+decide "$(decision_body tm rm "$APPROVE")" -H 'X-Demo-Decision: refuse'
+check_eq "decision=refuse: 409" 409 "$STATUS"
+check_eq "decision=refuse: a JSON reason" '{"error":"thread already running: the decision was not taken"}' "$BODY"
+check_eq "decision=refuse: the run still waits" 1 "$(demo_stat waiting)"
+decide "$(decision_body tm rm "$APPROVE")" -H 'X-Demo-Decision: stream'
+check_eq "decision=stream: 200" 200 "$STATUS"
+printf '%s\n' "$BODY" >"$T/d6.s"
+check_eq "decision=stream: a new run answering the decision" \
+    "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED" "$(types_of "$T/d6.s")"
+check_contains "decision=stream: with the decision's ids" '"threadId":"tm","runId":"rm"' "$BODY"
+check_eq "decision=stream: the waiting run ends" 0 "$(ended "$WAIT_PID")"
+check_eq "decision=stream: … without the decision" "$WAITED_TYPES RUN_FINISHED" "$(types_of "$T/w6.s")"
+check_eq "decision=stream: nothing waits" 0 "$(demo_stat waiting)"
+check_eq "decision=stream: not applied as a decision" "$D0" "$(demo_stat decisions)"
+decide "$(decision_body tm rm "$APPROVE")" -H 'X-Demo-Decision: maybe'
+check_eq "decision=: a bad value is 400" 400 "$STATUS"
+check_contains "decision=: the 400 names the knob" "demo knob decision" "$BODY"
+
 # ---- SIGTERM ------------------------------------------------------------------------------------------
 curl -sS -N -m 10 -d "$CHAT" "$U/agent?stall=1" >/dev/null 2>&1 &
 sleep 0.3

@@ -2,7 +2,9 @@
 # Human in the loop (SPEC §5): the active-run registry, decision-only requests forwarded to the backend of the
 # run waiting for them (202) while the original stream goes on, decisions.match "run"/"thread",
 # decisions.no_active_run "new_run"/"reject", a decision for a run that just finished, two runs deciding at
-# once, the cancel endpoint, on_client_disconnect "detach" — and the registry empty after each scenario.
+# once, the cancel endpoint, on_client_disconnect "detach"; what the backend's answer to a forwarded decision
+# makes of it (202 only when the backend took it into the live run; a new stream relayed as a run; an empty
+# stream or a refusal as an error) and each decisions.forward mode — and the registry empty after each.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 start_demo demo || exit 1
@@ -21,7 +23,14 @@ gateway_config() {
     "plain":  { "upstreams": ["$D/agent"] },
     "detach": { "upstreams": ["$W"], "on_client_disconnect": "detach" },
     "refuse": { "upstreams": ["$W"], "forward_headers": ["X-Demo-Status"] },
-    "drop":   { "upstreams": ["$D/agent?events=100&delay_ms=20&drop_after=40"] }
+    "drop":   { "upstreams": ["$D/agent?events=100&delay_ms=20&drop_after=40"] },
+    "newstream":  { "upstreams": ["$W&decision=stream"] },
+    "empty":      { "upstreams": ["$W&decision=empty"] },
+    "conflict":   { "upstreams": ["$W&decision=refuse"] },
+    "streamfail": { "upstreams": ["$W&decision=stream&fail=1"] },
+    "liveonly":   { "upstreams": ["$W&decision=stream&delay_ms=100"], "decisions": { "forward": "live" } },
+    "liveok":     { "upstreams": ["$W"], "decisions": { "forward": "live" } },
+    "never":      { "upstreams": ["$W&decision=stream"], "decisions": { "forward": "never" } }
   },
   "decisions": $2,
   "timeouts": { "heartbeat": "10s", "drain": "1s" },
@@ -236,6 +245,95 @@ wait_grep "$T/A.json.access" '"detached":true' || true
 check_contains "the access log records the detached run's end" \
     '"thread":"t9","run":"r9","key":"web","status":200' "$(grep '"detached":true' "$T/A.json.access")"
 check_contains "… as finished" '"outcome":"RUN_FINISHED"' "$(grep '"detached":true' "$T/A.json.access")"
+
+# ---- 11. the backend answers the decision with a new stream (Mastra, AG-Kit): relayed as a run, not 202 ----
+fwd_before=$(metric "$A_PORT" agw_decisions_forwarded_total)
+stream s11 "$A_PORT" newstream "$(run_body t11 r11)"
+wait_grep "$T/s11.s" TOOL_CALL_END || fail "run t11 did not reach its tool call"
+wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+decide "$A_PORT" newstream "$(decision_body t11 r11 "$APPROVE")" -D "$T/h11"
+check_eq "a decision answered with a stream: the client gets that stream (200)" 200 "$STATUS"
+check_contains "… as an event stream" "Content-Type: text/event-stream" "$(cat "$T/h11")"
+printf '%s' "$BODY" >"$T/d11.s"
+check_eq "… one whole run" "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED " \
+    "$(types "$T/d11.s")"
+check_contains "… with the decision's ids" '{"type":"RUN_STARTED","threadId":"t11","runId":"r11"}' "$BODY"
+check_contains "… and the backend's answer to it, nothing thrown away" "Successfully deleted 15 temporary files." "$BODY"
+check_eq "not counted as forwarded" "$fwd_before" "$(metric "$A_PORT" agw_decisions_forwarded_total)"
+check_eq "counted as streamed" 1 "$(metric "$A_PORT" agw_decisions_streamed_total)"
+wait_done "$s11_PID" || fail "the original run t11 did not end"
+check_eq "the original run ends without the decision" RUN_FINISHED "$(types "$T/s11.s" | awk '{print $NF}')"
+check_not_contains "… and without its answer" "Successfully" "$(cat "$T/s11.s")"
+wait_grep "$T/A.json.access" '"thread":"t11","run":"r11","key":"web","status":200,"events":5' ||
+    fail "the decision's stream is not in the access log as a run: $(grep t11 "$T/A.json.access")"
+registry_empty "a decision answered with a stream" "$A_PORT"
+
+# ---- 12. an empty stream (CopilotKit: "thread already running"): 502, never 202; the run still waits ----
+stream s12 "$A_PORT" empty "$(run_body t12 r12)"
+wait_grep "$T/s12.s" TOOL_CALL_END || fail "run t12 did not reach its tool call"
+wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+decide "$A_PORT" empty "$(decision_body t12 r12 "$APPROVE")"
+check_eq "a decision answered with an empty stream: 502" 502 "$STATUS"
+check_contains "502 says why" "the backend answered with an empty event stream (it did not take the decision)" "$BODY"
+check_eq "the waiting run is untouched" 1 "$(metric "$A_PORT" agw_active_runs)"
+
+# ---- 13. a refusal with the backend's reason: 502 quoting it ----
+stream s13 "$A_PORT" conflict "$(run_body t13 r13)"
+wait_grep "$T/s13.s" TOOL_CALL_END || fail "run t13 did not reach its tool call"
+wait_metric "$A_PORT" agw_active_runs 2 >/dev/null
+decide "$A_PORT" conflict "$(decision_body t13 r13 "$APPROVE")"
+check_eq "a decision refused with 409: 502" 502 "$STATUS"
+check_eq "502 quotes the backend's status and reason" \
+    '{"error":"bad gateway: the backend refused the decision with HTTP 409: thread already running: the decision was not taken"}' "$BODY"
+for r in r12 r13; do
+    http POST "http://127.0.0.1:$A_PORT/v1/ag-ui/agents/$([ $r = r12 ] && echo empty || echo conflict)/runs/$r/cancel" -H "$AUTH"
+done
+wait_done "$s12_PID" && wait_done "$s13_PID" || fail "runs t12/t13 did not end on cancel"
+registry_empty "an empty stream and a refusal" "$A_PORT"
+
+# ---- 14. a new stream that fails at once: the error reaches the client in-band, not a 202 ----
+stream s14 "$A_PORT" streamfail "$(run_body t14 r14)"
+wait_grep "$T/s14.s" TOOL_CALL_END || fail "run t14 did not reach its tool call"
+wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+decide "$A_PORT" streamfail "$(decision_body t14 r14 "$APPROVE")"
+check_eq "a failing new stream: 200, the run's own error" 200 "$STATUS"
+check_contains "… RUN_ERROR in-band" '"type":"RUN_ERROR","message":"demo failure requested (fail=1)","code":"MODEL_ERROR"' "$BODY"
+wait_done "$s14_PID" || fail "run t14 did not end"
+registry_empty "a failing new stream" "$A_PORT"
+
+# ---- 15. decisions.forward "live": only a 202/204 is success ----
+closed_before=$(stat client_closed)
+stream s15 "$A_PORT" liveonly "$(run_body t15 r15)"
+wait_grep "$T/s15.s" TOOL_CALL_END || fail "run t15 did not reach its tool call"
+wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+decide "$A_PORT" liveonly "$(decision_body t15 r15 "$APPROVE")"
+check_eq "forward live, the backend starts a stream: 502" 502 "$STATUS"
+check_contains "502 says it was not taken live" 'not 202 (decisions.forward is \"live\")' "$BODY"
+for _ in $(seq 50); do [ "$(stat client_closed)" -gt "$closed_before" ] && break; sleep 0.1; done
+check_eq "… and that stream was closed at the backend" $((closed_before + 1)) "$(stat client_closed)"
+wait_done "$s15_PID" || fail "run t15 did not end"
+stream s15b "$A_PORT" liveok "$(run_body t15b r15b)"
+wait_grep "$T/s15b.s" TOOL_CALL_END || fail "run t15b did not reach its tool call"
+wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+decide "$A_PORT" liveok "$(decision_body t15b r15b "$APPROVE")"
+check_eq "forward live, the backend takes it live: 202" 202 "$STATUS"
+wait_done "$s15b_PID" || fail "run t15b did not end"
+check_contains "… and the live run shows it" "Successfully deleted" "$(cat "$T/s15b.s")"
+registry_empty "forward live" "$A_PORT"
+
+# ---- 16. decisions.forward "never": a decision-only request is a new run, even with a run waiting ----
+fwd_before=$(metric "$A_PORT" agw_decisions_forwarded_total)
+str_before=$(metric "$A_PORT" agw_decisions_streamed_total)
+stream s16 "$A_PORT" never "$(run_body t16 r16)"
+wait_grep "$T/s16.s" TOOL_CALL_END || fail "run t16 did not reach its tool call"
+wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+decide "$A_PORT" never "$(decision_body t16 r16 "$APPROVE")"
+check_eq "forward never: a new run" 200 "$STATUS"
+check_contains "… which answers the decision" "Successfully deleted 15 temporary files." "$BODY"
+check_eq "… not forwarded" "$fwd_before" "$(metric "$A_PORT" agw_decisions_forwarded_total)"
+check_eq "… not a forwarded decision's stream" "$str_before" "$(metric "$A_PORT" agw_decisions_streamed_total)"
+wait_done "$s16_PID" || fail "run t16 did not end"
+registry_empty "forward never" "$A_PORT"
 
 # A detached run still going when the gateway stops ends with the drain (SHUTDOWN), and nothing leaks.
 stream s10 "$A_PORT" detach "$(run_body t10 r10)"

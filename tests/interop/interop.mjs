@@ -143,6 +143,68 @@ for (const [decision, expect] of [["true", /^Successfully deleted 15 temporary f
         expect.test(agent.messages.at(-1)?.content ?? ""), JSON.stringify(agent.messages));
 }
 
+// 4c. The backend's answer decides what a decision-only request gets. The first run waits after its
+// confirmAction call; the decision is sent by a second HttpAgent whose history is the tool call and its result
+// only (so it is decision-only), with the first run's ids. A backend that starts a new run for the decision
+// ("stream", as Mastra and AG-Kit do): the client gets that run, and its verifier accepts it. A backend that
+// answers an empty stream ("empty", as CopilotKit does) or refuses: the client gets an HTTP error, never 202.
+for (const [mode, want] of [["stream", "run"], ["empty", 502], ["refuse", 502]]) {
+  const tools = [{ name: "confirmAction", description: "Ask the user to confirm",
+                   parameters: { type: "object", properties: { action: { type: "string" } } } }];
+  const threadId = `thread-${mode}-` + Math.random().toString(16).slice(2);
+  const url = `${GW}/agents/hitl${mode}/runs`;
+  const first = new HttpAgent({ url, threadId, headers: { Authorization: `Bearer ${TOKEN}` },
+                                initialMessages: [user("m1", "Please delete the temporary files")] });
+  const events = [], devents = [];
+  let runId = null, decided = null, error = null;
+  const decide = async (call) => {
+    const second = new HttpAgent({ url, threadId, headers: { Authorization: `Bearer ${TOKEN}` },
+      initialMessages: [{ id: "a1", role: "assistant", content: "", toolCalls: [call] },
+                        { id: "decision-1", role: "tool", toolCallId: call.id, content: "true" }] });
+    try {
+      await second.runAgent({ runId, tools }, { onEvent: ({ event }) => { devents.push(event); } });
+      return { agent: second, error: null };
+    } catch (e) {
+      return { agent: second, error: e };
+    }
+  };
+  const abortController = new AbortController();
+  const timer = setTimeout(() => abortController.abort(), mode === "stream" ? 10000 : 3000);
+  try {
+    await first.runAgent({ tools, abortController }, {
+      onEvent: ({ event, messages }) => {
+        events.push(event);
+        if (event.type === "RUN_STARTED") runId = event.runId;
+        if (event.type === "TOOL_CALL_END" && !decided) {
+          const call = first.messages.flatMap((m) => m.toolCalls ?? []).find((c) => c.id === event.toolCallId) ??
+                       { id: event.toolCallId, type: "function", function: { name: "confirmAction", arguments: "{}" } };
+          decided = decide(call);
+        }
+      },
+    });
+  } catch (e) {
+    error = e;
+  } finally {
+    clearTimeout(timer);
+  }
+  const d = decided ? await decided : null;
+  if (want === "run") {
+    check(`decision answered with a new stream: the client's verifier accepts that run`, d && !d.error, d?.error);
+    check(`decision answered with a new stream: it carries the decision's ids, RUN_STARTED first, RUN_FINISHED last`,
+          devents[0]?.type === "RUN_STARTED" && devents[0]?.threadId === threadId && devents[0]?.runId === runId &&
+          devents.at(-1)?.type === "RUN_FINISHED", types(devents).join(","));
+    check(`decision answered with a new stream: the answer is in the client's messages`,
+          /^Successfully deleted 15 temporary files\.$/.test(d?.agent.messages.at(-1)?.content ?? ""),
+          JSON.stringify(d?.agent.messages));
+    check(`decision answered with a new stream: the first run ends cleanly too`,
+          !error && types(events).at(-1) === "RUN_FINISHED", `${types(events).join(",")} ${error}`);
+  } else {
+    check(`decision answered "${mode}": the client gets HTTP ${want}, not 202`,
+          d?.error && new RegExp(`HTTP ${want}`).test(String(d.error?.message ?? d.error)) && devents.length === 0,
+          `${d?.error} ${types(devents).join(",")}`);
+  }
+}
+
 // 5. Hostile upstreams through the gateway: one valid stream each.
 for (const agent of ["bytewise", "crlf", "bare", "multiline"]) {
   const r = await run(`${GW}/agents/${agent}/runs`, { messages: [user("m1", "Hello")] });
