@@ -139,19 +139,5 @@ void agw_auth_hash_hex(const char *token, size_t len, char hex[65])
 
 int agw_auth_parse_hex(const char *hex, uint8_t out[32])
 {
-    uint8_t tmp[32];
-
-    if (hex == NULL)
-        return -AGW_EINVAL;
-    for (size_t i = 0; i < sizeof(tmp); i++) {
-        int hi, lo;
-        /* hex[2i] is checked before hex[2i+1] is read, so a short string stops at its NUL. */
-        if ((hi = agw_hexval(hex[2 * i])) < 0 || (lo = agw_hexval(hex[2 * i + 1])) < 0)
-            return -AGW_EINVAL;
-        tmp[i] = (uint8_t)(hi << 4 | lo);
-    }
-    if (hex[64] != '\0')
-        return -AGW_EINVAL;
-    memcpy(out, tmp, sizeof(tmp));
-    return 0;
+    return agw_hex_decode(hex, out, 32);
 }

@@ -205,3 +205,22 @@ bool agw_is_event_stream(const char *ct)
         return false;
     return ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ';
 }
+
+int agw_hex_decode(const char *hex, uint8_t *out, size_t n)
+{
+    uint8_t tmp[64];
+
+    if (hex == NULL || n > sizeof(tmp))
+        return -AGW_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        int hi, lo;
+        /* hex[2i] is checked before hex[2i+1] is read, so a short string stops at its NUL. */
+        if ((hi = agw_hexval(hex[2 * i])) < 0 || (lo = agw_hexval(hex[2 * i + 1])) < 0)
+            return -AGW_EINVAL;
+        tmp[i] = (uint8_t)(hi << 4 | lo);
+    }
+    if (hex[2 * n] != '\0')
+        return -AGW_EINVAL;
+    memcpy(out, tmp, n);
+    return 0;
+}

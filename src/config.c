@@ -15,8 +15,8 @@
 
 #include <jansson.h>
 
-#include "agw/auth.h"
 #include "agw/config.h"
+#include "agw/limits.h"
 #include "agw/log.h"
 #include "agw/router.h"
 
@@ -573,7 +573,8 @@ static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *
         if (agw_url_parse(json_string_value(ups), &a->upstreams[0], why, sizeof(why)) != 0)
             return fail(c, p, "%s, got '%s'", why, excerpt(json_string_value(ups), ex, sizeof(ex)));
         a->n_upstreams = 1;
-    } else if (json_is_array(ups) && json_array_size(ups) > 0 && json_array_size(ups) <= 64) {
+    } else if (json_is_array(ups) && json_array_size(ups) > 0 &&
+               json_array_size(ups) <= AGW_MAX_UPSTREAMS) {
         a->upstreams = agw_xcalloc(json_array_size(ups), sizeof(*a->upstreams));
         json_array_foreach(ups, i, x)
         {
@@ -586,7 +587,7 @@ static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *
             a->n_upstreams = i + 1;
         }
     } else {
-        return fail(c, p, "expects a URL or an array of 1..64 URLs");
+        return fail(c, p, "expects a URL or an array of 1..%d URLs", AGW_MAX_UPSTREAMS);
     }
     if ((x = json_object_get(v, "protocol")) != NULL) {
         join(p, sizeof(p), path, "protocol");
@@ -728,7 +729,8 @@ static int parse_auth(struct ctx *c, json_t *v, struct agw_config *cfg)
         if (f == NULL)
             return fail(c, q, "required");
         /* The message never repeats the value: it could be a token pasted by mistake. */
-        if (!json_is_string(f) || agw_auth_parse_hex(json_string_value(f), key->sha256) != 0)
+        if (!json_is_string(f) ||
+            agw_hex_decode(json_string_value(f), key->sha256, sizeof(key->sha256)) != 0)
             return fail(c, q, "expects 64 hex characters (the SHA-256 of the token)");
         join(q, sizeof(q), p, "agents");
         ag = json_object_get(k, "agents");
@@ -958,7 +960,7 @@ static int parse_root(struct ctx *c, json_t *root, struct agw_config *cfg)
         return -AGW_EINVAL;
 
     x = json_object_get(root, "listen");
-    if (!json_is_array(x) || json_array_size(x) == 0 || json_array_size(x) > 16)
+    if (!json_is_array(x) || json_array_size(x) == 0 || json_array_size(x) > AGW_MAX_LISTENERS)
         return fail(c, "listen", "required: an array of 1..16 listeners {\"address\", \"port\"}");
     cfg->listeners = agw_xcalloc(json_array_size(x), sizeof(*cfg->listeners));
     json_array_foreach(x, i, v)

@@ -19,6 +19,7 @@
 #include "agw/gateway.h"
 #include "agw/http_server.h"
 #include "agw/input.h"
+#include "agw/limits.h"
 #include "agw/log.h"
 #include "agw/relay.h"
 #include "agw/router.h"
@@ -26,10 +27,9 @@
 #include "agw/tls.h"
 #include "agw/upstream.h"
 
-#define MAX_PORTS            17
-#define MAX_UPSTREAM_HEADERS 64
-#define DRAIN_POLL_MS        100
-#define DRAIN_GRACE_MS       2000 /* after SHUTDOWN events are written, time for clients to take them */
+#define MAX_PORTS      (AGW_MAX_LISTENERS + 1) /* the listeners and the admin listener */
+#define DRAIN_POLL_MS  100
+#define DRAIN_GRACE_MS 2000 /* after SHUTDOWN events are written, time for clients to take them */
 
 /* Per-agent runtime state: its backends' pools on this loop and the round-robin cursor. */
 struct agent_rt {
@@ -51,12 +51,8 @@ struct metrics {
     uint64_t events, bytes, runs_started, auth_failures;
     uint64_t decisions_forwarded, decisions_failed, decisions_rejected, decisions_streamed;
     uint64_t runs_cancelled;
-    uint64_t upstream_failures[8];
+    uint64_t upstream_failures[AGW_UP_N_FAILURES];
 };
-
-static const char *const failure_kinds[] = {"connect",      "connect_timeout", "first_byte_timeout",
-                                            "idle_timeout", "protocol",        "closed",
-                                            "tls",          "status"};
 
 struct agw_gateway {
     const struct agw_config *cfg;
@@ -106,14 +102,10 @@ static void count_request(struct agw_gateway *gw, const char *agent, int status)
     m->n_requests++;
 }
 
-static void count_failure(struct agw_gateway *gw, const char *kind)
+static void count_failure(struct agw_gateway *gw, enum agw_up_failure kind)
 {
-    for (size_t i = 0; i < AGW_ARRAY_LEN(failure_kinds); i++) {
-        if (kind != NULL && strcmp(kind, failure_kinds[i]) == 0) {
-            gw->m.upstream_failures[i]++;
-            return;
-        }
-    }
+    if (kind != AGW_UP_OK && kind < AGW_UP_N_FAILURES)
+        gw->m.upstream_failures[kind]++;
 }
 
 /* What the servers count by themselves: requests refused before routing, failed accepts. */
@@ -185,9 +177,9 @@ static void serve_metrics(struct agw_gateway *gw, struct agw_req *req)
         agw_runs_count(gw->runs), agw_relay_set_count(gw->relays), m->runs_started, m->events,
         m->bytes, m->auth_failures, m->decisions_forwarded, m->decisions_failed,
         m->decisions_rejected, m->decisions_streamed, m->runs_cancelled);
-    for (size_t i = 0; i < AGW_ARRAY_LEN(failure_kinds); i++)
+    for (int k = AGW_UP_OK + 1; k < AGW_UP_N_FAILURES; k++)
         evbuffer_add_printf(b, "agw_upstream_failures_total{kind=\"%s\"} %" PRIu64 "\n",
-                            failure_kinds[i], m->upstream_failures[i]);
+                            agw_up_failure_name((enum agw_up_failure)k), m->upstream_failures[k]);
     serve_server_metrics(gw, b);
     len = evbuffer_get_length(b);
     agw_req_reply(req, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1), len);
@@ -326,8 +318,7 @@ static void run_ended(void *arg, const struct agw_relay_summary *s)
     gw->m.events += s->events;
     gw->m.bytes += s->bytes;
     count_request(gw, s->agent_id, s->status ? s->status : 499);
-    if (s->upstream_error != NULL)
-        count_failure(gw, s->upstream_error);
+    count_failure(gw, s->upstream_error);
     access_log(&rc->ri, s->agent_id, s->thread_id, s->run_id, rc->key_id, s->status, s->events,
                s->bytes, s->duration_ms, s->upstream, s->outcome, s->detached);
     req_info_clear(&rc->ri);
@@ -366,7 +357,7 @@ static void order_backends(struct agent_rt *a, const char *thread_id,
             out[i] = a->pools[(first + i) % n];
         return;
     }
-    uint64_t w[64];
+    uint64_t w[AGW_MAX_UPSTREAMS];
     for (size_t i = 0; i < n; i++) {
         out[i] = a->pools[i];
         w[i] = fnv1a(thread_id, a->cfg->upstreams[i].text);
@@ -409,7 +400,7 @@ static void forward_header(const char *name, const char *value, void *arg)
     struct fwd_ctx *fc = arg;
 
     for (size_t i = 0; i < fc->agent->n_forward_headers; i++) {
-        if (*fc->n < MAX_UPSTREAM_HEADERS &&
+        if (*fc->n < AGW_MAX_UPSTREAM_HEADERS &&
             agw_strieq_n(name, strlen(name), fc->agent->forward_headers[i])) {
             fc->h[*fc->n].name = name;
             fc->h[*fc->n].value = value;
@@ -642,10 +633,10 @@ static void decision_on_done(void *arg)
     }
 }
 
-static void decision_on_error(void *arg, const char *kind, const char *detail)
+static void decision_on_error(void *arg, enum agw_up_failure kind, const char *detail)
 {
     struct decision *d = arg;
-    bool timeout = kind == AGW_UP_ERR_FIRST_BYTE_TIMEOUT;
+    bool timeout = kind == AGW_UP_FIRST_BYTE_TIMEOUT;
     char msg[256];
 
     agw_upstream_close(d->up);
@@ -804,7 +795,7 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
     }
 
     /* Upstream request headers (SPEC §4, §7): never the client's Authorization. */
-    struct agw_upstream_header h[MAX_UPSTREAM_HEADERS];
+    struct agw_upstream_header h[AGW_MAX_UPSTREAM_HEADERS];
     size_t n = 0;
     char traceparent[64], trace_id[33], span_id[17];
     const char *tp = agw_req_header(req, "traceparent");
@@ -819,7 +810,7 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
         snprintf(traceparent, sizeof(traceparent), "00-%s-%s-01", trace_id, span_id);
     }
     h[n++] = (struct agw_upstream_header){"traceparent", traceparent};
-    for (size_t i = 0; i < agent->n_upstream_headers && n < MAX_UPSTREAM_HEADERS; i++)
+    for (size_t i = 0; i < agent->n_upstream_headers && n < AGW_MAX_UPSTREAM_HEADERS; i++)
         h[n++] = (struct agw_upstream_header){agent->upstream_headers[i].name,
                                               agent->upstream_headers[i].value};
     struct fwd_ctx fc = {agent, h, &n};
@@ -831,7 +822,7 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
         return;
     }
     art = &gw->agents[agent - cfg->agents];
-    struct agw_upstream_pool *order[64];
+    struct agw_upstream_pool *order[AGW_MAX_UPSTREAMS];
     order_backends(art, in.thread_id, order);
 
     struct run_ctx *rc = agw_xcalloc(1, sizeof(*rc));

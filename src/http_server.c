@@ -31,12 +31,11 @@
 #include <jansson.h>
 #include <openssl/ssl.h>
 
-#include "agw/config.h"
+#include "agw/limits.h"
 #include "agw/http1.h"
 #include "agw/http_server.h"
 #include "agw/log.h"
 
-#define MAX_LISTENERS  16
 #define REQUEST_ID_MAX 64
 /* After a refusal, what the client still sends is read and dropped for at most this long and this
  * much (a lingering close, as nginx does), so that its kernel does not reset the connection before
@@ -56,7 +55,7 @@ struct agw_server {
     struct agw_server_options opts;
     agw_req_fn *handler;
     void *arg;
-    evhtp_t *htps[MAX_LISTENERS];
+    evhtp_t *htps[AGW_MAX_LISTENERS];
     size_t n_htps;
     size_t active; /* live struct agw_req */
     struct agw_http1_request_limits limits;
@@ -1069,7 +1068,7 @@ int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port
     socklen_t sl = sizeof(ss);
     evutil_socket_t fd;
 
-    if (srv->n_htps == MAX_LISTENERS) {
+    if (srv->n_htps == AGW_MAX_LISTENERS) {
         SSL_CTX_free(tls);
         return -AGW_EINVAL;
     }

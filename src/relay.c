@@ -69,7 +69,7 @@ struct agw_relay {
     uint64_t bytes_out;
     int status; /* HTTP status sent to the client, 0 until then */
     const char *outcome;
-    const char *upstream_error;
+    enum agw_up_failure upstream_error; /* the last upstream failure, or AGW_UP_OK */
     uint64_t connect_ms, first_byte_ms;
     char request_id[72];
     unsigned busy;
@@ -320,14 +320,14 @@ static void up_on_head(void *arg, const struct agw_http1_response *resp)
     if (resp->status >= 500 && retry(r))
         goto out;
     if (resp->status < 200 || resp->status > 299) {
-        r->upstream_error = "status";
+        r->upstream_error = AGW_UP_STATUS;
         snprintf(detail, sizeof(detail), "bad gateway: the upstream answered HTTP %d",
                  resp->status);
         reply_error(r, 502, detail);
         goto out;
     }
     if (!agw_is_event_stream(resp->content_type)) {
-        r->upstream_error = "content_type";
+        r->upstream_error = AGW_UP_CONTENT_TYPE;
         snprintf(
             detail, sizeof(detail),
             "bad gateway: the upstream answered with Content-Type %.80s, not text/event-stream",
@@ -427,7 +427,7 @@ static void up_on_done(void *arg)
         if (r->status == 0 && r->req != NULL && agw_agui_events_out(r->agui) == 0) {
             /* A deferred head and not one event: the backend did not take the decision (an
              * agent that answers "already running" with an empty stream). */
-            r->upstream_error = "empty_stream";
+            r->upstream_error = AGW_UP_EMPTY_STREAM;
             reply_error(r, 502,
                         "bad gateway: the backend answered with an empty event stream (it did not "
                         "take the decision)");
@@ -440,18 +440,19 @@ out:
     leave(r);
 }
 
-static void up_on_error(void *arg, const char *kind, const char *detail)
+static void up_on_error(void *arg, enum agw_up_failure kind, const char *detail)
 {
     struct agw_relay *r = arg;
     char msg[256];
 
     enter(r);
     r->upstream_error = kind;
-    agw_log_warn("req=%s upstream %s: %s: %s", r->request_id, current_authority(r), kind, detail);
+    agw_log_warn("req=%s upstream %s: %s: %s", r->request_id, current_authority(r),
+                 agw_up_failure_name(kind), detail);
     if (r->state == RL_ST_CONNECTING) {
-        if (kind != AGW_UP_ERR_PROTOCOL && retry(r))
+        if (kind != AGW_UP_PROTOCOL && retry(r))
             goto out;
-        bool timeout = kind == AGW_UP_ERR_FIRST_BYTE_TIMEOUT;
+        bool timeout = kind == AGW_UP_FIRST_BYTE_TIMEOUT;
         snprintf(msg, sizeof(msg), "%s: %s", timeout ? "gateway timeout" : "bad gateway", detail);
         reply_error(r, timeout ? 504 : 502, msg);
         goto out;
@@ -462,8 +463,7 @@ static void up_on_error(void *arg, const char *kind, const char *detail)
         goto out;
     }
     if (r->state == RL_ST_STREAMING) {
-        const char *code =
-            kind == AGW_UP_ERR_IDLE_TIMEOUT ? AGW_AGUI_TIMEOUT : AGW_AGUI_UPSTREAM_ERROR;
+        const char *code = kind == AGW_UP_IDLE_TIMEOUT ? AGW_AGUI_TIMEOUT : AGW_AGUI_UPSTREAM_ERROR;
         snprintf(msg, sizeof(msg), "upstream failed: %s", detail);
         fail_stream(r, code, msg);
     }

@@ -29,13 +29,24 @@
 #include "agw/tls.h"
 #include "agw/upstream.h"
 
-const char AGW_UP_ERR_CONNECT[] = "connect";
-const char AGW_UP_ERR_CONNECT_TIMEOUT[] = "connect_timeout";
-const char AGW_UP_ERR_FIRST_BYTE_TIMEOUT[] = "first_byte_timeout";
-const char AGW_UP_ERR_IDLE_TIMEOUT[] = "idle_timeout";
-const char AGW_UP_ERR_PROTOCOL[] = "protocol";
-const char AGW_UP_ERR_CLOSED[] = "closed";
-const char AGW_UP_ERR_TLS[] = "tls";
+const char *agw_up_failure_name(enum agw_up_failure f)
+{
+    static const char *const names[AGW_UP_N_FAILURES] = {
+        [AGW_UP_OK] = "",
+        [AGW_UP_CONNECT] = "connect",
+        [AGW_UP_CONNECT_TIMEOUT] = "connect_timeout",
+        [AGW_UP_FIRST_BYTE_TIMEOUT] = "first_byte_timeout",
+        [AGW_UP_IDLE_TIMEOUT] = "idle_timeout",
+        [AGW_UP_PROTOCOL] = "protocol",
+        [AGW_UP_CLOSED] = "closed",
+        [AGW_UP_TLS] = "tls",
+        [AGW_UP_STATUS] = "status",
+        [AGW_UP_CONTENT_TYPE] = "content_type",
+        [AGW_UP_EMPTY_STREAM] = "empty_stream",
+    };
+
+    return (unsigned)f < AGW_UP_N_FAILURES ? names[f] : "";
+}
 
 /* A pooled, idle, kept-alive connection. */
 struct idle_conn {
@@ -89,7 +100,7 @@ struct agw_upstream {
     struct evbuffer *body; /* decoded body bytes handed to on_body */
     struct agw_upstream_callbacks cbs;
     void *arg;
-    const char *pending_kind; /* failure to report from the kick event */
+    enum agw_up_failure pending_kind; /* failure to report from the kick event, or AGW_UP_OK */
     char pending_detail[160];
     uint64_t start_ms, connect_ms, first_byte_ms;
     uint64_t last_read_ms; /* for the lazy idle timer */
@@ -298,7 +309,7 @@ static bool call_end(struct agw_upstream *up)
 }
 
 /* Reports the failure. The exchange may be freed before this returns (the callee closed it). */
-static void fail(struct agw_upstream *up, const char *kind, const char *detail)
+static void fail(struct agw_upstream *up, enum agw_up_failure kind, const char *detail)
 {
     if (up->state == UP_ST_DONE || up->state == UP_ST_FAILED)
         return;
@@ -314,7 +325,7 @@ static void fail(struct agw_upstream *up, const char *kind, const char *detail)
 }
 
 /* Reports a failure from the loop rather than from the current call stack. */
-static void fail_later(struct agw_upstream *up, const char *kind, const char *detail)
+static void fail_later(struct agw_upstream *up, enum agw_up_failure kind, const char *detail)
 {
     up->pending_kind = kind;
     snprintf(up->pending_detail, sizeof(up->pending_detail), "%s", detail);
@@ -335,11 +346,11 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     switch (up->state) {
     case UP_ST_CONNECTING:
         snprintf(detail, sizeof(detail), "no connection within %u ms", up->pool->opts.connect_ms);
-        fail(up, AGW_UP_ERR_CONNECT_TIMEOUT, detail);
+        fail(up, AGW_UP_CONNECT_TIMEOUT, detail);
         break;
     case UP_ST_WAITING:
         snprintf(detail, sizeof(detail), "no response within %u ms", up->pool->opts.first_byte_ms);
-        fail(up, AGW_UP_ERR_FIRST_BYTE_TIMEOUT, detail);
+        fail(up, AGW_UP_FIRST_BYTE_TIMEOUT, detail);
         break;
     case UP_ST_BODY: {
         /* Lazy idle timer: reads only record their time; the timer sleeps again for what is left.
@@ -350,7 +361,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
             break;
         }
         snprintf(detail, sizeof(detail), "nothing received for %u ms", up->pool->opts.idle_ms);
-        fail(up, AGW_UP_ERR_IDLE_TIMEOUT, detail);
+        fail(up, AGW_UP_IDLE_TIMEOUT, detail);
         break;
     }
     default:
@@ -364,7 +375,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 static bool body_parsed(struct agw_upstream *up, int rc)
 {
     if (rc < 0) {
-        fail(up, AGW_UP_ERR_PROTOCOL, "malformed response body framing");
+        fail(up, AGW_UP_PROTOCOL, "malformed response body framing");
         return false;
     }
     if (evbuffer_get_length(up->body) > 0) {
@@ -413,7 +424,7 @@ static bool process_input(struct agw_upstream *up)
             return true;
         if (rc < 0) {
             /* The callee may close the exchange from on_error: <up> may be gone after this. */
-            fail(up, AGW_UP_ERR_PROTOCOL,
+            fail(up, AGW_UP_PROTOCOL,
                  rc == -AGW_ETOOBIG ? "response head too large" : "malformed response head");
             return false;
         }
@@ -597,9 +608,9 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (up->pending_kind != NULL) {
-        const char *kind = up->pending_kind;
-        up->pending_kind = NULL;
+    if (up->pending_kind != AGW_UP_OK) {
+        enum agw_up_failure kind = up->pending_kind;
+        up->pending_kind = AGW_UP_OK;
         fail(up, kind, up->pending_detail);
         return;
     }
@@ -629,7 +640,7 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
             agw_tls_error(ssl, ssl_err, why, sizeof(why));
             snprintf(detail, sizeof(detail), "TLS handshake with %s failed: %s",
                      up->pool->url.authority, why);
-            fail(up, AGW_UP_ERR_TLS, detail);
+            fail(up, AGW_UP_TLS, detail);
             return;
         }
         if (dns_err != 0)
@@ -638,7 +649,7 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
         else
             snprintf(detail, sizeof(detail), "cannot connect to %s: %s", up->pool->url.authority,
                      evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-        fail(up, AGW_UP_ERR_CONNECT, detail);
+        fail(up, AGW_UP_CONNECT, detail);
         return;
     }
     if (up->state == UP_ST_WAITING && up->reused && !up->got_bytes) {
@@ -651,7 +662,7 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
         up->bev = NULL;
         up->reused = false;
         if (connect_fresh(up) != 0)
-            fail_later(up, AGW_UP_ERR_CONNECT, "cannot create a socket");
+            fail_later(up, AGW_UP_CONNECT, "cannot create a socket");
         return;
     }
     if (up->state == UP_ST_BODY && (what & BEV_EVENT_EOF)) {
@@ -665,8 +676,7 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
             call_end(up);
             return;
         }
-        fail(up, AGW_UP_ERR_CLOSED,
-             "the backend closed the connection before the end of the response");
+        fail(up, AGW_UP_CLOSED, "the backend closed the connection before the end of the response");
         return;
     }
     if (what & BEV_EVENT_EOF)
@@ -675,7 +685,7 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
     else
         snprintf(detail, sizeof(detail), "connection error: %s",
                  evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-    fail(up, AGW_UP_ERR_CLOSED, detail);
+    fail(up, AGW_UP_CLOSED, detail);
 }
 
 /* ---- exchange: life ----------------------------------------------------------------------- */
@@ -794,7 +804,7 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
     }
     if (connect_fresh(up) != 0) {
         up->state = UP_ST_CONNECTING;
-        fail_later(up, AGW_UP_ERR_CONNECT, "cannot create a socket");
+        fail_later(up, AGW_UP_CONNECT, "cannot create a socket");
     }
     return up;
 }
@@ -887,7 +897,7 @@ static void linger_done(void *arg)
     agw_upstream_close(arg); /* DONE: the connection goes back to the pool */
 }
 
-static void linger_error(void *arg, const char *kind, const char *detail)
+static void linger_error(void *arg, enum agw_up_failure kind, const char *detail)
 {
     (void)kind;
     (void)detail;

@@ -52,10 +52,22 @@ void agw_random_hex(char *out, size_t nbytes_of_randomness);
 
 /* The value of one hex digit (either case), or -1. */
 int agw_hexval(char c);
+/* Decodes exactly 2 * <n> hex digits (either case) and nothing after them from <hex> into <out>.
+ * Returns 0, or -AGW_EINVAL (NULL, short, long or not hex) with <out> untouched. */
+int agw_hex_decode(const char *hex, uint8_t *out, size_t n);
 
 /* True when the comma-separated header value <value> (e.g. a Connection header) holds <token>,
  * case-insensitively, ignoring spaces and tabs around elements. <value> may be NULL. */
 bool agw_header_has_token(const char *value, const char *token);
+
+/* HTTP methods the gateway tells apart. */
+enum agw_method {
+    AGW_METHOD_OTHER = 0,
+    AGW_METHOD_GET,
+    AGW_METHOD_HEAD,
+    AGW_METHOD_POST,
+    AGW_METHOD_OPTIONS,
+};
 
 /* Case-insensitive ASCII comparison of <a> (length <alen>) with the NUL-terminated <b>. */
 bool agw_strieq_n(const char *a, size_t alen, const char *b);

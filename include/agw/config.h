@@ -12,10 +12,6 @@
 
 #define AGW_CONFIG_ERR_MAX 512
 
-/* A client's request line, and each of its header field lines, line end excluded: longer ones are
- * refused with 414 and 431 (as nginx's default large_client_header_buffers does). */
-#define AGW_MAX_REQUEST_LINE 8192
-
 enum agw_protocol {
     AGW_PROTO_AGUI = 0, /* "ag-ui": the official protocol (plus CloudBase dialect fixes) */
     AGW_PROTO_AGKIT,    /* "ag-kit": the legacy AG-Kit send-message protocol */

@@ -13,7 +13,6 @@
 #define AGW_HTTP_SERVER_H
 
 #include "agw/common.h"
-#include "agw/router.h"
 
 struct event_base;
 struct evbuffer;

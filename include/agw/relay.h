@@ -37,7 +37,7 @@ struct agw_relay_summary {
     const char *upstream; /* authority of the last backend tried, or NULL */
     const char
         *outcome; /* "RUN_FINISHED", "RUN_ERROR:<code>", "client_closed", "upstream_error", … */
-    const char *upstream_error; /* AGW_UP_ERR_* kind of the last upstream failure, or NULL */
+    enum agw_up_failure upstream_error; /* the last upstream failure, or AGW_UP_OK */
     uint64_t connect_ms, first_byte_ms;
     bool detached; /* the client left and the run went on without it */
 };

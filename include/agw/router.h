@@ -14,14 +14,6 @@ enum agw_route_id {
     AGW_ROUTE_THREAD_MESSAGES, /* GET /v1/ag-ui/threads/{thread_id}/messages */
 };
 
-enum agw_method {
-    AGW_METHOD_OTHER = 0,
-    AGW_METHOD_GET,
-    AGW_METHOD_HEAD,
-    AGW_METHOD_POST,
-    AGW_METHOD_OPTIONS,
-};
-
 #define AGW_ID_MAX 256 /* decoded bytes of one path id */
 
 struct agw_route {

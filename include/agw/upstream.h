@@ -19,16 +19,25 @@ struct evbuffer;
 struct agw_upstream_pool;
 struct agw_upstream;
 
-/* Why an exchange failed (static strings, compared by pointer; the text is for logs and metrics).
- */
-extern const char AGW_UP_ERR_CONNECT[]; /* "connect" — refused, unreachable, DNS failure */
-extern const char AGW_UP_ERR_CONNECT_TIMEOUT[];    /* "connect_timeout" */
-extern const char AGW_UP_ERR_FIRST_BYTE_TIMEOUT[]; /* "first_byte_timeout" */
-extern const char AGW_UP_ERR_IDLE_TIMEOUT[];       /* "idle_timeout" */
-extern const char
-    AGW_UP_ERR_PROTOCOL[]; /* "protocol" — malformed or oversized response head/body */
-extern const char AGW_UP_ERR_CLOSED[]; /* "closed" — connection lost before the body's end */
-extern const char AGW_UP_ERR_TLS[];    /* "tls" */
+/* Why an upstream exchange failed. The first kinds are the exchange's own; the last ones are judged
+ * by its owner from what the backend answered. Exported to /metrics and the log by name. */
+enum agw_up_failure {
+    AGW_UP_OK = 0,
+    AGW_UP_CONNECT,            /* "connect": refused, unreachable, DNS failure, no socket */
+    AGW_UP_CONNECT_TIMEOUT,    /* "connect_timeout" */
+    AGW_UP_FIRST_BYTE_TIMEOUT, /* "first_byte_timeout" */
+    AGW_UP_IDLE_TIMEOUT,       /* "idle_timeout" */
+    AGW_UP_PROTOCOL,           /* "protocol": malformed or oversized response head or body */
+    AGW_UP_CLOSED,             /* "closed": connection lost before the body's end */
+    AGW_UP_TLS,                /* "tls" */
+    AGW_UP_STATUS,             /* "status": a status the caller cannot use (non-2xx) */
+    AGW_UP_CONTENT_TYPE,       /* "content_type": not text/event-stream */
+    AGW_UP_EMPTY_STREAM,       /* "empty_stream": an event stream with no event */
+    AGW_UP_N_FAILURES
+};
+
+/* "connect", …; "" for AGW_UP_OK. */
+const char *agw_up_failure_name(enum agw_up_failure f);
 
 struct agw_upstream_pool_options {
     uint32_t connect_ms;
@@ -58,8 +67,9 @@ struct agw_upstream_callbacks {
     void (*on_body)(void *arg, struct evbuffer *body);
     /* The body ended cleanly. */
     void (*on_done)(void *arg);
-    /* The exchange failed; <kind> is one of AGW_UP_ERR_*, <detail> a human-readable reason. */
-    void (*on_error)(void *arg, const char *kind, const char *detail);
+    /* The exchange failed; <kind> is one of the exchange's own kinds (AGW_UP_CONNECT …
+     * AGW_UP_TLS), <detail> a human-readable reason. */
+    void (*on_error)(void *arg, enum agw_up_failure kind, const char *detail);
 };
 
 struct agw_upstream_header {

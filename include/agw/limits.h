@@ -1,0 +1,13 @@
+/* Ceilings that more than one module relies on, each defined here once. A module's own limits
+ * (a parser's line length, a pool's idle count) stay in that module. */
+#ifndef AGW_LIMITS_H
+#define AGW_LIMITS_H
+
+#define AGW_MAX_LISTENERS        16 /* listen[] entries (the admin listener comes on top) */
+#define AGW_MAX_UPSTREAMS        64 /* upstream URLs of one agent */
+#define AGW_MAX_UPSTREAM_HEADERS 64 /* headers of one upstream request, all sources together */
+/* A client's request line, and each of its header field lines, line end excluded: longer ones are
+ * refused with 414 and 431 (as nginx's default large_client_header_buffers does). */
+#define AGW_MAX_REQUEST_LINE 8192
+
+#endif
