@@ -6,9 +6,12 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "agw/log.h"
 
@@ -138,4 +141,45 @@ void agw_log_access_close(void)
     if (access_fd > 2)
         close(access_fd);
     access_fd = 2;
+}
+
+void agw_log_access_record(const struct agw_access_record *r)
+{
+    json_t *o;
+    char *line;
+
+    if (!agw_log_access_enabled())
+        return;
+    o = json_object();
+    json_object_set_new(o, "time", json_integer((json_int_t)agw_wall_ms()));
+    json_object_set_new(o, "request_id", json_string(r->request_id ? r->request_id : ""));
+    json_object_set_new(o, "client", json_string(r->client ? r->client : ""));
+    json_object_set_new(o, "method", json_string(r->method ? r->method : ""));
+    /* The path may hold ids a client chose: jansson refuses invalid UTF-8, so it is logged only
+     * when valid. */
+    json_object_set_new(o, "path",
+                        json_string(r->path ? r->path : "") ?: json_string("(invalid utf-8)"));
+    if (r->agent != NULL)
+        json_object_set_new(o, "agent", json_string(r->agent));
+    if (r->thread != NULL)
+        json_object_set_new(o, "thread", json_string(r->thread));
+    if (r->run != NULL)
+        json_object_set_new(o, "run", json_string(r->run));
+    if (r->key != NULL)
+        json_object_set_new(o, "key", json_string(r->key));
+    json_object_set_new(o, "status", json_integer(r->status));
+    json_object_set_new(o, "events", json_integer((json_int_t)r->events));
+    json_object_set_new(o, "bytes", json_integer((json_int_t)r->bytes));
+    json_object_set_new(o, "duration_ms", json_integer((json_int_t)r->duration_ms));
+    if (r->upstream != NULL)
+        json_object_set_new(o, "upstream", json_string(r->upstream));
+    if (r->outcome != NULL)
+        json_object_set_new(o, "outcome", json_string(r->outcome));
+    if (r->detached)
+        json_object_set_new(o, "detached", json_true());
+    line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (line != NULL)
+        agw_log_access(line);
+    free(line);
+    json_decref(o);
 }

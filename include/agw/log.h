@@ -26,6 +26,21 @@ int agw_log_access_open(const char *where);
 void agw_log_access(const char *json_line);
 /* False when the access log was opened with "off": callers need not build their lines. */
 bool agw_log_access_enabled(void);
+
+/* One request, as the access log records it: never a token or a body. NULL strings are left out
+ * (request_id, client, method and path always appear). */
+struct agw_access_record {
+    const char *request_id, *client, *method, *path;
+    const char *agent, *thread, *run, *key; /* key: the bearer key's id */
+    int status;                             /* 0: the client left before any answer */
+    uint64_t events, bytes, duration_ms;
+    const char *upstream; /* authority of the backend */
+    const char *outcome;  /* "RUN_FINISHED", "RUN_ERROR:<code>", "client_closed", "error", … */
+    bool detached;
+};
+
+/* Writes <r> as one JSON line (no-op when the access log is off). */
+void agw_log_access_record(const struct agw_access_record *r);
 void agw_log_access_close(void);
 
 #define agw_log_error(...) agw_log(AGW_LOG_ERROR, __VA_ARGS__)

@@ -1,0 +1,54 @@
+/* The counters behind /metrics and their Prometheus text exposition (doc/metrics.md). One struct
+ * agw_metrics per event loop, owned by the gateway; no locking. Every metric's name and help text
+ * is defined here once. Pure but for the evbuffer the exposition is written to. */
+#ifndef AGW_METRICS_H
+#define AGW_METRICS_H
+
+#include "agw/common.h"
+#include "agw/config.h"
+#include "agw/upstream.h"
+
+struct evbuffer;
+struct agw_metrics;
+
+/* Plain counters (in the exposition's order). */
+enum agw_counter {
+    AGW_C_RUNS_STARTED = 0,    /* agw_runs_started_total */
+    AGW_C_EVENTS,              /* agw_events_relayed_total */
+    AGW_C_BYTES,               /* agw_bytes_relayed_total */
+    AGW_C_AUTH_FAILURES,       /* agw_auth_failures_total */
+    AGW_C_DECISIONS_FORWARDED, /* agw_decisions_forwarded_total */
+    AGW_C_DECISION_FAILURES,   /* agw_decision_failures_total */
+    AGW_C_DECISIONS_REJECTED,  /* agw_decisions_rejected_total */
+    AGW_C_DECISIONS_STREAMED,  /* agw_decisions_streamed_total */
+    AGW_C_RUNS_CANCELLED,      /* agw_runs_cancelled_total */
+    AGW_N_COUNTERS
+};
+
+/* What the exposition reads from elsewhere at the time it is written. */
+struct agw_metrics_gauges {
+    size_t active_runs; /* the active-run registry's size */
+    size_t open_relays;
+    uint64_t accept_errors;
+    const int *refusal_statuses; /* requests the HTTP parser refused, by status */
+    const uint64_t *refused;
+    size_t n_refusals;
+};
+
+/* Requests are counted by agent only for the agents of <cfg> (borrowed; it must outlive the
+ * metrics): any other agent id counts as "", so a client cannot grow the table. */
+struct agw_metrics *agw_metrics_new(const struct agw_config *cfg);
+void agw_metrics_free(struct agw_metrics *m);
+
+void agw_metrics_add(struct agw_metrics *m, enum agw_counter c, uint64_t n);
+uint64_t agw_metrics_get(const struct agw_metrics *m, enum agw_counter c);
+/* One request answered with <status> for <agent> (NULL or "" when it named none). */
+void agw_metrics_request(struct agw_metrics *m, const char *agent, int status);
+/* One upstream failure of <kind> (AGW_UP_OK counts nothing). */
+void agw_metrics_upstream_failure(struct agw_metrics *m, enum agw_up_failure kind);
+
+/* Appends the whole exposition (Prometheus text format 0.0.4) to <out>. */
+void agw_metrics_write(const struct agw_metrics *m, const struct agw_metrics_gauges *g,
+                       struct evbuffer *out);
+
+#endif

@@ -1,0 +1,133 @@
+/* Counters and their exposition: see include/agw/metrics.h. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "agw/metrics.h"
+
+struct status_count {
+    char agent[65]; /* agent ids are at most 64 bytes (agw_agent_id_valid) */
+    int status;
+    uint64_t n;
+};
+
+struct agw_metrics {
+    const struct agw_config *cfg;
+    struct status_count *requests; /* by (agent, status); agents come from the config */
+    size_t n_requests, cap_requests;
+    uint64_t counters[AGW_N_COUNTERS];
+    uint64_t upstream_failures[AGW_UP_N_FAILURES];
+};
+
+static const struct {
+    const char *name, *help;
+} counter_info[AGW_N_COUNTERS] = {
+    [AGW_C_RUNS_STARTED] = {"agw_runs_started_total", "Runs handed to an upstream."},
+    [AGW_C_EVENTS] = {"agw_events_relayed_total", "AG-UI events written to clients."},
+    [AGW_C_BYTES] = {"agw_bytes_relayed_total", "Stream body bytes written to clients."},
+    [AGW_C_AUTH_FAILURES] = {"agw_auth_failures_total", "Requests refused with 401 or 403."},
+    [AGW_C_DECISIONS_FORWARDED] = {"agw_decisions_forwarded_total",
+                                   "Decision-only requests forwarded to a live run (202)."},
+    [AGW_C_DECISION_FAILURES] = {"agw_decision_failures_total",
+                                 "Decisions the backend refused or did not answer (502/504)."},
+    [AGW_C_DECISIONS_REJECTED] = {"agw_decisions_rejected_total",
+                                  "Decisions with no active run, refused (400)."},
+    [AGW_C_DECISIONS_STREAMED] = {"agw_decisions_streamed_total",
+                                  "Decisions the backend answered with a new stream, relayed to "
+                                  "the client as a run."},
+    [AGW_C_RUNS_CANCELLED] = {"agw_runs_cancelled_total", "Runs ended by the cancel endpoint."},
+};
+
+struct agw_metrics *agw_metrics_new(const struct agw_config *cfg)
+{
+    struct agw_metrics *m = agw_xcalloc(1, sizeof(*m));
+
+    m->cfg = cfg;
+    return m;
+}
+
+void agw_metrics_free(struct agw_metrics *m)
+{
+    if (m == NULL)
+        return;
+    free(m->requests);
+    free(m);
+}
+
+void agw_metrics_add(struct agw_metrics *m, enum agw_counter c, uint64_t n)
+{
+    m->counters[c] += n;
+}
+
+uint64_t agw_metrics_get(const struct agw_metrics *m, enum agw_counter c)
+{
+    return m->counters[c];
+}
+
+void agw_metrics_request(struct agw_metrics *m, const char *agent, int status)
+{
+    if (agent == NULL || (agent[0] != '\0' && agw_config_find_agent(m->cfg, agent) == NULL))
+        agent = "";
+    for (size_t i = 0; i < m->n_requests; i++) {
+        if (m->requests[i].status == status && strcmp(m->requests[i].agent, agent) == 0) {
+            m->requests[i].n++;
+            return;
+        }
+    }
+    if (m->n_requests == m->cap_requests) {
+        m->cap_requests = m->cap_requests ? 2 * m->cap_requests : 16;
+        m->requests = agw_xrealloc(m->requests, m->cap_requests * sizeof(*m->requests));
+    }
+    snprintf(m->requests[m->n_requests].agent, sizeof(m->requests[0].agent), "%s", agent);
+    m->requests[m->n_requests].status = status;
+    m->requests[m->n_requests].n = 1;
+    m->n_requests++;
+}
+
+void agw_metrics_upstream_failure(struct agw_metrics *m, enum agw_up_failure kind)
+{
+    if (kind != AGW_UP_OK && kind < AGW_UP_N_FAILURES)
+        m->upstream_failures[kind]++;
+}
+
+static void header(struct evbuffer *out, const char *name, const char *type, const char *help)
+{
+    evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void agw_metrics_write(const struct agw_metrics *m, const struct agw_metrics_gauges *g,
+                       struct evbuffer *out)
+{
+    header(out, "agw_requests_total", "counter", "Requests answered, by agent and HTTP status.");
+    for (size_t i = 0; i < m->n_requests; i++)
+        evbuffer_add_printf(out, "agw_requests_total{agent=\"%s\",status=\"%d\"} %" PRIu64 "\n",
+                            m->requests[i].agent, m->requests[i].status, m->requests[i].n);
+    header(out, "agw_active_runs", "gauge",
+           "Runs in the active-run registry (streaming, attached or detached).");
+    evbuffer_add_printf(out, "agw_active_runs %zu\n", g->active_runs);
+    header(out, "agw_open_relays", "gauge",
+           "Runs being relayed, including those still reaching their upstream.");
+    evbuffer_add_printf(out, "agw_open_relays %zu\n", g->open_relays);
+    for (int c = 0; c < AGW_N_COUNTERS; c++) {
+        header(out, counter_info[c].name, "counter", counter_info[c].help);
+        evbuffer_add_printf(out, "%s %" PRIu64 "\n", counter_info[c].name, m->counters[c]);
+    }
+    header(out, "agw_upstream_failures_total", "counter", "Upstream failures, by kind.");
+    for (int k = AGW_UP_OK + 1; k < AGW_UP_N_FAILURES; k++)
+        evbuffer_add_printf(out, "agw_upstream_failures_total{kind=\"%s\"} %" PRIu64 "\n",
+                            agw_up_failure_name((enum agw_up_failure)k), m->upstream_failures[k]);
+    header(out, "agw_requests_refused_total", "counter",
+           "Requests refused by the HTTP parser before routing (malformed, too large, "
+           "unsupported), by status.");
+    for (size_t i = 0; i < g->n_refusals; i++)
+        evbuffer_add_printf(out, "agw_requests_refused_total{status=\"%d\"} %" PRIu64 "\n",
+                            g->refusal_statuses[i], g->refused[i]);
+    header(out, "agw_accept_errors_total", "counter",
+           "Failed accept() calls (e.g. out of file descriptors; accepting pauses briefly).");
+    evbuffer_add_printf(out, "agw_accept_errors_total %" PRIu64 "\n", g->accept_errors);
+}
