@@ -21,6 +21,7 @@
 #include <assert.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,7 @@ struct agw_http1_parser {
     unsigned lines;
     uint64_t announced;
     bool over_limit;
+    char why[96]; /* a refusal's message that names a limit (agw_http1_request.error points here) */
 };
 
 struct agw_http1_parser *agw_http1_parser_new(size_t max_head)
@@ -469,7 +471,7 @@ int agw_http1_parse_head(struct agw_http1_parser *p, struct evbuffer *in,
 /* ---- request head --------------------------------------------------------------------------- */
 
 /* Records why a request is refused. 413, 414 and 431 are limits (-AGW_ETOOBIG); the rest are
- * -AGW_EPROTO. */
+ * -AGW_EPROTO. A message naming a number is formatted into p->why. */
 static int refuse(struct agw_http1_parser *p, struct agw_http1_request *req, int status,
                   const char *why)
 {
@@ -540,11 +542,13 @@ static ev_ssize_t find_request_head_end(struct agw_http1_parser *p, struct evbuf
         evbuffer_ptr_set(in, &to, limit, EVBUFFER_PTR_SET);
         lf = evbuffer_search_range(in, "\n", 1, &from, &to);
         if (lf.pos < 0) {
-            if (limit - p->scan >= line_max)
-                return p->lines == 0
-                           ? refuse(p, req, 414, "URI too long: the request line is too long")
-                           : refuse(p, req, 431,
-                                    "request header fields too large: a field line is too long");
+            if (limit - p->scan >= line_max) {
+                snprintf(p->why, sizeof(p->why), "%s is limited to %zu bytes",
+                         p->lines == 0 ? "URI too long: the request line"
+                                       : "request header fields too large: a header field line",
+                         p->lim.max_line);
+                return refuse(p, req, p->lines == 0 ? 414 : 431, p->why);
+            }
             break;
         }
         if ((size_t)lf.pos > p->scan) {
@@ -555,13 +559,21 @@ static ev_ssize_t find_request_head_end(struct agw_http1_parser *p, struct evbuf
             return refuse(p, req, 400, "bad request: lines must end with CR LF");
         if ((size_t)lf.pos == p->scan + 1) /* "\r\n": the blank line */
             return lf.pos + 1;
-        if (p->lines > p->lim.max_fields)
-            return refuse(p, req, 431, "request header fields too large: too many fields");
+        if (p->lines > p->lim.max_fields) {
+            snprintf(p->why, sizeof(p->why),
+                     "request header fields too large: more than %u header fields",
+                     p->lim.max_fields);
+            return refuse(p, req, 431, p->why);
+        }
         p->lines++;
         p->scan = (size_t)lf.pos + 1;
     }
-    if (len >= p->max_head)
-        return refuse(p, req, 431, "request header fields too large: the head is too large");
+    if (len >= p->max_head) {
+        snprintf(p->why, sizeof(p->why),
+                 "request header fields too large: the request head is limited to %zu bytes",
+                 p->max_head);
+        return refuse(p, req, 431, p->why);
+    }
     return AGW_AGAIN;
 }
 
@@ -680,7 +692,7 @@ static int request_field(struct agw_http1_parser *p, struct agw_http1_request *r
                 continue;
             if (!agw_strieq_n(e, elen, "chunked"))
                 return refuse(p, req, 501,
-                              "not implemented: only the chunked transfer coding is supported");
+                              "not implemented: a Transfer-Encoding other than chunked");
             if (f->chunked)
                 return refuse(p, req, 400, "bad request: chunked applied more than once");
             f->chunked = any = true;
