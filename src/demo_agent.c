@@ -99,11 +99,11 @@ enum hangup { HANGUP_NONE = 0, HANGUP_IDLE, HANGUP_NEXT };
 static const struct knob_word hangup_words[] = {
     {"none", HANGUP_NONE}, {"idle", HANGUP_IDLE}, {"next", HANGUP_NEXT}, {NULL, 0}};
 
-/* What a decision-only POST for a waiting run gets: "live" applies it to the waiting run and answers
- * 202 (a backend that takes live decisions); "stream" treats it as a new run, streamed back, and the
- * waiting run ends without it (as Mastra and AG-Kit servers do); "empty" answers an empty event
- * stream and leaves the waiting run as it is (as CopilotKit's runtime does: "already running");
- * "refuse" answers 409 with a JSON error and leaves the waiting run as it is. */
+/* What a decision-only POST for a waiting run gets: "live" applies it to the waiting run and
+ * answers 202 (a backend that takes live decisions); "stream" treats it as a new run, streamed
+ * back, and the waiting run ends without it (as Mastra and AG-Kit servers do); "empty" answers an
+ * empty event stream and leaves the waiting run as it is (as CopilotKit's runtime does: "already
+ * running"); "refuse" answers 409 with a JSON error and leaves the waiting run as it is. */
 enum decision_mode { DECISION_LIVE = 0, DECISION_STREAM, DECISION_EMPTY, DECISION_REFUSE };
 static const struct knob_word decision_words[] = {{"live", DECISION_LIVE},
                                                   {"stream", DECISION_STREAM},
