@@ -1,5 +1,5 @@
 /* The gateway: configuration → event loop, listeners, upstream pools, relays; and the request
- * handler that answers every route of SPEC §2 (auth, validation, routing, relaying). */
+ * handler that answers every route of doc/protocol.md#endpoints (auth, validation, relaying). */
 #include "config.h"
 
 #include <assert.h>
@@ -65,7 +65,7 @@ struct agw_gateway {
     struct agw_server *srv;
     struct agw_server *admin;
     struct agw_relay_set *relays;
-    struct agw_runs *runs;   /* the active-run registry (SPEC §5) */
+    struct agw_runs *runs;   /* the active-run registry (doc/protocol.md#decisions) */
     struct agent_rt *agents; /* parallel to cfg->agents */
     uint16_t ports[MAX_PORTS];
     size_t n_ports;
@@ -419,8 +419,9 @@ static void forward_header(const char *name, const char *value, void *arg)
     }
 }
 
-/* Bearer auth for everything under /v1/ (SPEC §7). <agent_id> NULL: any valid key will do. Answers
- * 401 or 403 itself and returns false; on success *<key> is the matching key (NULL with auth off).
+/* Bearer auth for everything under /v1/ (doc/protocol.md#auth). <agent_id> NULL: any valid key will
+ * do. Answers 401 or 403 itself and returns false; on success *<key> is the matching key (NULL with
+ * auth off).
  */
 static bool authorize(struct agw_gateway *gw, struct agw_req *req, const char *agent_id,
                       const struct agw_auth_key **key)
@@ -443,7 +444,7 @@ static bool authorize(struct agw_gateway *gw, struct agw_req *req, const char *a
     }
 }
 
-/* ---- human in the loop (SPEC §5) --------------------------------------------------------------
+/* ---- human in the loop (doc/protocol.md#decisions) ---------------------------------------------
  */
 
 /* One decision on its way to the backend of the run waiting for it. Lives until the client's
@@ -678,9 +679,10 @@ static void decision_closed(struct agw_req *req, void *arg)
     decision_free(d);
 }
 
-/* A decision-only request (SPEC §5). When an active run matches, the same body goes to the backend
- * serving it and the client gets 202; with decisions.no_active_run = "reject" an unmatched
- * decision gets 400. Returns false when the request should start a new run instead. */
+/* A decision-only request (doc/protocol.md#decisions). When an active run matches, the same body
+ * goes to the backend serving it, whose answer decides (decision_on_head); with
+ * decisions.no_active_run = "reject" an unmatched decision gets 400. Returns false when the request
+ * should start a new run instead. */
 static bool route_decision(struct agw_gateway *gw, struct agw_req *req,
                            const struct agw_agent_config *agent, const struct agw_auth_key *key,
                            const struct agw_input *in, const struct agw_upstream_header *h,
@@ -803,7 +805,8 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
         return;
     }
 
-    /* Upstream request headers (SPEC §4, §7): never the client's Authorization. */
+    /* Upstream request headers (doc/protocol.md#upstream-request): never the client's
+     * Authorization. */
     struct agw_upstream_header h[MAX_UPSTREAM_HEADERS];
     size_t n = 0;
     char traceparent[64], trace_id[33], span_id[17];
