@@ -1,6 +1,7 @@
-/* AG-UI stream normalisation (SPEC §4.1-§4.3): one struct agw_agui per run turns whatever the
- * upstream sends into a stream that @ag-ui/client's verifier accepts. The design notes (rules,
- * state, limits, what is relayed raw and what is re-serialised) are in doc/internals/agui.md.
+/* AG-UI stream normalisation (doc/protocol.md#lifecycle): one struct agw_agui per run turns
+ * whatever the upstream sends into a stream that @ag-ui/client's verifier accepts. The design notes
+ * (rules, state, limits, what is relayed raw and what is re-serialised) are in
+ * doc/internals/agui.md.
  *
  * Hot path: each upstream frame is parsed once; a frame that needs no change is written with the
  * upstream's own bytes. jansson values never outlive the call that parsed or built them. Out of

@@ -1,4 +1,4 @@
-/* Bearer authentication (SPEC §7).
+/* Bearer authentication (doc/protocol.md#auth).
  *
  * The token is never compared or stored in clear: it is hashed with SHA-256 straight from the
  * header value (no copy is made) and the digest is compared with every configured key's digest

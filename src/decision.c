@@ -16,7 +16,8 @@
 
 #include "gateway_internal.h"
 
-/* ---- human in the loop (SPEC §5) --------------------------------------------------------------
+/* ---- human in the loop (doc/protocol.md#decisions)
+ * --------------------------------------------------------------
  */
 
 /* One decision on its way to the backend of the run waiting for it. Lives until the client's
@@ -251,9 +252,7 @@ static void decision_closed(struct agw_req *req, void *arg)
     decision_free(d);
 }
 
-/* A decision-only request (SPEC §5). When an active run matches, the same body goes to the backend
- * serving it and the client gets 202; with decisions.no_active_run = "reject" an unmatched
- * decision gets 400. Returns false when the request should start a new run instead. */
+/* A decision-only request (doc/protocol.md#decisions): see include/agw/decision.h. */
 bool agw_decision_route(struct agw_gateway *gw, struct agw_req *req,
                         const struct agw_agent_config *agent, const struct agw_auth_key *key,
                         const struct agw_input *in, const struct agw_upstream_header *h, size_t n,

@@ -1028,7 +1028,7 @@ static bool decision_approved(const char *content)
 }
 
 /* The confirmation request derived from the user's text: "Delete all temporary files" gives the
- * action "delete temporary files" (seed 000, scenario 4). */
+ * action "delete temporary files" (the human-in-the-loop scenario, doc/demo-agent.md). */
 static char *confirm_action(const char *text)
 {
     char *l = str_lower(text), *out;
@@ -1892,8 +1892,9 @@ static void record_request(struct conn *c, const char *path, const char *query)
 }
 
 /* ---- human in the loop ----------------------------------------------------------------------- */
-/* SPEC §5, decided exactly as the gateway decides it (src/input.c): no user message with non-blank
- * content, and a tool message with a toolCallId. A body the gateway would refuse is no decision. */
+/* Decision-only requests (doc/protocol.md#decisions), decided exactly as the gateway decides them
+ * (src/input.c): no user message with non-blank content, and a tool message with a toolCallId. A
+ * body the gateway would refuse is no decision. */
 static bool decision_only(const char *body, size_t len)
 {
     struct agw_input in = {0};

@@ -205,8 +205,9 @@ static void forward_header(const char *name, const char *value, void *arg)
     }
 }
 
-/* Bearer auth for everything under /v1/ (SPEC §7). <agent_id> NULL: any valid key will do. Answers
- * 401 or 403 itself and returns false; on success *<key> is the matching key (NULL with auth off).
+/* Bearer auth for everything under /v1/ (doc/protocol.md#auth). <agent_id> NULL: any valid key will
+ * do. Answers 401 or 403 itself and returns false; on success *<key> is the matching key (NULL with
+ * auth off).
  */
 bool agw_gw_authorize(struct agw_gateway *gw, struct agw_req *req, const char *agent_id,
                       const struct agw_auth_key **key)
@@ -270,7 +271,8 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
         return;
     }
 
-    /* Upstream request headers (SPEC §4, §7): never the client's Authorization. */
+    /* Upstream request headers (doc/protocol.md#upstream-request): never the client's
+     * Authorization. */
     struct agw_upstream_header h[AGW_MAX_UPSTREAM_HEADERS];
     size_t n = 0;
     char traceparent[64], trace_id[33], span_id[17];

@@ -35,7 +35,7 @@ struct agw_gateway {
     struct agw_server *srv;
     struct agw_server *admin;
     struct agw_relay_set *relays;
-    struct agw_runs *runs;   /* the active-run registry (SPEC §5) */
+    struct agw_runs *runs;   /* the active-run registry (doc/protocol.md#decisions) */
     struct agent_rt *agents; /* parallel to cfg->agents */
     uint16_t ports[MAX_PORTS];
     size_t n_ports;

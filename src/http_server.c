@@ -1,6 +1,6 @@
 /* The HTTP server side, over libevhtp 1.2.18 — the only file that calls it (see
- * doc/internals/http_server.md for the traps this works around, and doc/security.md for the gate
- * in front of libevhtp's parser).
+ * doc/internals/libevhtp.md for the traps this works around, doc/internals/http_server.md for the
+ * design, and doc/security.md for the gate in front of libevhtp's parser).
  *
  * Objects: one struct agw_server per event loop, one evhtp_t per listener (an evhtp_t binds one
  * socket), one struct conn_ctx per accepted connection (freed by the connection_fini hook) and one

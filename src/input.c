@@ -1,4 +1,5 @@
-/* RunAgentInput validation (SPEC §3) and decision-only classification (SPEC §5).
+/* RunAgentInput validation (doc/protocol.md#validation) and decision-only classification
+ * (doc/protocol.md#decisions).
  *
  * The body is parsed once with jansson, checked in a fixed order (depth, JSON, object, threadId,
  * runId, messages, tools, context) so that the first error in that order is the one reported, and

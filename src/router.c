@@ -1,4 +1,4 @@
-/* Routing (SPEC §2): method + path → route, by exact match of the whole path.
+/* Routing (doc/protocol.md#routing): method + path → route, by exact match of the whole path.
  *
  * There is no prefix matching and no normalisation: "/healthz/", "/healthzx",
  * "/v1/ag-ui/agents/a/runs/" and

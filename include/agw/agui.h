@@ -1,7 +1,7 @@
-/* AG-UI stream normalisation (SPEC §4.1, §4.2, §4.3 "ag-ui"): whatever an upstream sends, the
- * client receives one stream that @ag-ui/client's verifier accepts. Pure: consumes the data of
- * upstream SSE frames, appends complete client frames ("data: <compact JSON>\n\n") to an evbuffer.
- * No sockets, no timers.
+/* AG-UI stream normalisation (doc/protocol.md#lifecycle, #in-band-errors, #dialects): whatever an
+ * upstream sends, the client receives one stream that @ag-ui/client's verifier accepts. Pure:
+ * consumes the data of upstream SSE frames, appends complete client frames ("data: <compact
+ * JSON>\n\n") to an evbuffer. No sockets, no timers.
  *
  * One struct agw_agui per run, owned by the relay. Its rules, in short:
  * - exactly one RUN_STARTED first, carrying the client's threadId/runId (injected when missing,
@@ -28,7 +28,8 @@
 struct evbuffer;
 struct agw_agui;
 
-/* In-band error codes of SPEC §4.2 (static strings, compare by pointer or by text). */
+/* In-band error codes of doc/protocol.md#in-band-errors (static strings, compare by pointer or by
+ * text). */
 extern const char AGW_AGUI_UPSTREAM_ERROR[];  /* "UPSTREAM_ERROR" */
 extern const char AGW_AGUI_TIMEOUT[];         /* "TIMEOUT" */
 extern const char AGW_AGUI_FRAME_TOO_LARGE[]; /* "FRAME_TOO_LARGE" */

@@ -1,5 +1,5 @@
-/* Bearer authentication (SPEC §7): tokens are compared by their SHA-256 digest, in constant time,
- * against the configured keys. Pure. */
+/* Bearer authentication (doc/protocol.md#auth): tokens are compared by their SHA-256 digest, in
+ * constant time, against the configured keys. Pure. */
 #ifndef AGW_AUTH_H
 #define AGW_AUTH_H
 

@@ -1,4 +1,4 @@
-/* Configuration: one JSON file (SPEC §10) loaded into plain C structs. No json_t survives loading.
+/* Configuration: one JSON file loaded into plain C structs. No json_t survives loading.
  * Every key is documented in doc/configuration.md; unknown keys are errors; every error names the
  * key path and the reason, e.g. "agents.weather.upstreams[0]: expects an http(s) URL, got 'foo'".
  *

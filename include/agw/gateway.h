@@ -1,5 +1,6 @@
 /* The gateway: wires a loaded configuration to the server, the upstream pools and the relays, and
- * answers every route of SPEC §2. main.c only parses the command line and calls these.
+ * answers every route of doc/protocol.md#endpoints. main.c only parses the command line and calls
+ * these.
  *
  * Ownership: the gateway owns its event loop objects, server, pools and relays; it borrows the
  * config, which must outlive it. */

@@ -1,5 +1,5 @@
-/* RunAgentInput validation (SPEC §3) and request classification (SPEC §5). Pure: reads the body,
- * never rewrites it. */
+/* RunAgentInput validation (doc/protocol.md#validation) and request classification
+ * (doc/protocol.md#decisions). Pure: reads the body, never rewrites it. */
 #ifndef AGW_INPUT_H
 #define AGW_INPUT_H
 

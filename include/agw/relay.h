@@ -1,4 +1,5 @@
-/* One run: the client's streaming response ↔ one upstream exchange (SPEC §4). Explicit states:
+/* One run: the client's streaming response ↔ one upstream exchange (doc/protocol.md#relaying).
+ * Explicit states:
  *   CONNECTING  the upstream is being reached; the client has no answer yet (errors → 502/504 JSON;
  *               failures before the first byte are retried on the next backend)
  *   STREAMING   200 text/event-stream sent; upstream frames are parsed (sse), normalised (agui) and

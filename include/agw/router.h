@@ -1,5 +1,5 @@
-/* Routing: method + path → route (SPEC §2). Exact matches only (no prefix matching); path ids are
- * percent-decoded and validated here. Pure. */
+/* Routing: method + path → route (doc/protocol.md#routing). Exact matches only (no prefix
+ * matching); path ids are percent-decoded and validated here. Pure. */
 #ifndef AGW_ROUTER_H
 #define AGW_ROUTER_H
 

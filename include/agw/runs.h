@@ -1,15 +1,16 @@
-/* The registry of active runs (SPEC §5): an entry per run, keyed ag_ui:{agent}:{thread}:{run}, from
- * the moment its upstream stream opens until its terminal event, upstream EOF, client disconnect
- * (unless the agent detaches), cancellation or shutdown. Each entry knows the backend that serves
- * the run, so that a decision arriving on a new request can be forwarded to it, and the relay that
- * owns it, so that the run can be cancelled.
+/* The registry of active runs (doc/protocol.md#decisions): an entry per run, keyed
+ * ag_ui:{agent}:{thread}:{run}, from the moment its upstream stream opens until its terminal event,
+ * upstream EOF, client disconnect (unless the agent detaches), cancellation or shutdown. Each entry
+ * knows the backend that serves the run, so that a decision arriving on a new request can be
+ * forwarded to it, and the relay that owns it, so that the run can be cancelled.
  *
  * One registry per event loop, owned by the gateway; entries are owned by the registry and removed
  * by the relay that added them. Lookups are hash-indexed three ways: the exact key, the thread
  * (decisions.match = "thread") and the run id (the cancel endpoint knows no thread). When a client
  * reuses a key while a run with it is active, both are registered and lookups return the newest.
  *
- * (A shared registry for several instances, §8, will sit behind this same interface.) */
+ * (A registry shared by several instances, doc/protocol.md#not-yet, will sit behind this same
+ * interface.) */
 #ifndef AGW_RUNS_H
 #define AGW_RUNS_H
 

@@ -1,4 +1,4 @@
-/* TLS contexts: the only module that builds OpenSSL SSL_CTXs (SPEC §7).
+/* TLS contexts: the only module that builds OpenSSL SSL_CTXs (doc/security.md).
  *
  * Server side, per listener: TLS 1.2 minimum (1.3 preferred), AEAD ciphers with forward secrecy
  * only, ALPN "http/1.1", SNI choosing among several certificates, session resumption (cache and

@@ -1,6 +1,7 @@
 #!/bin/bash
-# agui-demo-agent: the four scenarios of seed 000, every test knob, the /_demo endpoints, HTTP framing and
-# a clean exit on SIGTERM. Everything runs against the real binary on 127.0.0.1 with bounded curls.
+# agui-demo-agent: the four demo scenarios (conversation, frontend tool, server-side tool, human in the loop;
+# doc/demo-agent.md), every test knob, the /_demo endpoints, HTTP framing and a clean exit on SIGTERM.
+# Everything runs against the real binary on 127.0.0.1 with bounded curls.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 start_demo demo --log-level debug || exit 1
@@ -27,7 +28,7 @@ now_ms() { echo $(($(date +%s%N) / 1000000)); }
 HELLO='{"threadId":"thread_001","runId":"run_001","messages":[{"id":"msg_1","role":"user","content":"Hello"}],"tools":[],"context":[]}'
 CHAT='{"threadId":"t9","runId":"r9","messages":[{"id":"m1","role":"user","content":"Tell me a story"}]}'
 
-# ---- seed 000, scenario 1: pure conversation -----------------------------------------------------------
+# ---- scenario 1: pure conversation --------------------------------------------------------------------
 sse "$U/agent" "$HELLO"
 check_eq "chat: curl ok" 0 "$CURL_RC"
 check_contains "chat: 200" "HTTP/1.1 200" "$HDR"
@@ -40,7 +41,7 @@ check_contains "chat: RUN_STARTED carries the ids" \
     'data: {"type":"RUN_STARTED","threadId":"thread_001","runId":"run_001"}' "$SSE"
 check_contains "chat: assistant message" \
     'data: {"type":"TEXT_MESSAGE_START","messageId":"msg_2","role":"assistant"}' "$SSE"
-check_contains "chat: seed deltas" '"delta":"! How can I help you?"' "$SSE"
+check_contains "chat: the greeting's deltas" '"delta":"! How can I help you?"' "$SSE"
 check_contains "chat: RUN_FINISHED carries the ids" \
     'data: {"type":"RUN_FINISHED","threadId":"thread_001","runId":"run_001"}' "$SSE"
 check_not_contains "chat: no null field" ':null' "$SSE"

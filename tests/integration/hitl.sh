@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Human in the loop (SPEC §5): the active-run registry, decision-only requests forwarded to the backend of the
+# Human in the loop: the active-run registry, decision-only requests forwarded to the backend of the
 # run waiting for them (202) while the original stream goes on, decisions.match "run"/"thread",
 # decisions.no_active_run "new_run"/"reject", a decision for a run that just finished, two runs deciding at
 # once, the cancel endpoint, on_client_disconnect "detach"; what the backend's answer to a forwarded decision
 # makes of it (202 only when the backend took it into the live run; a new stream relayed as a run; an empty
 # stream or a refusal as an error) and each decisions.forward mode — and the registry empty after each.
+# The rules: doc/protocol.md#decisions.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 start_demo demo || exit 1
@@ -140,7 +141,7 @@ registry_empty "a new run from a decision" "$A_PORT"
 # ---- 3. no_active_run "reject", and match "run" is the exact key ----
 decide "$R_PORT" hitl "$(decision_body t3 r3 "$APPROVE")"
 check_eq "late decision, reject: 400" 400 "$STATUS"
-check_eq "the exact message of SPEC §5" \
+check_eq "the exact message of doc/protocol.md#decisions" \
     '{"error":"bad request: no active run found for thread '"'"'t3'"'"', runId: r3; cannot apply decisions"}' "$BODY"
 check_eq "rejections counted" 1 "$(metric "$R_PORT" agw_decisions_rejected_total)"
 stream s3 "$R_PORT" hitl "$(run_body t3 r3)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # POST /v1/ag-ui/agents/{id}/runs before anything reaches an upstream: bearer auth (401/403), unknown agents
-# (404, after auth), 415, 413, 400 and 422 with the exact messages of SPEC §3.
+# (404, after auth), 415, 413, 400 and 422 with the exact messages of doc/protocol.md#validation.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 h() { printf %s "$1" | sha256sum | cut -d' ' -f1; }

@@ -40,7 +40,7 @@ const user = (id, content) => ({ id, role: "user", content });
 const idsMatch = (r) =>
   r.events.every((e) => (e.threadId === undefined || e.threadId === r.threadId));
 
-// 1. Pure conversation (seed scenario 1).
+// 1. Pure conversation (scenario 1).
 {
   const r = await run(`${GW}/agents/demo/runs`, { messages: [user("m1", "Hello")] });
   check("conversation: the verifier accepts the stream", !r.error, r.error);

@@ -1060,7 +1060,7 @@ Test(agui, text_message_start_gets_role)
 
 Test(agui, cloudbase_seed_stream)
 {
-    /* The response example of seed 003: no RUN_STARTED, no role, a bare RUN_FINISHED. */
+    /* A CloudBase-style response: no RUN_STARTED, no role, a bare RUN_FINISHED. */
     struct result r = RUN(
         END_NONE, "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"msg-1\"}",
         "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"msg-1\",\"delta\":\"Hello\"}",
@@ -1091,7 +1091,7 @@ Test(agui, tool_call_start_with_args_split)
     assert_int_timestamp(&r, 2);
     result_free(&r);
 
-    /* An object (the seed's form) is serialised compact, key order kept. */
+    /* An object (CloudBase's form) is serialised compact, key order kept. */
     r = RUN(END_EOF,
             "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"call-2\",\"toolCallName\":\"request_"
             "input\","

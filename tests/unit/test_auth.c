@@ -1,5 +1,5 @@
-/* Unit tests for src/auth.c: bearer tokens checked by SHA-256 digest (SPEC §7). The configuration
- * is built by hand, so these tests do not depend on src/config.c. */
+/* Unit tests for src/auth.c: bearer tokens checked by SHA-256 digest (doc/protocol.md#auth). The
+ * configuration is built by hand, so these tests do not depend on src/config.c. */
 #include <criterion/criterion.h>
 
 #include <string.h>

@@ -1,4 +1,5 @@
-/* Unit tests for src/input.c: RunAgentInput validation (SPEC §3) and classification (SPEC §5). */
+/* Unit tests for src/input.c: RunAgentInput validation (doc/protocol.md#validation) and
+ * classification (doc/protocol.md#decisions). */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -100,7 +101,7 @@ Test(input, content_type)
 
 Test(input, seed_minimal_request)
 {
-    /* seeds/004: the minimal request. */
+    /* The minimal request: the ids, one user message and an empty tools list. */
     static const char body[] =
         "{\n  \"threadId\": \"thread-1\",\n  \"runId\": \"run-1\",\n"
         "  \"messages\": [{ \"role\": \"user\", \"content\": \"Plan my weekend\" "
@@ -300,7 +301,7 @@ Test(input, not_an_object)
 Test(input, thread_and_run_ids)
 {
     static const struct bad_case cases[] = {
-        /* seeds/004 */
+        /* empty ids: 400, not 422 (doc/protocol.md#validation) */
         {"{\"threadId\":\"\",\"runId\":\"run-1\",\"messages\":[]}", 400,
          "bad request: threadId cannot be empty"},
         {"{\"threadId\":\"thread-1\",\"runId\":\"\",\"messages\":[]}", 400,
@@ -635,7 +636,7 @@ Test(input, errors_never_echo_values)
     }
 }
 
-/* ---- classification (SPEC §5) -------------------------------------------------------------------
+/* ---- classification (doc/protocol.md#decisions) -------------------------------------------------
  */
 
 Test(input, classification)

@@ -1,4 +1,5 @@
-/* Unit tests for src/router.c: exact routes (SPEC §2), methods, path-id decoding. */
+/* Unit tests for src/router.c (doc/protocol.md#routing): exact routes, methods, path-id
+ * decoding. */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
