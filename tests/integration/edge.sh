@@ -51,17 +51,22 @@ gw_start() {
 # gw_alive GROUP: the daemon survived GROUP and answers /healthz; if it died, that fails (with the end of
 # its log) and a new one is started so the later groups still say something.
 gw_alive() {
-    local st
+    local st rc
     st=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$GW_PORT/healthz" 2>/dev/null)
+    CHECKS=$((CHECKS + 1))
     if kill -0 "$GW_PID" 2>/dev/null && [ "$st" = 200 ]; then
         ok "daemon alive and healthy after: $1"
-        CHECKS=$((CHECKS + 1))
         return 0
     fi
-    CHECKS=$((CHECKS + 1))
-    fail "daemon dead or unhealthy after: $1 (healthz '$st')"
+    if kill -0 "$GW_PID" 2>/dev/null; then
+        rc="still running"
+        kill -9 "$GW_PID" 2>/dev/null
+    else
+        wait "$GW_PID" 2>/dev/null
+        rc="exit status $?"
+    fi
+    fail "daemon dead or unhealthy after: $1 (healthz '$st', $rc)"
     tail -n 30 "$GW_LOG" >&2
-    kill -9 "$GW_PID" 2>/dev/null
     gw_start
 }
 gw_start
