@@ -24,8 +24,9 @@ Output: one "key=value" line per fact (values escaped like the input: \\r \\n \\
   responses   final (non-1xx) responses fully received
   interim     1xx responses received
   statuses    final statuses in order, comma-separated ("200,404"); "" when none
-  end         eof: the server closed; reset: ECONNRESET (or EPIPE); open: stopped after --max-responses with
-              the connection still open; timeout: --read-timeout ran out with the connection open
+  end         eof: the server closed; reset: ECONNRESET or EPIPE (on a read, or on a write before the EOF was
+              seen); open: stopped after --max-responses with the connection still open; timeout:
+              --read-timeout ran out with the connection open; refused: no connection
   end_ms      when the end happened, in ms since the connection was made
   sent        bytes written; send_error: the error that stopped writing (or "")
   first_byte_ms  first byte of the answer (-1: none)
@@ -36,9 +37,20 @@ Output: one "key=value" line per fact (values escaped like the input: \\r \\n \\
               (space-separated; at most the first 20 and the last 20); rN.events_count; rN.last_event
   rN.interim  statuses of the 1xx answers that came before response N
 
---conns N (with --hold S or --read-timeout S): N connections, each applying the same actions; prints
-connected, connect_failed, and over the connections: eof, reset, open, statuses (status:count,...),
-max_end_ms. --ready-file F is written once every connection is made and its bytes sent.
+--conns N (with --hold S or --read-timeout S): N connections, made without blocking (those still pending after
+--connect-timeout count as failed), each applying the same actions; prints connected, connect_failed,
+connect_ms, and over the connections: eof, reset, open, statuses (status:count,...), max_end_ms. --ready-file F
+gets the connect figures once every connection is made and its bytes are sent.
+
+--batch DIR: runs every DIR/*.args case at once, one connection each (python starts once: slow on a loaded
+machine). A case file holds NUL-separated arguments: the case's name, then the options above (no --port,
+--conns, --batch); its summary goes to its --out, else DIR/<name>.out.
+
+Examples (the shell expands nothing: the escapes are rawhttp's):
+  rawhttp.py --port P --send 'GET /healthz HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n' --max-responses 1 --get statuses
+  rawhttp.py --port P --send 'GET /healthz HTTP/1.1\\r\\nHost: x\\r\\n' --send-repeat 30000 'a:\\r\\n' --get statuses --get end
+  rawhttp.py --port P --drip 1 --send 'GET / HTTP/1.1\\r\\nHost: x\\r\\n' --read-timeout 10 --get end_ms
+(An argument that starts with "-" is given as --send=-1\\r\\n.)
 """
 
 import argparse
@@ -369,6 +381,7 @@ def run_one(args, steps):
     wake = 0.0  # for sleeps
     done_sending_at = None
     stop_at_max = None
+    reset_seen = False
     sel.register(s, selectors.EVENT_READ)
 
     def set_end(kind):
@@ -405,6 +418,10 @@ def run_one(args, steps):
                 pass
             except OSError as e:
                 send_error = errno.errorcode.get(e.errno, str(e))
+                # The error is reported once, to whichever call comes first: a later recv() sees a
+                # plain EOF, so remember that the connection was reset.
+                if e.errno in (errno.ECONNRESET, errno.EPIPE):
+                    reset_seen = True
                 cur = b""
         # deadlines
         if done_sending_at is not None:
@@ -441,7 +458,7 @@ def run_one(args, steps):
             break
         if not data:
             p.eof(ms())
-            set_end("eof")
+            set_end("reset" if reset_seen else "eof")
             break
         if first_byte < 0:
             first_byte = ms()
