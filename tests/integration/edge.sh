@@ -35,13 +35,15 @@ JSON
 
 GW_N=0
 LOGS=""
-# gw_start: (re)starts the main gateway; sets GW_PORT, ADMIN_PORT, GW_PID, GW_LOG (one log per start).
+# gw_start: (re)starts the main gateway with $GW_CFG; sets GW_PORT, ADMIN_PORT, GW_PID, GW_LOG (one log per
+# start).
+GW_CFG="$T/gw.json"
 gw_start() {
     GW_N=$((GW_N + 1))
     rm -f "$T/gw.port"
     GW_LOG="$T/gw.$GW_N.log"
     LOGS="$LOGS $GW_LOG"
-    "$AGW_GATEWAY" -c "$T/gw.json" --port-file "$T/gw.port" >"$GW_LOG" 2>&1 &
+    "$AGW_GATEWAY" -c "$GW_CFG" --port-file "$T/gw.port" >"$GW_LOG" 2>&1 &
     GW_PID=$!
     PIDS="$PIDS $GW_PID"
     wait_port_file "$T/gw.port" 2 || { cat "$GW_LOG" >&2; exit 1; }
@@ -347,6 +349,9 @@ gw_alive "a client that never reads"
 # ---- 10. 5,000 idle connections ----
 group "5,000 idle connections"
 fds() { ls /proc/"$1"/fd 2>/dev/null | wc -l; }
+# (timeouts.request 30 s here: the daemon must hold the idle connections while they are counted.)
+sed 's/"request": "3s"/"request": "30s"/' "$T/gw.json" >"$T/gw-idle.json"
+GW_CFG="$T/gw-idle.json"
 gw_fresh
 rss0=$(rss "$GW_PID")
 fd0=$(fds "$GW_PID")
@@ -356,6 +361,15 @@ timeout 60 python3 "$RAWHTTP" --port "$GW_PORT" --conns 5000 --connect-timeout 1
 idle=$!
 for _ in $(seq 150); do [ -s "$T/idle.ready" ] && break; sleep 0.1; done
 check_eq "5,000 idle connections made" "connected=5000" "$(grep '^connected=' "$T/idle.ready" 2>/dev/null)"
+fdn=0
+for _ in $(seq 50); do
+    fdn=$(fds "$GW_PID")
+    [ "$fdn" -ge $((fd0 + 4900)) ] && break
+    sleep 0.1
+done
+CHECKS=$((CHECKS + 1))
+if [ "$fdn" -ge $((fd0 + 4900)) ]; then ok "5,000 idle connections: the daemon holds them ($fdn descriptors)"; else
+    fail "5,000 idle connections: the daemon holds only $fdn descriptors (baseline $fd0)"; fi
 start=$(date +%s%N)
 http GET "http://127.0.0.1:$GW_PORT/healthz"
 elapsed=$((($(date +%s%N) - start) / 1000000))
