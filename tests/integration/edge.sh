@@ -152,10 +152,11 @@ send_batch() {
 A="Authorization: Bearer $TOKEN\r\n"
 J='Content-Type: application/json\r\n'
 RUNS=/v1/ag-ui/agents/demo/runs
-BODY='{"threadId":"t-edge","runId":"r-edge","messages":[{"id":"m1","role":"user","content":"Hello"}]}'
-LEN=${#BODY}
+# body ID / run_req ID: a valid run (ID: two characters, so every body has the same length), each case its own.
+body() { printf '{"threadId":"t-edge-%s","runId":"r-edge-%s","messages":[{"id":"m1","role":"user","content":"Hello"}]}' "$1" "$1"; }
+run_req() { printf 'POST %s HTTP/1.1\\r\\nHost: x\\r\\n%s%sContent-Length: %d\\r\\n\\r\\n%s' "$RUNS" "$A" "$J" "$LEN" "$(body "$1")"; }
+LEN=$(body 00 | wc -c)
 HEXLEN=$(printf %x "$LEN")
-RUN="POST $RUNS HTTP/1.1\r\nHost: x\r\n$A${J}Content-Length: $LEN\r\n\r\n$BODY" # a valid run request
 HZ='GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'
 SMUG='GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n' # sent behind each smuggling shape, in the same write
 
@@ -171,9 +172,9 @@ refuse te-gzip 501 "Transfer-Encoding" \
     --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A${J}Transfer-Encoding: gzip\r\n\r\n0\r\n\r\n$SMUG"
 # Legal spellings of chunked: the body is decoded as chunked, so the GET behind it is a second request.
 case_ te-CHUNKED --read-timeout 4 --max-responses 2 --linger 1 \
-    --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A${J}Transfer-Encoding: CHUNKED\r\n\r\n$HEXLEN\r\n$BODY\r\n0\r\n\r\n$SMUG"
+    --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A${J}Transfer-Encoding: CHUNKED\r\n\r\n$HEXLEN\r\n$(body 01)\r\n0\r\n\r\n$SMUG"
 case_ te-chunked-trailing-space --read-timeout 4 --max-responses 2 --linger 1 \
-    --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A${J}Transfer-Encoding: chunked \r\n\r\n$HEXLEN\r\n$BODY\r\n0\r\n\r\n$SMUG"
+    --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A${J}Transfer-Encoding: chunked \r\n\r\n$HEXLEN\r\n$(body 02)\r\n0\r\n\r\n$SMUG"
 refuse cl-space-before-colon 400 "invalid header field name" \
     --send "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length : 43\r\n\r\n$SMUG"
 refuse cl-and-te-chunked 400 "Content-Length" \
@@ -217,6 +218,7 @@ rss0=$(rss "$GW_PID")
 timeout 60 python3 "$RAWHTTP" --port "$GW_PORT" --conns 100 --read-timeout 4 --out "$T/many.out" \
     --send 'GET /healthz HTTP/1.1\r\nHost: x\r\n' --send-repeat 30000 'a:\r\n' 2>"$T/many.err" &
 many=$!
+PIDS="$PIDS $many"
 peak=$rss0
 while kill -0 "$many" 2>/dev/null; do
     r=$(rss "$GW_PID")
@@ -239,6 +241,7 @@ refuse obs-fold 400 "bad request" --send 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-
 refuse chunk-size-negative 400 "chunk" \
     --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A${J}Transfer-Encoding: chunked\r\n\r\n-1\r\n{\r\n0\r\n\r\n"
 # Chunk extensions are legal (RFC 9112 §7.1.1): the body spread over three chunks, each with an extension.
+BODY=$(body 03)
 case_ chunk-extensions --read-timeout 5 --max-responses 1 \
     --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A${J}Transfer-Encoding: chunked\r\n\r\n" \
     --send "1;ext=1\r\n${BODY:0:1}\r\n" \
@@ -262,13 +265,13 @@ gw_alive "malformed requests"
 # ---- 4. header validation ----
 group "header validation"
 refuse nul-in-authorization 400 "bad request" \
-    --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n${J}Authorization: Bearer $TOKEN\x00junk\r\nContent-Length: $LEN\r\n\r\n$BODY"
+    --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n${J}Authorization: Bearer $TOKEN\x00junk\r\nContent-Length: $LEN\r\n\r\n$(body 04)"
 refuse cr-in-value 400 "bad request" --send 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n'
 refuse name-not-a-token 400 "invalid header field name" --send 'GET /healthz HTTP/1.1\r\nHost: x\r\nX(A): 1\r\n\r\n'
 refuse host-missing 400 "Host" --send 'GET /healthz HTTP/1.1\r\n\r\n'
 refuse host-twice 400 "Host" --send 'GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n'
 refuse authorization-twice 400 "Authorization" \
-    --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A$A${J}Content-Length: $LEN\r\n\r\n$BODY"
+    --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A$A${J}Content-Length: $LEN\r\n\r\n$(body 05)"
 send_batch
 gw_alive "header validation"
 
@@ -287,10 +290,10 @@ group "pipelining, half-close, slow loris"
 # Pipelining: every request of one write answered, in order, at once.
 case_ pipe-2 --read-timeout 3 --max-responses 2 --send "${HZ}GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
 case_ pipe-10 --read-timeout 3 --max-responses 10 --send-repeat 10 "$HZ"
-case_ pipe-run-healthz --read-timeout 5 --max-responses 2 --send "$RUN$HZ"
+case_ pipe-run-healthz --read-timeout 5 --max-responses 2 --send "$(run_req 06)$HZ"
 # Half-close: a complete request then shutdown(SHUT_WR) is still answered in full.
 for i in 1 2 3 4 5; do
-    case_ "half-run-$i" --read-timeout 5 --send "$RUN" --shutdown-wr
+    case_ "half-run-$i" --read-timeout 5 --send "$(run_req "1$i")" --shutdown-wr
 done
 case_ half-healthz --read-timeout 3 --send "$HZ" --shutdown-wr
 # Slow loris: one header byte per second is cut by timeouts.request (3 s).
@@ -321,8 +324,9 @@ group "a client that never reads a large stream"
 gw_fresh
 rss0=$(rss "$GW_PID")
 timeout 60 python3 "$RAWHTTP" --port "$GW_PORT" --rcvbuf 4096 --hold 0 --out "$T/noread.out" \
-    --send "POST /v1/ag-ui/agents/big/runs HTTP/1.1\r\nHost: x\r\n$A${J}Content-Length: $LEN\r\n\r\n$BODY" &
+    --send "POST /v1/ag-ui/agents/big/runs HTTP/1.1\r\nHost: x\r\n$A${J}Content-Length: $LEN\r\n\r\n$(body 20)" &
 noread=$!
+PIDS="$PIDS $noread"
 sleep 3
 rss1=$(rss "$GW_PID")
 if [ -z "${AGW_SANITIZED:-}" ]; then
@@ -359,6 +363,7 @@ rm -f "$T/idle.ready"
 timeout 60 python3 "$RAWHTTP" --port "$GW_PORT" --conns 5000 --connect-timeout 10 --no-read --hold 0 \
     --ready-file "$T/idle.ready" --out "$T/idle.out" 2>"$T/idle.err" &
 idle=$!
+PIDS="$PIDS $idle"
 for _ in $(seq 150); do [ -s "$T/idle.ready" ] && break; sleep 0.1; done
 check_eq "5,000 idle connections made" "connected=5000" "$(grep '^connected=' "$T/idle.ready" 2>/dev/null)"
 fdn=0
@@ -417,6 +422,7 @@ rm -f "$T/storm.ready"
 timeout 60 python3 "$RAWHTTP" --port "$FD_PORT" --conns 400 --connect-timeout 1 --no-read --hold 0 \
     --ready-file "$T/storm.ready" --out "$T/storm.out" 2>"$T/storm.err" &
 storm=$!
+PIDS="$PIDS $storm"
 for _ in $(seq 100); do [ -s "$T/storm.ready" ] && break; sleep 0.1; done
 sleep 0.5
 c0=$(cpu "$FD_PID")
