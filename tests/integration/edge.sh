@@ -31,7 +31,7 @@ cat >"$T/gw.json" <<JSON
 }
 JSON
 # (timeouts.request is 3 s: long enough that "answered at once" and "closed after the answer" cannot be the
-# request timer's doing — error cases wait 1.5 s for the close — and short enough for the slow-loris case.)
+# request timer's doing — error cases wait 2.5 s for the close — and short enough for the slow-loris case.)
 
 GW_N=0
 LOGS=""
