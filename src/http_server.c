@@ -23,11 +23,9 @@
 #include <malloc.h>
 #endif
 #include <sys/socket.h>
-#include <sys/uio.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
-#include <event2/bufferevent_struct.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <evhtp.h>
@@ -36,6 +34,7 @@
 
 #include "agw/limits.h"
 #include "agw/http1.h"
+#include "agw/io.h"
 #include "agw/http_server.h"
 #include "agw/log.h"
 
@@ -302,8 +301,6 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
  * the first chunk takes it along, in front, in the same writev(), so the head and the first events
  * leave together at once rather than on the next iteration. (libevhtp would queue the chunk and
  * flush it on the next iteration; over TLS it must, the bytes go through OpenSSL.) */
-#define DIRECT_SEGMENTS 16
-#define HEAD_SEGMENTS   4
 
 /* "<hex size>\r\n" into <hdr> (at least 19 bytes); returns its length. */
 static size_t chunk_header(char *hdr, size_t n)
@@ -323,61 +320,19 @@ static size_t chunk_header(char *hdr, size_t n)
     return len;
 }
 
-/* Returns false, having written nothing, when <out> (whose bytes go first: the response head) or
- * <buf> has too many segments for one writev(). */
+/* One writev() of what <out> holds (the response head), the chunk's size line, <buf>'s bytes, the
+ * CRLF and, with <last>, the last chunk; what the socket does not take stays queued in order.
+ * Returns false, having written nothing, when the pieces do not fit one writev(). */
 static bool write_chunk_now(struct evbuffer *out, evutil_socket_t fd, struct evbuffer *buf,
                             size_t n, bool last)
 {
-    struct evbuffer_iovec seg[DIRECT_SEGMENTS], head[HEAD_SEGMENTS];
-    struct iovec iov[HEAD_SEGMENTS + DIRECT_SEGMENTS + 2];
-    char hdr[24], crlf[7] = {'\r', '\n', '0', '\r', '\n', '\r', '\n'};
-    size_t tail = last ? sizeof(crlf) : 2; /* the chunk's CRLF, and the last chunk after it */
-    size_t hl, done, body, queued = evbuffer_get_length(out);
-    int nhead = queued > 0 ? evbuffer_peek(out, -1, NULL, head, HEAD_SEGMENTS) : 0;
-    int nseg = evbuffer_peek(buf, -1, NULL, seg, DIRECT_SEGMENTS);
-    int k = 0;
-    ssize_t w;
+    static char crlf[7] = {'\r', '\n', '0', '\r', '\n', '\r', '\n'};
+    char hdr[24];
+    struct iovec pre = {hdr, chunk_header(hdr, n)};
+    struct iovec post = {crlf, last ? sizeof(crlf) : 2};
 
-    if (nseg > DIRECT_SEGMENTS || nhead > HEAD_SEGMENTS)
-        return false;
-    hl = chunk_header(hdr, n);
-    for (int i = 0; i < nhead; i++)
-        iov[k++] = (struct iovec){.iov_base = head[i].iov_base, .iov_len = head[i].iov_len};
-    iov[k++] = (struct iovec){.iov_base = hdr, .iov_len = hl};
-    for (int i = 0; i < nseg; i++)
-        iov[k++] = (struct iovec){.iov_base = seg[i].iov_base, .iov_len = seg[i].iov_len};
-    iov[k++] = (struct iovec){.iov_base = crlf, .iov_len = tail};
     /* An error (the client left) is left for the bufferevent to find: everything is queued. */
-    w = writev(fd, iov, k);
-    done = w > 0 ? (size_t)w : 0;
-    if (queued > 0) {
-        size_t sent = done < queued ? done : queued;
-
-        /* The bufferevent keeps its output's front frozen outside its own writes, as libevent's
-         * write callback does: thawed for this drain. */
-        evbuffer_unfreeze(out, 1);
-        evbuffer_drain(out, sent);
-        evbuffer_freeze(out, 1);
-        done -= sent;
-    }
-    if (done < hl)
-        evbuffer_add(out, hdr + done, hl - done);
-    done = done > hl ? done - hl : 0;
-    body = done < n ? done : n;
-    evbuffer_drain(buf, body);
-    evbuffer_add_buffer(out, buf);
-    done -= body;
-    if (done < tail)
-        evbuffer_add(out, crlf + done, tail - done);
-    return true;
-}
-
-/* The connection's write event is armed: its write callback will run on the next iteration. */
-static bool write_armed(const struct agw_req *req)
-{
-    struct bufferevent *bev = evhtp_request_get_bev(req->r);
-
-    return event_pending(&bev->ev_write, EV_WRITE, NULL);
+    return agw_io_write_framed(fd, out, &pre, 1, buf, &post, 1) >= 0;
 }
 
 void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
@@ -396,14 +351,12 @@ void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
         evhtp_send_reply_chunk(req->r, buf);
 }
 
-/* The end of the body, after <buf>'s bytes (maybe none). When the connection's write event is armed
- * already (the head of a response whose events all came in this iteration was queued at stream
- * start) and nothing else waits in the output, the events and the last chunk go to the socket at
- * once, in one writev(). libevhtp is then only told that the reply is finished: the armed event
- * runs its write callback on the next iteration, and that completes the request (it wants an empty
- * output and the flag). The write event is looked at directly (event2/bufferevent_struct.h): it is
- * what makes this safe, since without it nothing would ever complete the request. Otherwise the
- * events and the last chunk are queued behind what is there. */
+/* The end of the body, after <buf>'s bytes (maybe none). When nothing but the response head waits
+ * in the output, the events and the last chunk go to the socket at once, in one writev(), and
+ * libevhtp is only told that the reply is finished; its write callback, which completes the request
+ * (it wants an empty output and the flag), is then run from the loop by a deferred trigger
+ * (bufferevent_trigger(): public API, and harmless if the write event runs it first, see
+ * gate_write_cb). Otherwise the events and the last chunk are queued behind what is there. */
 void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf)
 {
     struct evbuffer *out = req->out_direct;
@@ -411,9 +364,12 @@ void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf)
     bool head = req->head_queued;
 
     req->head_queued = false;
-    if (n > 0 && out != NULL && (head || evbuffer_get_length(out) == 0) && write_armed(req) &&
+    if (n > 0 && out != NULL && (head || evbuffer_get_length(out) == 0) &&
         write_chunk_now(out, req->fd, buf, n, true)) {
+        struct bufferevent *bev = evhtp_request_get_bev(req->r);
+
         evhtp_send_reply_end(req->r);
+        bufferevent_trigger(bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
         return;
     }
     if (n > 0)
@@ -756,6 +712,11 @@ static void gate_write_cb(struct bufferevent *bev, void *arg)
         }
         return;
     }
+    /* Our own bytes (a "100 Continue" for a request libevhtp has not seen yet) drained, or a
+     * trigger after the request ended: libevhtp has nothing to do then, and would take a write
+     * event without a request for an error and free the connection. */
+    if (cc->cur == NULL)
+        return;
     conn_enter(cc);
     cc->lib_write(bev, cc->lib_arg);
     conn_leave(cc);

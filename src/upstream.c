@@ -13,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -25,6 +23,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "agw/io.h"
 #include "agw/log.h"
 #include "agw/tls.h"
 #include "agw/upstream.h"
@@ -490,37 +489,6 @@ static void body_block(struct agw_upstream *up, size_t n)
     body_parsed(up, rc); /* may free <up> */
 }
 
-/* One readv() of up to READ_MAX bytes appended to <in>. Returns what readv() returned. The
- * bufferevent keeps its input's end frozen outside its own reads, so it is thawed for this one. */
-static ssize_t read_into(struct evbuffer *in, evutil_socket_t fd)
-{
-    struct evbuffer_iovec v[2];
-    struct iovec iov[2];
-    ssize_t got = -1;
-    int n;
-
-    evbuffer_unfreeze(in, 0);
-    n = evbuffer_reserve_space(in, READ_MAX, v, 2);
-    if (n > 0) {
-        for (int i = 0; i < n; i++)
-            iov[i] = (struct iovec){.iov_base = v[i].iov_base, .iov_len = v[i].iov_len};
-        got = readv(fd, iov, n);
-        if (got <= 0) {
-            n = 0;
-        } else if ((size_t)got <= v[0].iov_len) {
-            v[0].iov_len = (size_t)got;
-            n = 1;
-        } else {
-            v[1].iov_len = (size_t)got - v[0].iov_len;
-        }
-        evbuffer_commit_space(in, v, n);
-    } else {
-        errno = ENOMEM;
-    }
-    evbuffer_freeze(in, 0);
-    return got;
-}
-
 static void rd_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct bufferevent *bev = arg;
@@ -538,14 +506,14 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
     }
     up = owner;
     if (up->state == UP_ST_BODY && evbuffer_get_length(bufferevent_get_input(up->bev)) == 0) {
-        got = read(fd, block, sizeof(block));
+        got = agw_io_read(fd, block, sizeof(block));
         if (got > 0) {
             up->last_read_ms = agw_now_ms();
             body_block(up, (size_t)got); /* may free <up> */
             return;
         }
     } else {
-        got = read_into(bufferevent_get_input(up->bev), fd);
+        got = agw_io_read_into(bufferevent_get_input(up->bev), fd, READ_MAX);
         if (got > 0) {
             up->last_read_ms = agw_now_ms();
             process_input(up); /* may free <up> */
@@ -735,35 +703,12 @@ static int connect_fresh(struct agw_upstream *up)
  * queued for the bufferevent; so is everything when the write fails (a stale connection: the
  * bufferevent then finds the error and the exchange retries on a fresh one). <up->request> itself
  * is kept whole for that retry. */
-#define REQUEST_SEGMENTS 8
-
 static void write_request_now(struct agw_upstream *up)
 {
     struct evbuffer *out = bufferevent_get_output(up->bev);
-    struct evbuffer_iovec seg[REQUEST_SEGMENTS];
-    struct iovec iov[REQUEST_SEGMENTS];
-    int n = evbuffer_peek(up->request, -1, NULL, seg, REQUEST_SEGMENTS);
-    size_t done = 0;
-    ssize_t w = -1;
 
-    if (n > 0 && n <= REQUEST_SEGMENTS) {
-        for (int i = 0; i < n; i++)
-            iov[i] = (struct iovec){.iov_base = seg[i].iov_base, .iov_len = seg[i].iov_len};
-        w = writev(bufferevent_getfd(up->bev), iov, n);
-    }
-    if (w <= 0) {
+    if (agw_io_write_copy(bufferevent_getfd(up->bev), up->request, out) < 0)
         evbuffer_add_buffer_reference(out, up->request);
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        size_t len = seg[i].iov_len;
-
-        if (done + len > (size_t)w) {
-            size_t skip = done > (size_t)w ? 0 : (size_t)w - done;
-            evbuffer_add(out, (const char *)seg[i].iov_base + skip, len - skip);
-        }
-        done += len;
-    }
 }
 
 struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,

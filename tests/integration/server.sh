@@ -58,6 +58,12 @@ http GET $G/healthz --http1.0
 check_eq "HTTP/1.0" 505 "$STATUS"
 http GET $G/healthz -H 'Expect: tea'
 check_eq "Expect other than 100-continue" 417 "$STATUS"
+# Expect: 100-continue: the interim answer, then the request's own answer on the same connection.
+printf '{"x":"%s"}' "$(head -c 600 /dev/zero | tr '\0' a)" >"$T/cont.json"
+curl -sS -m 5 -v -o "$T/cont.body" -w '%{http_code}' -H 'Expect: 100-continue' -H 'Content-Type: application/json' \
+    --data-binary @"$T/cont.json" $G/v1/ag-ui/agents/a/runs >"$T/cont.status" 2>"$T/cont.err"
+check_contains "Expect: 100-continue gets 100 Continue" "HTTP/1.1 100 Continue" "$(cat "$T/cont.err")"
+check_eq "… then the request is answered (422: no threadId)" 422 "$(cat "$T/cont.status")"
 
 # A client that sends half a request and stalls is disconnected after timeouts.request.
 start=$(date +%s%N)

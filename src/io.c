@@ -1,0 +1,122 @@
+/* fd-level I/O: see include/agw/io.h. */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+
+#include "agw/io.h"
+
+ssize_t agw_io_read(int fd, char *buf, size_t len)
+{
+    return read(fd, buf, len);
+}
+
+ssize_t agw_io_read_into(struct evbuffer *in, int fd, size_t max)
+{
+    struct evbuffer_iovec v[2];
+    struct iovec iov[2];
+    ssize_t got = -1;
+    int n;
+
+    evbuffer_unfreeze(in, 0);
+    n = evbuffer_reserve_space(in, (ev_ssize_t)max, v, 2);
+    if (n > 0) {
+        for (int i = 0; i < n; i++)
+            iov[i] = (struct iovec){.iov_base = v[i].iov_base, .iov_len = v[i].iov_len};
+        got = readv(fd, iov, n);
+        if (got <= 0) {
+            n = 0;
+        } else if ((size_t)got <= v[0].iov_len) {
+            v[0].iov_len = (size_t)got;
+            n = 1;
+        } else {
+            v[1].iov_len = (size_t)got - v[0].iov_len;
+        }
+        evbuffer_commit_space(in, v, n);
+    } else {
+        errno = ENOMEM;
+    }
+    evbuffer_freeze(in, 0);
+    return got;
+}
+
+/* Appends to <out> what is left of the <n> pieces of <iov> after <skip> of their bytes. */
+static void queue_pieces(struct evbuffer *out, const struct iovec *iov, int n, size_t *skip)
+{
+    for (int i = 0; i < n; i++) {
+        size_t len = iov[i].iov_len, s = *skip < len ? *skip : len;
+
+        *skip -= s;
+        if (s < len)
+            evbuffer_add(out, (const char *)iov[i].iov_base + s, len - s);
+    }
+}
+
+ssize_t agw_io_write_framed(int fd, struct evbuffer *out, const struct iovec *pre, int npre,
+                            struct evbuffer *body, const struct iovec *post, int npost)
+{
+    struct evbuffer_iovec qs[AGW_IO_MAX_PIECES], bs[AGW_IO_MAX_PIECES];
+    struct iovec iov[3 * AGW_IO_MAX_PIECES];
+    size_t queued = evbuffer_get_length(out), blen = evbuffer_get_length(body);
+    /* With an explicit length, evbuffer_peek() says how many vectors it would need, more than it
+     * fills when they do not fit (with -1 it only says how many it filled). */
+    int nq = queued > 0 ? evbuffer_peek(out, (ev_ssize_t)queued, NULL, qs, AGW_IO_MAX_PIECES) : 0;
+    int nb = blen > 0 ? evbuffer_peek(body, (ev_ssize_t)blen, NULL, bs, AGW_IO_MAX_PIECES) : 0;
+    int k = 0;
+    ssize_t w;
+    size_t done, sent, skip;
+
+    if (nq > AGW_IO_MAX_PIECES || nb > AGW_IO_MAX_PIECES || npre + nq + nb + npost > IOV_MAX ||
+        npre > AGW_IO_MAX_PIECES || npost > AGW_IO_MAX_PIECES)
+        return -1;
+    for (int i = 0; i < nq; i++)
+        iov[k++] = (struct iovec){.iov_base = qs[i].iov_base, .iov_len = qs[i].iov_len};
+    for (int i = 0; i < npre; i++)
+        iov[k++] = pre[i];
+    for (int i = 0; i < nb; i++)
+        iov[k++] = (struct iovec){.iov_base = bs[i].iov_base, .iov_len = bs[i].iov_len};
+    for (int i = 0; i < npost; i++)
+        iov[k++] = post[i];
+    w = k > 0 ? writev(fd, iov, k) : 0;
+    done = w > 0 ? (size_t)w : 0;
+    sent = done < queued ? done : queued;
+    if (sent > 0) {
+        evbuffer_unfreeze(out, 1);
+        evbuffer_drain(out, sent);
+        evbuffer_freeze(out, 1);
+    }
+    skip = done - sent;
+    queue_pieces(out, pre, npre, &skip);
+    {
+        size_t b = skip < blen ? skip : blen;
+
+        skip -= b;
+        evbuffer_drain(body, b);
+        evbuffer_add_buffer(out, body);
+    }
+    queue_pieces(out, post, npost, &skip);
+    return (ssize_t)done;
+}
+
+ssize_t agw_io_write_copy(int fd, struct evbuffer *src, struct evbuffer *out)
+{
+    struct evbuffer_iovec seg[AGW_IO_MAX_PIECES];
+    struct iovec iov[AGW_IO_MAX_PIECES];
+    size_t len = evbuffer_get_length(src);
+    int n = len > 0 ? evbuffer_peek(src, (ev_ssize_t)len, NULL, seg, AGW_IO_MAX_PIECES) : 0;
+    ssize_t w;
+    size_t skip;
+
+    if (n > AGW_IO_MAX_PIECES)
+        return -1;
+    for (int i = 0; i < n; i++)
+        iov[i] = (struct iovec){.iov_base = seg[i].iov_base, .iov_len = seg[i].iov_len};
+    w = n > 0 ? writev(fd, iov, n) : 0;
+    skip = w > 0 ? (size_t)w : 0;
+    queue_pieces(out, iov, n, &skip);
+    return w > 0 ? w : 0;
+}
