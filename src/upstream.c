@@ -47,16 +47,21 @@ const char *agw_up_failure_name(enum agw_up_failure f)
     return (unsigned)f < AGW_UP_N_FAILURES ? names[f] : "";
 }
 
-/* A pooled, idle, kept-alive connection. */
-struct idle_conn {
+/* A connection to one backend. It has exactly one owner at a time: the pool, while it waits idle
+ * for the next exchange (owner NULL, in pool->idle), or one exchange. conn_to_pool() and
+ * conn_from_pool() hand it over; the callbacks find their owner in <owner>, never by looking at
+ * which callback is installed. */
+struct up_conn {
     struct agw_upstream_pool *pool;
     struct bufferevent *bev;
-    struct event *rd;    /* plain TCP: the connection's read event, still added (see rd_cb) */
-    struct event *timer; /* keepalive_ms */
-    TAILQ_ENTRY(idle_conn) link;
+    struct event *rd; /* plain TCP, once connected: our read event (see "Reading"); NULL over TLS */
+    struct agw_upstream *owner; /* the exchange it serves, or NULL while idle in the pool */
+    struct event *idle_timer;   /* while idle: closes it after keepalive_ms */
+    bool idle;                  /* in pool->idle (owner NULL) */
+    TAILQ_ENTRY(up_conn) link;  /* in pool->idle while idle */
 };
 
-TAILQ_HEAD(idle_list, idle_conn);
+TAILQ_HEAD(idle_list, up_conn);
 TAILQ_HEAD(linger_list, agw_upstream);
 
 /* After the caller has what it wanted (the run's terminal event), the rest of a response is read
@@ -87,11 +92,10 @@ static const char *const state_names[] = {"CONNECTING", "WAITING", "BODY", "DONE
 
 struct agw_upstream {
     struct agw_upstream_pool *pool;
-    struct bufferevent *bev;
+    struct up_conn *conn; /* owned while the exchange runs; NULL before a connection exists */
     enum up_state state;
     struct event *timer; /* the current state's timeout */
     struct event *kick;  /* deferred work: reported failure, input left while paused */
-    struct event *rd;    /* plain TCP: our own read event (see "Reading" below), or NULL */
     struct agw_http1_parser *parser;
     struct agw_http1_response resp;
     struct evbuffer
@@ -113,8 +117,6 @@ struct agw_upstream {
     TAILQ_ENTRY(agw_upstream) linger_link;
 };
 
-static void up_read_cb(struct bufferevent *bev, void *arg);
-static void up_event_cb(struct bufferevent *bev, short what, void *arg);
 static void destroy(struct agw_upstream *up);
 
 /* ---- pool ----------------------------------------------------------------------------------- */
@@ -146,15 +148,34 @@ struct agw_upstream_pool *agw_upstream_pool_new(struct event_base *base, struct 
     return pool;
 }
 
-static void idle_conn_free(struct idle_conn *ic)
+static void idle_timer_cb(evutil_socket_t fd, short what, void *arg);
+
+static struct up_conn *conn_new(struct agw_upstream_pool *pool, struct bufferevent *bev,
+                                struct agw_upstream *owner)
 {
-    TAILQ_REMOVE(&ic->pool->idle, ic, link);
-    ic->pool->n_idle--;
-    event_free(ic->timer);
-    if (ic->rd != NULL)
-        event_free(ic->rd);
-    bufferevent_free(ic->bev);
-    free(ic);
+    struct up_conn *c = agw_xcalloc(1, sizeof(*c));
+
+    c->pool = pool;
+    c->bev = bev;
+    c->owner = owner;
+    c->idle_timer = evtimer_new(pool->base, idle_timer_cb, c);
+    return c;
+}
+
+/* Closes the connection (the backend sees it close), whoever owns it. */
+static void conn_free(struct up_conn *c)
+{
+    if (c == NULL)
+        return;
+    if (c->idle) {
+        TAILQ_REMOVE(&c->pool->idle, c, link);
+        c->pool->n_idle--;
+    }
+    event_free(c->idle_timer);
+    if (c->rd != NULL)
+        event_free(c->rd);
+    bufferevent_free(c->bev);
+    free(c);
 }
 
 void agw_upstream_pool_free(struct agw_upstream_pool *pool)
@@ -164,7 +185,7 @@ void agw_upstream_pool_free(struct agw_upstream_pool *pool)
     while (!TAILQ_EMPTY(&pool->lingering))
         agw_upstream_close(TAILQ_FIRST(&pool->lingering));
     while (!TAILQ_EMPTY(&pool->idle))
-        idle_conn_free(TAILQ_FIRST(&pool->idle));
+        conn_free(TAILQ_FIRST(&pool->idle));
     SSL_CTX_free(pool->opts.tls);
     agw_url_clear(&pool->url);
     free(pool);
@@ -185,70 +206,68 @@ size_t agw_upstream_pool_idle(const struct agw_upstream_pool *pool)
 static void idle_read_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
-    idle_conn_free(arg);
+    conn_free(arg);
 }
 
 static void idle_event_cb(struct bufferevent *bev, short what, void *arg)
 {
     (void)bev;
     (void)what;
-    idle_conn_free(arg);
+    conn_free(arg);
 }
 
 static void idle_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    idle_conn_free(arg);
+    conn_free(arg);
 }
 
-/* <rd>: a plain TCP connection's read event (NULL over TLS). It stays added while the connection
- * waits here, so an idle connection that speaks is noticed without one epoll_ctl() for the way in
- * and one for the way out (rd_cb sees from the bufferevent's callbacks whose it is). */
-static void pool_put(struct agw_upstream_pool *pool, struct bufferevent *bev, struct event *rd)
+/* The exchange is done with <c> (its response complete, the connection reusable): the pool owns it
+ * from now on, or it is closed when the pool is full. A plain TCP connection's read event stays
+ * added while it waits, so an idle connection that speaks is noticed without one epoll_ctl() for
+ * the way in and one for the way out. */
+static void conn_to_pool(struct up_conn *c)
 {
-    struct idle_conn *ic;
+    struct agw_upstream_pool *pool = c->pool;
     struct timeval tv;
 
+    c->owner = NULL;
     if (pool->n_idle >= pool->opts.max_idle_conns) {
-        if (rd != NULL)
-            event_free(rd);
-        bufferevent_free(bev);
+        conn_free(c);
         return;
     }
-    ic = agw_xcalloc(1, sizeof(*ic));
-    ic->pool = pool;
-    ic->bev = bev;
-    ic->rd = rd;
-    ic->timer = evtimer_new(pool->base, idle_timer_cb, ic);
-    bufferevent_setcb(bev, idle_read_cb, NULL, idle_event_cb, ic);
-    if (rd == NULL)
-        bufferevent_enable(bev, EV_READ);
-    else if (!event_pending(rd, EV_READ, NULL))
-        event_add(rd, NULL);
+    bufferevent_setcb(c->bev, idle_read_cb, NULL, idle_event_cb, c);
+    if (c->rd == NULL)
+        bufferevent_enable(c->bev, EV_READ);
+    else if (!event_pending(c->rd, EV_READ, NULL))
+        event_add(c->rd, NULL);
     tv.tv_sec = pool->opts.keepalive_ms / 1000;
     tv.tv_usec = (pool->opts.keepalive_ms % 1000) * 1000;
-    evtimer_add(ic->timer, &tv);
-    TAILQ_INSERT_HEAD(&pool->idle, ic, link);
+    evtimer_add(c->idle_timer, &tv);
+    TAILQ_INSERT_HEAD(&pool->idle, c, link);
+    c->idle = true;
     pool->n_idle++;
 }
 
-/* Takes the most recently used idle connection (the likeliest to be still open), or NULL; *<rd> is
- * its read event (NULL over TLS). */
-static struct bufferevent *pool_take(struct agw_upstream_pool *pool, struct event **rd)
-{
-    struct idle_conn *ic = TAILQ_FIRST(&pool->idle);
-    struct bufferevent *bev;
+static void up_read_cb(struct bufferevent *bev, void *arg);
+static void up_event_cb(struct bufferevent *bev, short what, void *arg);
 
-    if (ic == NULL)
+/* Hands the most recently used idle connection (the likeliest to be still open) to <up>, or NULL.
+ */
+static struct up_conn *conn_from_pool(struct agw_upstream_pool *pool, struct agw_upstream *up)
+{
+    struct up_conn *c = TAILQ_FIRST(&pool->idle);
+
+    if (c == NULL)
         return NULL;
-    bev = ic->bev;
-    *rd = ic->rd;
-    TAILQ_REMOVE(&pool->idle, ic, link);
+    TAILQ_REMOVE(&pool->idle, c, link);
+    c->idle = false;
     pool->n_idle--;
-    event_free(ic->timer);
-    free(ic);
-    return bev;
+    evtimer_del(c->idle_timer);
+    c->owner = up;
+    bufferevent_setcb(c->bev, up_read_cb, NULL, up_event_cb, up);
+    return c;
 }
 
 /* ---- exchange: states and callbacks -----------------------------------------------------------
@@ -313,10 +332,10 @@ static void fail(struct agw_upstream *up, enum agw_up_failure kind, const char *
     if (up->state == UP_ST_DONE || up->state == UP_ST_FAILED)
         return;
     set_state(up, UP_ST_FAILED);
-    if (up->bev != NULL) {
-        bufferevent_disable(up->bev, EV_READ | EV_WRITE);
-        if (up->rd != NULL)
-            event_del(up->rd);
+    if (up->conn != NULL) {
+        bufferevent_disable(up->conn->bev, EV_READ | EV_WRITE);
+        if (up->conn->rd != NULL)
+            event_del(up->conn->rd);
     }
     call_begin(up);
     up->cbs.on_error(up->arg, kind, detail);
@@ -408,7 +427,7 @@ static bool body_parsed(struct agw_upstream *up, int rc)
  * by a callback (then it is gone). */
 static bool process_input(struct agw_upstream *up)
 {
-    struct evbuffer *in = bufferevent_get_input(up->bev);
+    struct evbuffer *in = bufferevent_get_input(up->conn->bev);
     int rc;
 
     if (up->state == UP_ST_WAITING) {
@@ -458,10 +477,10 @@ static bool process_input(struct agw_upstream *up)
  * and the idle pool stay with the bufferevent; over TLS everything does (the socket holds records
  * for OpenSSL).
  *
- * The read event belongs to the connection, not to the exchange: it is made when the connection is
- * up, stays added while the connection waits in the pool and serves the next exchange as it is, and
- * goes with the bufferevent. Its argument is the bufferevent, whose callbacks say who owns it now
- * (an idle_conn or an exchange). Only a paused exchange takes it out of the loop. */
+ * The read event belongs to the connection (struct up_conn), not to the exchange: it is made when
+ * the connection is up, stays added while the connection waits in the pool and serves the next
+ * exchange as it is, and goes with the connection. Its argument is the connection, whose <owner>
+ * says who it serves now. Only a paused exchange takes it out of the loop. */
 #define READ_MAX (64 * 1024)
 
 static void up_event_cb(struct bufferevent *bev, short what, void *arg);
@@ -482,7 +501,7 @@ static void body_block(struct agw_upstream *up, size_t n)
     if (rc == 1 && used < n) {
         /* Bytes after the response: nobody asked for them, so the connection is not reused (the
          * pool only takes connections whose input is empty). */
-        evbuffer_add(bufferevent_get_input(up->bev), block + used, n - used);
+        evbuffer_add(bufferevent_get_input(up->conn->bev), block + used, n - used);
     }
     if (rc >= 0 && body_len > 0)
         evbuffer_add_reference(up->body, block, body_len, NULL, NULL);
@@ -491,21 +510,19 @@ static void body_block(struct agw_upstream *up, size_t n)
 
 static void rd_cb(evutil_socket_t fd, short what, void *arg)
 {
-    struct bufferevent *bev = arg;
-    bufferevent_data_cb readcb = NULL;
-    void *owner = NULL;
-    struct agw_upstream *up;
+    struct up_conn *c = arg;
+    struct agw_upstream *up = c->owner;
+    struct evbuffer *in;
     ssize_t got;
 
     (void)what;
-    bufferevent_getcb(bev, &readcb, NULL, NULL, &owner);
-    if (readcb == idle_read_cb) {
+    if (up == NULL) {
         /* An idle connection spoke (bytes nobody asked for, or its close): unusable. */
-        idle_conn_free(owner);
+        conn_free(c);
         return;
     }
-    up = owner;
-    if (up->state == UP_ST_BODY && evbuffer_get_length(bufferevent_get_input(up->bev)) == 0) {
+    in = bufferevent_get_input(c->bev);
+    if (up->state == UP_ST_BODY && evbuffer_get_length(in) == 0) {
         got = agw_io_read(fd, block, sizeof(block));
         if (got > 0) {
             up->last_read_ms = agw_now_ms();
@@ -513,7 +530,7 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
             return;
         }
     } else {
-        got = agw_io_read_into(bufferevent_get_input(up->bev), fd, READ_MAX);
+        got = agw_io_read_into(in, fd, READ_MAX);
         if (got > 0) {
             up->last_read_ms = agw_now_ms();
             process_input(up); /* may free <up> */
@@ -522,42 +539,37 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
     }
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return;
-    event_del(up->rd);
-    up_event_cb(up->bev, BEV_EVENT_READING | (got == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR), up);
+    event_del(c->rd);
+    up_event_cb(c->bev, BEV_EVENT_READING | (got == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR), up);
 }
 
-/* The connection is up: plain TCP connections read through rd_cb from now on. */
+/* The connection is up: plain TCP connections read through rd_cb from now on. The read event
+ * belongs to the connection and goes with it to the pool and to the next exchange. */
 static void reader_start(struct agw_upstream *up)
 {
-    if (up->pool->url.tls || up->rd != NULL)
-        return;
-    bufferevent_disable(up->bev, EV_READ);
-    up->rd =
-        event_new(up->pool->base, bufferevent_getfd(up->bev), EV_READ | EV_PERSIST, rd_cb, up->bev);
-    if (!up->paused && up->state != UP_ST_DONE && up->state != UP_ST_FAILED)
-        event_add(up->rd, NULL);
-}
+    struct up_conn *c = up->conn;
 
-/* Before the bufferevent is freed. */
-static void reader_stop(struct agw_upstream *up)
-{
-    if (up->rd != NULL) {
-        event_free(up->rd);
-        up->rd = NULL;
-    }
+    if (up->pool->url.tls || c->rd != NULL)
+        return;
+    bufferevent_disable(c->bev, EV_READ);
+    c->rd = event_new(up->pool->base, bufferevent_getfd(c->bev), EV_READ | EV_PERSIST, rd_cb, c);
+    if (!up->paused && up->state != UP_ST_DONE && up->state != UP_ST_FAILED)
+        event_add(c->rd, NULL);
 }
 
 static void reading(struct agw_upstream *up, bool on)
 {
-    if (up->rd != NULL) {
+    struct up_conn *c = up->conn;
+
+    if (c->rd != NULL) {
         if (on)
-            event_add(up->rd, NULL);
+            event_add(c->rd, NULL);
         else
-            event_del(up->rd);
+            event_del(c->rd);
     } else if (on) {
-        bufferevent_enable(up->bev, EV_READ);
+        bufferevent_enable(c->bev, EV_READ);
     } else {
-        bufferevent_disable(up->bev, EV_READ);
+        bufferevent_disable(c->bev, EV_READ);
     }
 }
 
@@ -582,7 +594,7 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
         fail(up, kind, up->pending_detail);
         return;
     }
-    if (up->state == UP_ST_BODY && !up->paused && up->bev != NULL)
+    if (up->state == UP_ST_BODY && !up->paused && up->conn != NULL)
         process_input(up);
 }
 
@@ -625,9 +637,8 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
          * was not processed, so sending it again on a fresh connection is safe. */
         agw_log_debug("upstream %s: pooled connection was stale, reconnecting",
                       up->pool->url.authority);
-        reader_stop(up);
-        bufferevent_free(up->bev);
-        up->bev = NULL;
+        conn_free(up->conn);
+        up->conn = NULL;
         up->reused = false;
         if (connect_fresh(up) != 0)
             fail_later(up, AGW_UP_CONNECT, "cannot create a socket");
@@ -661,6 +672,7 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
 static int connect_fresh(struct agw_upstream *up)
 {
     struct agw_upstream_pool *pool = up->pool;
+    struct bufferevent *bev;
 
     if (pool->url.tls) {
         SSL *ssl = SSL_new(pool->opts.tls);
@@ -669,27 +681,28 @@ static int connect_fresh(struct agw_upstream *up)
             return -AGW_EIO;
         }
         /* The bufferevent owns the SSL from here (freed with it). */
-        up->bev = bufferevent_openssl_socket_new(pool->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
-                                                 BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-        if (up->bev == NULL)
+        bev = bufferevent_openssl_socket_new(pool->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                                             BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+        if (bev == NULL)
             return -AGW_EIO;
         /* Backends often close without close_notify; a run cut short is caught by the AG-UI rules.
          */
-        bufferevent_openssl_set_allow_dirty_shutdown(up->bev, 1);
+        bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
     } else {
-        up->bev =
+        bev =
             bufferevent_socket_new(pool->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-        if (up->bev == NULL)
+        if (bev == NULL)
             return -AGW_EIO;
     }
+    up->conn = conn_new(pool, bev, up);
     /* Over TLS the bufferevent reads (plain TCP reads through rd_cb once connected). */
-    bufferevent_set_max_single_read(up->bev, READ_MAX);
-    bufferevent_setcb(up->bev, up_read_cb, NULL, up_event_cb, up);
-    bufferevent_enable(up->bev, EV_READ | EV_WRITE);
+    bufferevent_set_max_single_read(bev, READ_MAX);
+    bufferevent_setcb(bev, up_read_cb, NULL, up_event_cb, up);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
     /* The request waits in the output buffer until the connection is up. */
-    evbuffer_add_buffer_reference(bufferevent_get_output(up->bev), up->request);
+    evbuffer_add_buffer_reference(bufferevent_get_output(bev), up->request);
     set_state(up, UP_ST_CONNECTING);
-    if (bufferevent_socket_connect_hostname(up->bev, pool->dns, AF_UNSPEC, pool->url.host,
+    if (bufferevent_socket_connect_hostname(bev, pool->dns, AF_UNSPEC, pool->url.host,
                                             pool->url.port) != 0) {
         /* The event callback reports the reason (deferred); nothing more to do here. */
         agw_log_debug("upstream %s: connect failed at once", pool->url.authority);
@@ -705,9 +718,9 @@ static int connect_fresh(struct agw_upstream *up)
  * is kept whole for that retry. */
 static void write_request_now(struct agw_upstream *up)
 {
-    struct evbuffer *out = bufferevent_get_output(up->bev);
+    struct evbuffer *out = bufferevent_get_output(up->conn->bev);
 
-    if (agw_io_write_copy(bufferevent_getfd(up->bev), up->request, out) < 0)
+    if (agw_io_write_copy(bufferevent_getfd(up->conn->bev), up->request, out) < 0)
         evbuffer_add_buffer_reference(out, up->request);
 }
 
@@ -734,14 +747,13 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
     evbuffer_add(up->request, "\r\n", 2);
     evbuffer_add(up->request, body, body_len);
 
-    up->bev = pool_take(pool, &up->rd);
-    if (up->bev != NULL) {
+    up->conn = conn_from_pool(pool, up);
+    if (up->conn != NULL) {
         up->reused = true;
-        bufferevent_setcb(up->bev, up_read_cb, NULL, up_event_cb, up);
         set_state(up, UP_ST_WAITING);
-        if (up->rd == NULL) { /* TLS: the bufferevent reads and writes */
-            bufferevent_enable(up->bev, EV_READ | EV_WRITE);
-            evbuffer_add_buffer_reference(bufferevent_get_output(up->bev), up->request);
+        if (up->conn->rd == NULL) { /* TLS: the bufferevent reads and writes */
+            bufferevent_enable(up->conn->bev, EV_READ | EV_WRITE);
+            evbuffer_add_buffer_reference(bufferevent_get_output(up->conn->bev), up->request);
         } else {
             write_request_now(up);
         }
@@ -766,7 +778,7 @@ void agw_upstream_pause(struct agw_upstream *up)
     if (up->paused)
         return;
     up->paused = true;
-    if (up->bev != NULL && up->state == UP_ST_BODY) {
+    if (up->conn != NULL && up->state == UP_ST_BODY) {
         reading(up, false);
         arm_timer(up, 0);
     }
@@ -777,12 +789,12 @@ void agw_upstream_resume(struct agw_upstream *up)
     if (!up->paused)
         return;
     up->paused = false;
-    if (up->bev != NULL && up->state == UP_ST_BODY) {
+    if (up->conn != NULL && up->state == UP_ST_BODY) {
         reading(up, true);
         up->last_read_ms = agw_now_ms();
         arm_timer(up, up->pool->opts.idle_ms);
         /* Bytes read before the pause may still wait in the input: handle them from the loop. */
-        if (evbuffer_get_length(bufferevent_get_input(up->bev)) > 0)
+        if (evbuffer_get_length(bufferevent_get_input(up->conn->bev)) > 0)
             event_active(up->kick, EV_TIMEOUT, 0);
     }
 }
@@ -791,17 +803,15 @@ static void destroy(struct agw_upstream *up)
 {
     if (up->lingering)
         TAILQ_REMOVE(&up->pool->lingering, up, linger_link);
-    if (up->bev != NULL) {
+    if (up->conn != NULL) {
         bool reusable = up->state == UP_ST_DONE && up->resp.keep_alive &&
-                        evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 &&
-                        evbuffer_get_length(bufferevent_get_output(up->bev)) == 0;
-        if (reusable) {
-            pool_put(up->pool, up->bev, up->rd);
-            up->rd = NULL;
-        } else {
-            reader_stop(up);
-            bufferevent_free(up->bev);
-        }
+                        evbuffer_get_length(bufferevent_get_input(up->conn->bev)) == 0 &&
+                        evbuffer_get_length(bufferevent_get_output(up->conn->bev)) == 0;
+        if (reusable)
+            conn_to_pool(up->conn);
+        else
+            conn_free(up->conn);
+        up->conn = NULL;
     }
     event_free(up->timer);
     event_free(up->kick);
@@ -869,7 +879,7 @@ void agw_upstream_release(struct agw_upstream *up)
         up->paused = false;
         reading(up, true);
     }
-    if (evbuffer_get_length(bufferevent_get_input(up->bev)) > 0)
+    if (evbuffer_get_length(bufferevent_get_input(up->conn->bev)) > 0)
         event_active(up->kick, EV_TIMEOUT, 0);
 }
 
