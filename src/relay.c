@@ -1,10 +1,10 @@
-/* The relay: one client stream ↔ one upstream exchange. See include/agw/relay.h for the states and
- * doc/internals/relay.md for the design (backpressure, timers, ownership).
+/* The relay: one client stream ↔ one upstream exchange. See include/agw/relay.h for the contract
+ * and doc/internals/relay.md for the design (backpressure, timers, ownership).
  *
- * Lifetime rule: a relay is freed only from the client request's close callback (the request is
- * gone), and never while one of its own callbacks is on the stack: `busy` counts them, and a close
- * that arrives inside one (it cannot today, since libevent never writes synchronously, but the rule
- * is cheap) is deferred. */
+ * The relay is a state machine whose state is exactly the enum below: every transition goes
+ * through set_state(), which checks it against the table and arms or disarms the timers that
+ * belong to the states left and entered. Lifetime: the relay is freed in CLOSED only, and never
+ * while one of its own callbacks is on the stack (`busy` counts them; the outermost frees it). */
 #include "config.h"
 
 #include <assert.h>
@@ -23,13 +23,41 @@
 #include "agw/sse.h"
 
 enum relay_state {
-    RL_ST_CONNECTING = 0,
-    RL_ST_STREAMING,
-    RL_ST_FINISHING,
-    RL_ST_CLOSED,
+    RL_ST_CONNECTING = 0, /* reaching the upstream (retries included); the client has no answer */
+    RL_ST_DEFERRED,       /* the upstream answered a stream; the client's 200 waits for its first
+                             event (a decision's answer: an empty stream is a 502 instead) */
+    RL_ST_STREAMING,      /* the client has its 200; frames flow (heartbeat timer) */
+    RL_ST_DETACHED,  /* the client left, the agent says "detach": the run goes on to its end (still
+                        connecting or streaming), its events counted and dropped */
+    RL_ST_FINISHING, /* the answer is complete (a terminal event, or an error answer): the client
+                        takes it */
+    RL_ST_CANCELLED, /* as FINISHING, after agw_relay_cancel(): the upstream was closed, not read
+                        to its end */
+    RL_ST_CLOSED,    /* over: the client's request is gone, or the detached run ended; freed as
+                        soon as no callback of the relay runs */
+    RL_N_STATES
 };
 
-static const char *const state_names[] = {"CONNECTING", "STREAMING", "FINISHING", "CLOSED"};
+static const char *const state_names[RL_N_STATES] = {
+    "CONNECTING", "DEFERRED", "STREAMING", "DETACHED", "FINISHING", "CANCELLED", "CLOSED"};
+
+#define TO(s) (1u << (s))
+/* The transitions that exist; set_state() asserts them. */
+static const unsigned transitions[RL_N_STATES] = {
+    [RL_ST_CONNECTING] = TO(RL_ST_CONNECTING) | TO(RL_ST_DEFERRED) | TO(RL_ST_STREAMING) |
+                         TO(RL_ST_DETACHED) | TO(RL_ST_FINISHING) | TO(RL_ST_CLOSED),
+    [RL_ST_DEFERRED] =
+        TO(RL_ST_STREAMING) | TO(RL_ST_DETACHED) | TO(RL_ST_FINISHING) | TO(RL_ST_CLOSED),
+    [RL_ST_STREAMING] =
+        TO(RL_ST_DETACHED) | TO(RL_ST_FINISHING) | TO(RL_ST_CANCELLED) | TO(RL_ST_CLOSED),
+    [RL_ST_DETACHED] = TO(RL_ST_CLOSED),
+    [RL_ST_FINISHING] = TO(RL_ST_CLOSED),
+    [RL_ST_CANCELLED] = TO(RL_ST_CLOSED),
+    [RL_ST_CLOSED] = 0,
+};
+/* The states in which the run is still going (the upstream is read). */
+#define LIVE       (TO(RL_ST_CONNECTING) | TO(RL_ST_DEFERRED) | TO(RL_ST_STREAMING) | TO(RL_ST_DETACHED))
+#define IN(r, set) ((TO((r)->state) & (set)) != 0)
 
 struct agw_relay_set {
     struct event_base *base;
@@ -41,13 +69,17 @@ struct agw_relay {
     struct agw_relay_set *set;
     TAILQ_ENTRY(agw_relay) link;
     enum relay_state state;
-    struct agw_req *req; /* NULL once the client's request is gone */
+    struct agw_req *req; /* the client's request; NULL in DETACHED and CLOSED */
     struct agw_upstream *up;
     struct agw_sse_parser *sse;
     struct agw_agui *agui;
-    struct evbuffer *out;    /* client frames produced and not yet handed to the server */
-    struct event *heartbeat; /* the heartbeat period, or a probe of a half-closed client */
+    struct evbuffer *out; /* client frames produced and not yet handed to the server */
+    /* Timers. run_timer: from the start to the end of the run (LIVE states), when timeouts.run is
+     * set. heartbeat: in STREAMING only, the heartbeat period, or a probe of a half-closed client
+     * (probe set). */
+    struct event *heartbeat;
     struct event *run_timer;
+    bool probe;
     uint64_t last_write_ms;
     /* parameters (owned copies) */
     char *agent_id, *thread_id, *run_id;
@@ -60,8 +92,11 @@ struct agw_relay {
     size_t n_backends;
     size_t attempt;      /* index into backends of the current try */
     unsigned tries_left; /* further backends that may be tried */
+    bool answered;       /* the upstream's head arrived: no more retries */
     size_t stream_buffer_bytes;
     uint32_t heartbeat_ms;
+    bool detach;     /* the agent's on_client_disconnect is "detach" */
+    bool defer_head; /* a decision's stream: DEFERRED before STREAMING */
     agw_relay_end_fn *on_end;
     void *arg;
     /* accounting */
@@ -71,25 +106,38 @@ struct agw_relay {
     const char *outcome;
     enum agw_up_failure upstream_error; /* the last upstream failure, or AGW_UP_OK */
     uint64_t connect_ms, first_byte_ms;
+    bool was_detached; /* for the summary: the run went on without its client */
     char request_id[72];
-    unsigned busy;
-    bool free_pending;
+    unsigned busy; /* the relay's callbacks on the stack */
     /* the active-run registry */
     struct agw_runs *runs;
     struct agw_run_entry *entry; /* while registered */
-    bool detach;                 /* the agent's on_client_disconnect is "detach" */
-    bool detached;               /* the client left and the run goes on */
-    bool cancelled;              /* agw_relay_cancel(): close the upstream rather than drain it */
-    bool probe;      /* the heartbeat timer is a probe: write a ping whatever the time */
-    bool defer_head; /* the client's 200 waits for the first event (a decision's answer): until
-                        then (status 0) a failure or an empty stream is answered with 502 */
 };
 
 static void relay_free(struct agw_relay *r);
+static void heartbeat_cb(evutil_socket_t fd, short what, void *arg);
 
+static void arm(struct event *ev, uint32_t ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+
+    evtimer_add(ev, &tv);
+}
+
+/* Every transition: checked against the table; the timers of the state left are disarmed and those
+ * of the state entered armed. */
 static void set_state(struct agw_relay *r, enum relay_state st)
 {
+    assert(transitions[r->state] & TO(st));
     agw_log_debug("req=%s relay %s -> %s", r->request_id, state_names[r->state], state_names[st]);
+    if (r->state == RL_ST_STREAMING && st != RL_ST_STREAMING) {
+        evtimer_del(r->heartbeat);
+        r->probe = false;
+    }
+    if (!(TO(st) & LIVE))
+        evtimer_del(r->run_timer);
+    if (st == RL_ST_STREAMING && r->state != RL_ST_STREAMING && r->heartbeat_ms > 0)
+        arm(r->heartbeat, r->heartbeat_ms);
     r->state = st;
 }
 
@@ -98,25 +146,42 @@ static void enter(struct agw_relay *r)
     r->busy++;
 }
 
+/* The outermost callback frees a CLOSED relay as it returns. */
 static void leave(struct agw_relay *r)
 {
-    if (--r->busy == 0 && r->free_pending)
+    if (--r->busy == 0 && r->state == RL_ST_CLOSED)
         relay_free(r);
+}
+
+static void unregister(struct agw_relay *r)
+{
+    if (r->entry != NULL) {
+        agw_runs_remove(r->runs, r->entry);
+        r->entry = NULL;
+    }
+}
+
+/* Lets go of the upstream exchange: closed (the backend sees it close) with <close>, else released
+ * (the rest of its response is read so that its connection can serve another run). */
+static void drop_upstream(struct agw_relay *r, bool close)
+{
+    if (r->up == NULL)
+        return;
+    r->connect_ms = agw_upstream_connect_ms(r->up);
+    r->first_byte_ms = agw_upstream_first_byte_ms(r->up);
+    if (close)
+        agw_upstream_close(r->up);
+    else
+        agw_upstream_release(r->up);
+    r->up = NULL;
 }
 
 /* ---- writing to the client ---------------------------------------------------------------- */
 
-static void arm_heartbeat(struct agw_relay *r, uint32_t ms)
-{
-    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-
-    evtimer_add(r->heartbeat, &tv);
-}
-
 static void client_drain(struct agw_req *req, void *arg);
 static void probe_client(struct agw_relay *r);
 
-/* Sends the client its 200 and the stream's headers. */
+/* Sends the client its 200 and the stream's headers: STREAMING. */
 static void start_client_stream(struct agw_relay *r)
 {
     agw_req_add_header(r->req, "Content-Type", "text/event-stream");
@@ -125,10 +190,9 @@ static void start_client_stream(struct agw_relay *r)
     r->status = 200;
     agw_req_stream_start(r->req, 200, r->stream_buffer_bytes / 2, client_drain);
     r->last_write_ms = agw_now_ms();
+    set_state(r, RL_ST_STREAMING);
     if (agw_req_half_closed(r->req))
         probe_client(r);
-    else if (r->heartbeat_ms > 0)
-        arm_heartbeat(r, r->heartbeat_ms);
 }
 
 /* Hands <out> to the client; with <last>, ends the response too (in the same write when it can). */
@@ -140,8 +204,8 @@ static void flush_out(struct agw_relay *r, bool last)
         evbuffer_drain(r->out, n);
         return;
     }
-    if (r->status == 0) { /* a deferred head: the first events are here */
-        if (n == 0 && !last)
+    if (r->state == RL_ST_DEFERRED) { /* the first events are here */
+        if (n == 0)
             return;
         start_client_stream(r);
     }
@@ -158,34 +222,25 @@ static void flush_out(struct agw_relay *r, bool last)
 
 /* The heartbeat timer is lazy: it is armed once per period and, when it fires, writes ": ping" only
  * if nothing was written for a whole period; otherwise it sleeps for the rest of the period. No
- * timer work is done per frame. */
+ * timer work is done per frame. As a probe it writes at once. */
 static void heartbeat_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct agw_relay *r = arg;
-    uint64_t now = agw_now_ms(), idle = now - r->last_write_ms;
+    uint64_t idle = agw_now_ms() - r->last_write_ms;
 
     (void)fd;
     (void)what;
-    if (r->state != RL_ST_STREAMING || r->req == NULL || r->status == 0)
-        return;
-    if (r->probe) {
+    assert(r->state == RL_ST_STREAMING);
+    if (r->probe || idle + 5 >= r->heartbeat_ms) {
         r->probe = false;
         enter(r);
         agw_sse_write_comment(r->out, "ping");
         flush_out(r, false);
-        leave(r);
+        leave(r); /* cannot free: the state is still STREAMING */
         if (r->heartbeat_ms > 0)
-            arm_heartbeat(r, r->heartbeat_ms);
-        return;
-    }
-    if (idle + 5 >= r->heartbeat_ms) {
-        enter(r);
-        agw_sse_write_comment(r->out, "ping");
-        flush_out(r, false);
-        leave(r);
-        arm_heartbeat(r, r->heartbeat_ms);
+            arm(r->heartbeat, r->heartbeat_ms);
     } else {
-        arm_heartbeat(r, (uint32_t)(r->heartbeat_ms - idle));
+        arm(r->heartbeat, (uint32_t)(r->heartbeat_ms - idle));
     }
 }
 
@@ -200,7 +255,7 @@ static void probe_client(struct agw_relay *r)
     flush_out(r, false);
     r->probe = true;
     evtimer_del(r->heartbeat);
-    arm_heartbeat(r, PROBE_MS);
+    arm(r->heartbeat, PROBE_MS);
 }
 
 static void client_half_close(struct agw_req *req, void *arg)
@@ -209,83 +264,58 @@ static void client_half_close(struct agw_req *req, void *arg)
 
     (void)req;
     enter(r);
-    if (r->state == RL_ST_STREAMING && r->req != NULL && r->status != 0)
+    if (r->state == RL_ST_STREAMING)
         probe_client(r);
     leave(r);
 }
 
-static void unregister(struct agw_relay *r)
-{
-    if (r->entry != NULL) {
-        agw_runs_remove(r->runs, r->entry);
-        r->entry = NULL;
-    }
-}
+/* ---- ending ------------------------------------------------------------------------------- */
 
-/* A detached run has no request whose close would free it: it frees itself when it ends. Called
- * from inside enter()/leave() only, so the free happens as the outermost callback returns. */
-static void end_if_detached(struct agw_relay *r)
+/* The terminal event is in r->out: write it and end the chunked body (FINISHING, or CANCELLED with
+ * <cancel>, where the backend must see its connection close), or, detached, end the run (CLOSED).
+ */
+static void finish(struct agw_relay *r, bool cancel)
 {
-    if (r->req == NULL && r->detached) {
-        set_state(r, RL_ST_CLOSED);
-        r->free_pending = true;
-    }
-}
-
-/* The terminal event is in r->out: write it, end the chunked body, drop the upstream. */
-static void finish(struct agw_relay *r)
-{
-    if (r->state != RL_ST_STREAMING)
+    if (!IN(r, TO(RL_ST_DEFERRED) | TO(RL_ST_STREAMING) | TO(RL_ST_DETACHED)))
         return;
     r->outcome = agw_agui_outcome(r->agui);
     unregister(r);
-    if (r->up != NULL) {
-        r->connect_ms = agw_upstream_connect_ms(r->up);
-        r->first_byte_ms = agw_upstream_first_byte_ms(r->up);
-        /* The backend's response usually ends right after the terminal event: let it, so its
-         * connection can serve the next run. A cancelled run's backend must see the close. */
-        if (r->cancelled)
-            agw_upstream_close(r->up);
-        else
-            agw_upstream_release(r->up);
-        r->up = NULL;
+    drop_upstream(r, cancel);
+    if (r->state == RL_ST_DETACHED) {
+        set_state(r, RL_ST_CLOSED);
+        return;
     }
-    evtimer_del(r->heartbeat);
-    evtimer_del(r->run_timer);
-    set_state(r, RL_ST_FINISHING);
-    if (r->req != NULL)
-        flush_out(r, true);
-    end_if_detached(r);
+    if (r->state == RL_ST_DEFERRED)
+        start_client_stream(r);
+    set_state(r, cancel ? RL_ST_CANCELLED : RL_ST_FINISHING);
+    flush_out(r, true);
 }
 
-static void fail_stream(struct agw_relay *r, const char *code, const char *message)
+static void fail_stream(struct agw_relay *r, const char *code, const char *message, bool cancel)
 {
     agw_agui_fail(r->agui, code, message, r->out);
-    finish(r);
+    finish(r, cancel);
 }
 
-/* ---- before the stream: answering with an error or trying the next backend
- * --------------------------- */
-
-static void start_attempt(struct agw_relay *r);
-
+/* Before the client has a stream: answer with an error (FINISHING), or, detached, end (CLOSED). */
 static void reply_error(struct agw_relay *r, int status, const char *msg)
 {
     unregister(r);
-    if (r->up != NULL) {
-        agw_upstream_close(r->up);
-        r->up = NULL;
-    }
-    evtimer_del(r->run_timer);
-    set_state(r, RL_ST_FINISHING);
+    drop_upstream(r, true);
     if (r->outcome == NULL)
         r->outcome = "upstream_error";
-    if (r->req != NULL) {
-        r->status = status;
-        agw_req_reply_error(r->req, status, "%s", msg);
+    if (r->req == NULL) {
+        set_state(r, RL_ST_CLOSED);
+        return;
     }
-    end_if_detached(r);
+    set_state(r, RL_ST_FINISHING);
+    r->status = status;
+    agw_req_reply_error(r->req, status, "%s", msg);
 }
+
+/* ---- the upstream ------------------------------------------------------------------------- */
+
+static void start_attempt(struct agw_relay *r);
 
 /* A failure before the first byte: the next backend is tried when retries remain. */
 static bool retry(struct agw_relay *r)
@@ -294,21 +324,22 @@ static bool retry(struct agw_relay *r)
         return false;
     r->tries_left--;
     r->attempt = (r->attempt + 1) % r->n_backends;
-    if (r->up != NULL) {
-        agw_upstream_close(r->up);
-        r->up = NULL;
-    }
+    drop_upstream(r, true);
     agw_log_info("req=%s retrying on backend %s", r->request_id,
                  agw_upstream_pool_url(r->backends[r->attempt])->authority);
     start_attempt(r);
     return true;
 }
 
-/* ---- upstream callbacks ------------------------------------------------------------------- */
-
 static const char *current_authority(const struct agw_relay *r)
 {
     return agw_upstream_pool_url(r->backends[r->attempt])->authority;
+}
+
+/* Still waiting for the upstream's head (connecting, or detached while connecting). */
+static bool before_head(const struct agw_relay *r)
+{
+    return r->state == RL_ST_CONNECTING || (r->state == RL_ST_DETACHED && !r->answered);
 }
 
 static void up_on_head(void *arg, const struct agw_http1_response *resp)
@@ -317,6 +348,8 @@ static void up_on_head(void *arg, const struct agw_http1_response *resp)
     char detail[160];
 
     enter(r);
+    if (!before_head(r))
+        goto out;
     if (resp->status >= 500 && retry(r))
         goto out;
     if (resp->status < 200 || resp->status > 299) {
@@ -335,15 +368,17 @@ static void up_on_head(void *arg, const struct agw_http1_response *resp)
         reply_error(r, 502, detail);
         goto out;
     }
-    set_state(r, RL_ST_STREAMING);
+    r->answered = true;
     if (r->runs != NULL) {
         const struct agw_url *u = agw_upstream_pool_url(r->backends[r->attempt]);
         r->entry = agw_runs_add(r->runs, r->agent_id, r->thread_id, r->run_id, u->text,
                                 r->backends[r->attempt], r);
     }
-    if (r->req == NULL) /* detached before the upstream answered: the run goes on alone */
+    if (r->state == RL_ST_DETACHED) /* detached before the upstream answered: it goes on alone */
         goto out;
-    if (!r->defer_head)
+    if (r->defer_head)
+        set_state(r, RL_ST_DEFERRED);
+    else
         start_client_stream(r);
 out:
     leave(r);
@@ -377,13 +412,15 @@ static int parse_body(struct agw_relay *r, struct evbuffer *body)
     return rc;
 }
 
+#define READING (TO(RL_ST_DEFERRED) | TO(RL_ST_STREAMING) | TO(RL_ST_DETACHED))
+
 static void up_on_body(void *arg, struct evbuffer *body)
 {
     struct agw_relay *r = arg;
     int rc;
 
     enter(r);
-    if (r->state != RL_ST_STREAMING) {
+    if (!IN(r, READING)) {
         evbuffer_drain(body, evbuffer_get_length(body));
         goto out;
     }
@@ -393,17 +430,18 @@ static void up_on_body(void *arg, struct evbuffer *body)
     rc = parse_body(r, body);
     if (rc == -AGW_ETOOBIG) {
         fail_stream(r, AGW_AGUI_FRAME_TOO_LARGE,
-                    "an upstream event exceeded limits.max_frame_bytes");
+                    "an upstream event exceeded limits.max_frame_bytes", false);
         goto out;
     }
     if (agw_agui_finished(r->agui)) {
-        finish(r);
+        finish(r, false);
         goto out;
     }
     flush_out(r, false);
     /* Backpressure: stop reading the upstream while the client's queue is above the limit; the
      * server's drain callback resumes it. */
-    if (r->req != NULL && r->up != NULL && agw_req_out_pending(r->req) > r->stream_buffer_bytes)
+    if (r->state == RL_ST_STREAMING && r->up != NULL &&
+        agw_req_out_pending(r->req) > r->stream_buffer_bytes)
         agw_upstream_pause(r->up);
 out:
     leave(r);
@@ -419,23 +457,22 @@ static void up_on_done(void *arg)
     struct agw_relay *r = arg;
 
     enter(r);
-    if (r->state == RL_ST_STREAMING) {
-        int rc = agw_sse_finish(r->sse, frame_end_cb, r);
-        if (rc == -AGW_ETOOBIG)
-            agw_agui_fail(r->agui, AGW_AGUI_FRAME_TOO_LARGE,
-                          "an upstream event exceeded limits.max_frame_bytes", r->out);
-        if (r->status == 0 && r->req != NULL && agw_agui_events_out(r->agui) == 0) {
-            /* A deferred head and not one event: the backend did not take the decision (an
-             * agent that answers "already running" with an empty stream). */
-            r->upstream_error = AGW_UP_EMPTY_STREAM;
-            reply_error(r, 502,
-                        "bad gateway: the backend answered with an empty event stream (it did not "
-                        "take the decision)");
-            goto out;
-        }
-        agw_agui_end(r->agui, r->out);
-        finish(r);
+    if (!IN(r, READING))
+        goto out;
+    if (agw_sse_finish(r->sse, frame_end_cb, r) == -AGW_ETOOBIG)
+        agw_agui_fail(r->agui, AGW_AGUI_FRAME_TOO_LARGE,
+                      "an upstream event exceeded limits.max_frame_bytes", r->out);
+    if (r->state == RL_ST_DEFERRED && agw_agui_events_out(r->agui) == 0) {
+        /* Not one event: the backend did not take the decision (an agent that answers "already
+         * running" with an empty stream). */
+        r->upstream_error = AGW_UP_EMPTY_STREAM;
+        reply_error(r, 502,
+                    "bad gateway: the backend answered with an empty event stream (it did not "
+                    "take the decision)");
+        goto out;
     }
+    agw_agui_end(r->agui, r->out);
+    finish(r, false);
 out:
     leave(r);
 }
@@ -449,23 +486,20 @@ static void up_on_error(void *arg, enum agw_up_failure kind, const char *detail)
     r->upstream_error = kind;
     agw_log_warn("req=%s upstream %s: %s: %s", r->request_id, current_authority(r),
                  agw_up_failure_name(kind), detail);
-    if (r->state == RL_ST_CONNECTING) {
+    if (before_head(r)) {
+        bool timeout = kind == AGW_UP_FIRST_BYTE_TIMEOUT;
+
         if (kind != AGW_UP_PROTOCOL && retry(r))
             goto out;
-        bool timeout = kind == AGW_UP_FIRST_BYTE_TIMEOUT;
         snprintf(msg, sizeof(msg), "%s: %s", timeout ? "gateway timeout" : "bad gateway", detail);
         reply_error(r, timeout ? 504 : 502, msg);
-        goto out;
-    }
-    if (r->state == RL_ST_STREAMING && r->status == 0 && r->req != NULL) {
-        snprintf(msg, sizeof(msg), "bad gateway: %s", detail); /* a deferred head: no stream yet */
+    } else if (r->state == RL_ST_DEFERRED) {
+        snprintf(msg, sizeof(msg), "bad gateway: %s", detail); /* no stream yet */
         reply_error(r, 502, msg);
-        goto out;
-    }
-    if (r->state == RL_ST_STREAMING) {
+    } else if (IN(r, TO(RL_ST_STREAMING) | TO(RL_ST_DETACHED))) {
         const char *code = kind == AGW_UP_IDLE_TIMEOUT ? AGW_AGUI_TIMEOUT : AGW_AGUI_UPSTREAM_ERROR;
         snprintf(msg, sizeof(msg), "upstream failed: %s", detail);
-        fail_stream(r, code, msg);
+        fail_stream(r, code, msg, false);
     }
 out:
     leave(r);
@@ -495,36 +529,31 @@ static void client_drain(struct agw_req *req, void *arg)
         agw_upstream_resume(r->up);
 }
 
+/* The client's request is gone (its answer was taken, or the client left). Whatever the state, the
+ * relay never touches the request again. */
 static void client_close(struct agw_req *req, void *arg)
 {
     struct agw_relay *r = arg;
 
     (void)req;
     r->req = NULL;
-    if ((r->state == RL_ST_CONNECTING || r->state == RL_ST_STREAMING) && r->detach) {
+    if (r->detach && IN(r, TO(RL_ST_CONNECTING) | TO(RL_ST_DEFERRED) | TO(RL_ST_STREAMING))) {
         /* The run goes on without its client: backpressure and heartbeats no longer apply. */
         agw_log_info("req=%s client went away; the run goes on detached", r->request_id);
-        r->detached = true;
-        evtimer_del(r->heartbeat);
-        if (r->up != NULL && r->state == RL_ST_STREAMING)
+        r->was_detached = true;
+        set_state(r, RL_ST_DETACHED);
+        if (r->up != NULL && r->answered)
             agw_upstream_resume(r->up);
         return;
     }
-    if (r->state == RL_ST_CONNECTING || r->state == RL_ST_STREAMING) {
+    if (IN(r, LIVE)) {
         r->outcome = "client_closed";
         agw_log_info("req=%s client went away; closing the upstream", r->request_id);
     }
     unregister(r);
-    if (r->up != NULL) {
-        r->connect_ms = agw_upstream_connect_ms(r->up);
-        r->first_byte_ms = agw_upstream_first_byte_ms(r->up);
-        agw_upstream_close(r->up);
-        r->up = NULL;
-    }
+    drop_upstream(r, true);
     set_state(r, RL_ST_CLOSED);
-    if (r->busy > 0)
-        r->free_pending = true;
-    else
+    if (r->busy == 0)
         relay_free(r);
 }
 
@@ -535,11 +564,11 @@ static void run_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     enter(r);
-    if (r->state == RL_ST_CONNECTING) {
+    if (before_head(r) || r->state == RL_ST_DEFERRED) {
         r->outcome = "timeout";
         reply_error(r, 504, "gateway timeout: the run exceeded timeouts.run");
-    } else if (r->state == RL_ST_STREAMING) {
-        fail_stream(r, AGW_AGUI_TIMEOUT, "the run exceeded timeouts.run");
+    } else if (IN(r, TO(RL_ST_STREAMING) | TO(RL_ST_DETACHED))) {
+        fail_stream(r, AGW_AGUI_TIMEOUT, "the run exceeded timeouts.run", false);
     }
     leave(r);
 }
@@ -586,10 +615,8 @@ static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_r
     r->out = evbuffer_new();
     r->heartbeat = evtimer_new(set->base, heartbeat_cb, r);
     r->run_timer = evtimer_new(set->base, run_timer_cb, r);
-    if (p->run_ms > 0) {
-        struct timeval tv = {.tv_sec = p->run_ms / 1000, .tv_usec = (p->run_ms % 1000) * 1000};
-        evtimer_add(r->run_timer, &tv);
-    }
+    if (p->run_ms > 0)
+        arm(r->run_timer, p->run_ms);
     TAILQ_INSERT_TAIL(&set->relays, r, link);
     set->count++;
     agw_req_on_close(p->req, client_close, r);
@@ -634,7 +661,7 @@ static void relay_free(struct agw_relay *r)
         .upstream_error = r->upstream_error,
         .connect_ms = r->connect_ms,
         .first_byte_ms = r->first_byte_ms,
-        .detached = r->detached,
+        .detached = r->was_detached,
     };
 
     if (r->on_end != NULL)
@@ -687,10 +714,9 @@ void agw_relay_set_free(struct agw_relay_set *set)
 void agw_relay_cancel(struct agw_relay *r)
 {
     enter(r);
-    if (r->state == RL_ST_STREAMING) {
+    if (IN(r, READING)) {
         agw_log_info("req=%s run cancelled", r->request_id);
-        r->cancelled = true;
-        fail_stream(r, AGW_AGUI_CANCELLED, "the run was cancelled");
+        fail_stream(r, AGW_AGUI_CANCELLED, "the run was cancelled", true);
     }
     leave(r);
 }
@@ -707,11 +733,11 @@ void agw_relay_set_shutdown(struct agw_relay_set *set)
     for (r = TAILQ_FIRST(&set->relays); r != NULL; r = next) {
         next = TAILQ_NEXT(r, link);
         enter(r);
-        if (r->state == RL_ST_CONNECTING) {
+        if (before_head(r) || r->state == RL_ST_DEFERRED) {
             r->outcome = "shutdown";
             reply_error(r, 503, "service unavailable: the gateway is shutting down");
-        } else if (r->state == RL_ST_STREAMING) {
-            fail_stream(r, AGW_AGUI_SHUTDOWN, "the gateway is shutting down");
+        } else if (IN(r, TO(RL_ST_STREAMING) | TO(RL_ST_DETACHED))) {
+            fail_stream(r, AGW_AGUI_SHUTDOWN, "the gateway is shutting down", false);
         }
         leave(r);
     }
