@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include <event2/buffer.h>
 #include <jansson.h>
 
 #include "agw/common.h"
@@ -22,7 +23,7 @@
 
 /* SPEC §5, decided exactly as the gateway decides it (src/input.c): no user message with non-blank
  * content, and a tool message with a toolCallId. A body the gateway would refuse is no decision. */
-bool decision_only(const char *body, size_t len)
+static bool decision_only(const char *body, size_t len)
 {
     struct agw_input in = {0};
     bool yes = agw_input_parse(body, len, 0, &in, NULL, 0) == 0 && in.decision_only;
@@ -34,7 +35,7 @@ bool decision_only(const char *body, size_t len)
 /* The waiting run a decision for (<thread>, <run>) is for: that exact run, else the thread's
  * latest.
  */
-struct conn *find_waiting(struct demo *d, const char *thread, const char *run)
+static struct conn *find_waiting(struct demo *d, const char *thread, const char *run)
 {
     struct conn *best = NULL;
 
@@ -58,7 +59,7 @@ struct conn *find_waiting(struct demo *d, const char *thread, const char *run)
  * msg_<n+1> for a decision of n messages, as in scenario (a), but never below the run's own floor:
  * a decision carrying only its tool message would otherwise reuse the run's msg_2. The run keeps
  * its scenario name (X-Demo-Scenario, sent at the end with framing=length). */
-void apply_decision(struct conn *wc, const json_t *in, uint64_t from)
+static void apply_decision(struct conn *wc, const json_t *in, uint64_t from)
 {
     struct run *r = wc->run;
     const json_t *messages = json_object_get(in, "messages"), *m, *answer = NULL;
@@ -91,7 +92,7 @@ void apply_decision(struct conn *wc, const json_t *in, uint64_t from)
 
 /* decision=stream: the waiting run of <wc> ends without the decision that came on connection <from>
  * (which is answered as a new run). */
-void abandon_wait(struct conn *wc, uint64_t from)
+static void abandon_wait(struct conn *wc, uint64_t from)
 {
     struct run *r = wc->run;
 
@@ -105,4 +106,35 @@ void abandon_wait(struct conn *wc, uint64_t from)
     wc->d->waiting--;
     plan_end(r);
     arm_timer(wc, 0);
+}
+
+/* An agent POST on <c> whose body parsed to <in>: when it is a decision for a waiting run, answers
+ * it as <mode> says (see hitl.h). The decision=stream answer is the caller's: a new run. */
+bool take_decision(struct conn *c, const json_t *in, enum decision_mode mode)
+{
+    struct conn *wc;
+
+    if (!decision_only((const char *)evbuffer_pullup(c->body, -1), evbuffer_get_length(c->body)))
+        return false;
+    wc = find_waiting(c->d, str_field(in, "threadId"), str_field(in, "runId"));
+    if (wc && mode == DECISION_LIVE) {
+        json_t *ack = json_pack("{s:s,s:s,s:s}", "status", "accepted", "threadId",
+                                wc->run->thread_id, "runId", wc->run->run_id);
+        apply_decision(wc, in, c->id);
+        send_json(c, 202, ack, "", false);
+        return true;
+    }
+    if (wc && mode == DECISION_EMPTY) {
+        agw_log_info("conn %" PRIu64 ": decision for waiting run %s: an empty stream", c->id,
+                     wc->run->run_id);
+        send_response(c, 200, "text/event-stream", "", 0, "", false);
+        return true;
+    }
+    if (wc && mode == DECISION_REFUSE) {
+        send_error(c, 409, "thread already running: the decision was not taken", false);
+        return true;
+    }
+    if (wc) /* DECISION_STREAM: the decision is a new run, played by the caller */
+        abandon_wait(wc, c->id);
+    return false;
 }

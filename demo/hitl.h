@@ -11,17 +11,16 @@
 
 #include "agw/common.h"
 
-struct conn;
-struct demo;
+#include "knobs.h"
 
-/* True when <body> is a decision-only RunAgentInput the gateway would accept. */
-bool decision_only(const char *body, size_t len);
-/* The connection whose run waits for a decision for (<thread>, <run>): that exact run, else the
- * thread's latest waiting run; NULL when none (or <thread> is NULL). */
-struct conn *find_waiting(struct demo *d, const char *thread, const char *run);
-/* decision=live: resumes <wc>'s waiting run with the decision <in> (from connection id <from>). */
-void apply_decision(struct conn *wc, const json_t *in, uint64_t from);
-/* decision=stream: <wc>'s waiting run ends without the decision (which becomes a new run). */
-void abandon_wait(struct conn *wc, uint64_t from);
+struct conn;
+
+/* Called with every agent POST on <c> whose body parsed to the object <in>, before it becomes a
+ * run. When it is a decision-only POST and a run of its thread waits (that exact run by runId,
+ * else the thread's latest), answers it as <mode> says: live (202 naming the waiting run, which
+ * resumes), empty (an empty event stream) or refuse (409), and returns true: <c> is answered. It
+ * returns false when the POST is to be played as a new run: no decision, no waiting run, or
+ * decision=stream (the waiting run has then been ended without it). */
+bool take_decision(struct conn *c, const json_t *in, enum decision_mode mode);
 
 #endif

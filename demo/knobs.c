@@ -193,7 +193,8 @@ static char *url_decode(const char *s, size_t len)
 
 /* Applies the query's knobs (unknown parameters are ignored: they may mean something to someone
  * else) and then the X-Demo-<Name> headers (an unknown one is an error: it is a typo). */
-int knobs_parse(struct knobs *k, const char *query, const struct conn *c, char *err, size_t errlen)
+int knobs_parse(struct knobs *k, const char *query, const struct header *hdrs, size_t nhdrs,
+                char *err, size_t errlen)
 {
     const char *p = query;
 
@@ -215,8 +216,8 @@ int knobs_parse(struct knobs *k, const char *query, const struct conn *c, char *
             return rc;
         p = amp ? amp + 1 : NULL;
     }
-    for (size_t i = 0; i < c->nhdrs; i++) {
-        const struct header *h = &c->hdrs[i];
+    for (size_t i = 0; i < nhdrs; i++) {
+        const struct header *h = &hdrs[i];
         char key[64];
         size_t n = 0;
         const struct knob_def *def;

@@ -13,7 +13,7 @@
 
 #include "agw/common.h"
 
-struct conn;
+struct header;
 
 enum framing { FRAMING_CHUNKED = 0, FRAMING_CLOSE, FRAMING_LENGTH };
 enum dialect { DIALECT_AGUI = 0, DIALECT_CLOUDBASE };
@@ -51,8 +51,10 @@ enum decision_mode { DECISION_LIVE = 0, DECISION_STREAM, DECISION_EMPTY, DECISIO
 
 /* Unsets every knob (see struct knobs for what unset means). */
 void knobs_init(struct knobs *k);
-/* Applies the knobs of <query> (the target after '?', "" for none) and then of <c>'s X-Demo-*
- * headers to <k>. Returns 0, or -AGW_EINVAL with the reason, for a 400, in <err>. */
-int knobs_parse(struct knobs *k, const char *query, const struct conn *c, char *err, size_t errlen);
+/* Applies the knobs of <query> (the target after '?', "" for none) and then of the X-Demo-* fields
+ * among the <nhdrs> header fields <hdrs> (names lowercase, http.h) to <k>. Returns 0, or
+ * -AGW_EINVAL with the reason, for a 400, in <err>. */
+int knobs_parse(struct knobs *k, const char *query, const struct header *hdrs, size_t nhdrs,
+                char *err, size_t errlen);
 
 #endif

@@ -70,7 +70,7 @@ static void handle_run(struct conn *c, const char *path, const char *query)
     record_request(c, path, query);
     r = agw_xcalloc(1, sizeof(*r));
     knobs_init(&r->k);
-    if (knobs_parse(&r->k, query, c, err, sizeof(err)) < 0) {
+    if (knobs_parse(&r->k, query, c->hdrs, c->nhdrs, err, sizeof(err)) < 0) {
         run_free(r);
         send_error(c, 400, err, false);
         return;
@@ -97,34 +97,10 @@ static void handle_run(struct conn *c, const char *path, const char *query)
     }
     tid = str_field(in, "threadId");
     rid = str_field(in, "runId");
-    if (in &&
-        decision_only((const char *)evbuffer_pullup(c->body, -1), evbuffer_get_length(c->body))) {
-        struct conn *wc = find_waiting(d, tid, rid);
-        if (wc && r->k.decision == DECISION_LIVE) {
-            json_t *ack = json_pack("{s:s,s:s,s:s}", "status", "accepted", "threadId",
-                                    wc->run->thread_id, "runId", wc->run->run_id);
-            apply_decision(wc, in, c->id);
-            json_decref(in);
-            run_free(r);
-            send_json(c, 202, ack, "", false);
-            return;
-        }
-        if (wc && r->k.decision == DECISION_EMPTY) {
-            agw_log_info("conn %" PRIu64 ": decision for waiting run %s: an empty stream", c->id,
-                         wc->run->run_id);
-            json_decref(in);
-            run_free(r);
-            send_response(c, 200, "text/event-stream", "", 0, "", false);
-            return;
-        }
-        if (wc && r->k.decision == DECISION_REFUSE) {
-            json_decref(in);
-            run_free(r);
-            send_error(c, 409, "thread already running: the decision was not taken", false);
-            return;
-        }
-        if (wc) /* DECISION_STREAM: the decision is a new run below */
-            abandon_wait(wc, c->id);
+    if (in && take_decision(c, in, (enum decision_mode)r->k.decision)) {
+        json_decref(in);
+        run_free(r);
+        return;
     }
     if (tid && *tid) {
         r->thread_id = agw_xstrdup(tid);
