@@ -12,7 +12,9 @@
  *             .../runs/{runId}/cancel on a second connection: 202 {"status":"cancelled",...}, and
  *             the first stream ends with RUN_ERROR code CANCELLED and a clean end of body.
  *   cut       POST to a stalled, slow or fast (MBs, backpressure) agent; after 3 events the client
- *             closes its socket.
+ *             closes its socket. Also on agents with on_client_disconnect "detach": a paced stream
+ *             (the gateway reads it to its end), and a stalled one then ended by the cancel
+ *             endpoint (202).
  *   hitl      POST to hitl (wait_decision=1) with the frontend tool confirmAction and "delete the
  *             logs"; after TOOL_CALL_END, a decision-only POST (same threadId/runId, approve or
  * deny) on a second connection: 202 decision_forwarded; the first stream then goes on with the
@@ -80,6 +82,8 @@ enum {
     V_STALL = 0,
     V_SLOW,
     V_FAST,
+    V_DETACH,
+    V_DETACH_CANCEL,
     /* hitl */
     V_APPROVE = 0,
     V_DENY,
@@ -105,7 +109,7 @@ enum {
 static const char *const variant_names[K_N][MAX_VARIANTS] = {
     [K_NORMAL] = {"small", "big"},
     [K_CANCEL] = {"stall", "slow"},
-    [K_CUT] = {"stall", "slow", "fast"},
+    [K_CUT] = {"stall", "slow", "fast", "detach", "detach_cancel"},
     [K_HITL] = {"approve", "deny"},
     [K_UPSTREAM] = {"status500", "status503", "down", "drop3", "drop0", "first_byte_timeout"},
     [K_INVALID] = {"bad_json", "no_run_id", "bad_token", "no_token", "unknown_agent",
@@ -117,7 +121,7 @@ static const char *const variant_names[K_N][MAX_VARIANTS] = {
 static const unsigned variant_weights[K_N][MAX_VARIANTS] = {
     [K_NORMAL] = {49, 1},
     [K_CANCEL] = {1, 1},
-    [K_CUT] = {2, 2, 1},
+    [K_CUT] = {2, 2, 1, 1, 1},
     [K_HITL] = {1, 1},
     [K_UPSTREAM] = {5, 4, 3, 4, 3, 1},
     [K_INVALID] = {1, 1, 1, 1, 1, 1, 1, 1, 1},
@@ -823,12 +827,14 @@ static void start_run(struct slot *s)
     case K_CUT:
         body = run_body(r, "Hello", false, true);
         runs_path(path, sizeof(path),
-                  r->variant == V_STALL  ? "stall"
-                  : r->variant == V_SLOW ? "slow"
-                                         : "fast");
+                  r->variant == V_STALL    ? "stall"
+                  : r->variant == V_SLOW   ? "slow"
+                  : r->variant == V_FAST   ? "fast"
+                  : r->variant == V_DETACH ? "detach"
+                                           : "detach-stall");
         send_json(b, &s->main, path, b->token, NULL, body);
         free(body);
-        r->aux_needed = k == K_CANCEL;
+        r->aux_needed = k == K_CANCEL || r->variant == V_DETACH_CANCEL;
         break;
     case K_HITL:
         body = run_body(r, "delete the logs", true, true);
@@ -1126,6 +1132,11 @@ static const char *verdict(struct slot *s)
             return "not a 200 event stream";
         if (strcmp(r->first_type, "RUN_STARTED") != 0 || r->n_bad_ids || r->n_bad_frames)
             return "a bad stream before the cut";
+        if (r->variant == V_DETACH_CANCEL) {
+            if (!r->aux_sent)
+                return "no cancel sent";
+            return check_aux(s, "cancelled");
+        }
         return "";
     case K_HITL:
         if (!r->aux_sent)
@@ -1264,12 +1275,16 @@ static void slot_step(evutil_socket_t fd, short what, void *arg)
             hc_close(&s->main); /* the client goes away mid-stream */
             r->cut_done = true;
         }
-        if (r->kind == K_CANCEL && !r->aux_sent && r->n_events >= CUT_AFTER_EVENTS &&
-            !s->main.failed) {
+        if (((r->kind == K_CANCEL && r->n_events >= CUT_AFTER_EVENTS && !s->main.failed) ||
+             (r->kind == K_CUT && r->variant == V_DETACH_CANCEL && r->cut_done)) &&
+            !r->aux_sent) {
             struct req_opts o = {.path = path, .token = b->token, .no_length = true};
             struct evbuffer *e;
             snprintf(path, sizeof(path), "/v1/ag-ui/agents/%s/runs/%s/cancel",
-                     r->variant == V_STALL ? "stall" : "slow", r->run_id);
+                     r->kind == K_CUT        ? "detach-stall"
+                     : r->variant == V_STALL ? "stall"
+                                             : "slow",
+                     r->run_id);
             e = build_request(b, &o);
             hc_send(&s->aux, e);
             evbuffer_free(e);
@@ -1433,21 +1448,23 @@ static void on_progress(evutil_socket_t fd, short what, void *arg)
 static void usage(FILE *f)
 {
     fprintf(
-        f, "usage: agw-soak --url http://127.0.0.1:PORT --token TOKEN [options]\n"
-           "  --runs N            runs in total (default 100000)\n"
-           "  --concurrency C     runs at once (default 64)\n"
-           "  --mix LIST          weights, default normal=50,cancel=10,cut=10,hitl=10,upstream=10,"
-           "invalid=10\n"
-           "  --seed S            the runs drawn (default 1)\n"
-           "  --prefix P          threadId/runId prefix, unique per invocation (default soak)\n"
-           "  --max-body BYTES    the gateway's limits.max_body_bytes (default 65536)\n"
-           "  --run-timeout S     a run without an outcome after S seconds is a mismatch (60)\n"
-           "  --duration S        stop after S seconds whatever is left (default 3600)\n"
-           "  --max-report N      mismatches described on stderr (default 20)\n"
-           "  --progress S        a progress line on stderr every S seconds (default 10, 0 = off)\n"
-           "The gateway must serve the agents chat, stall, slow, fast, hitl, err, drop and down\n"
-           "as bench/soak.sh configures them. Prints one JSON object on stdout; exit 0 when every\n"
-           "run matched.\n");
+        f,
+        "usage: agw-soak --url http://127.0.0.1:PORT --token TOKEN [options]\n"
+        "  --runs N            runs in total (default 100000)\n"
+        "  --concurrency C     runs at once (default 64)\n"
+        "  --mix LIST          weights, default normal=50,cancel=10,cut=10,hitl=10,upstream=10,"
+        "invalid=10\n"
+        "  --seed S            the runs drawn (default 1)\n"
+        "  --prefix P          threadId/runId prefix, unique per invocation (default soak)\n"
+        "  --max-body BYTES    the gateway's limits.max_body_bytes (default 65536)\n"
+        "  --run-timeout S     a run without an outcome after S seconds is a mismatch (60)\n"
+        "  --duration S        stop after S seconds whatever is left (default 3600)\n"
+        "  --max-report N      mismatches described on stderr (default 20)\n"
+        "  --progress S        a progress line on stderr every S seconds (default 10, 0 = off)\n"
+        "The gateway must serve the agents chat, stall, slow, fast, detach, detach-stall, hitl,\n"
+        "err, drop and down "
+        "as bench/soak.sh configures them. Prints one JSON object on stdout; exit 0 when every\n"
+        "run matched.\n");
 }
 
 static int parse_url(struct soak *b, const char *url)

@@ -175,6 +175,8 @@ cat >"$OUT/gateway.json" <<EOF
     "stall": { "upstreams": ["$U?stall=1"] },
     "slow":  { "upstreams": ["$U?events=1000&delay_ms=5"] },
     "fast":  { "upstreams": ["$U?events=5000&size=1024"] },
+    "detach": { "upstreams": ["$U?events=40&delay_ms=2"], "on_client_disconnect": "detach" },
+    "detach-stall": { "upstreams": ["$U?stall=1"], "on_client_disconnect": "detach" },
     "hitl":  { "upstreams": ["$U?wait_decision=1"] },
     "err":   { "upstreams": ["$U?status=500"], "forward_headers": ["X-Demo-Status", "X-Demo-First-Byte-Delay-Ms"] },
     "drop":  { "upstreams": ["$U?drop_after=3&events=20"], "forward_headers": ["X-Demo-Drop-After"] },
@@ -444,6 +446,7 @@ def mdelta(name):
 checks = []
 if base and last:
     want_cancel = sum((r.get("soak") or {}).get("kinds", {}).get("cancel", {}).get("ok", 0) for r in phases)
+    want_cancel += sum((r.get("soak") or {}).get("kinds", {}).get("cut", {}).get("variants", {}).get("detach_cancel", {}).get("runs", 0) for r in phases)
     want_dec = sum((r.get("soak") or {}).get("kinds", {}).get("hitl", {}).get("ok", 0) for r in phases)
     checks.append(("agw_runs_cancelled_total (delta)", mdelta("agw_runs_cancelled_total"), want_cancel))
     checks.append(("agw_decisions_forwarded_total (delta)", mdelta("agw_decisions_forwarded_total"), want_dec))
@@ -490,9 +493,11 @@ if base and last and variants:
         if got != want:
             fails.append(f"{name}: {got}, expected {want}")
     # runs whose upstream connection the gateway closed: every cancel, every cut of a stalled or
-    # slow stream, every first-byte timeout; a cut of the fast stream may come after the agent has
-    # handed its whole stream to the kernel (it then counts as completed)
-    lo = kind_runs("cancel") + V("cut/stall") + V("cut/slow") + V("upstream/first_byte_timeout")
+    # slow stream, every first-byte timeout, every detached run cancelled; a cut of the fast stream
+    # may come after the agent has handed its whole stream to the kernel (it then counts as
+    # completed); a detached paced run is read to its end
+    lo = (kind_runs("cancel") + V("cut/stall") + V("cut/slow") + V("upstream/first_byte_timeout")
+          + V("cut/detach_cancel"))
     hi = lo + V("cut/fast")
     cc = dd("client_closed")
     checks.append(("agent: runs whose client (the gateway) went away", cc, f"{lo}..{hi}"))
@@ -552,7 +557,7 @@ if reasons:
     for k, v in sorted(reasons.items(), key=lambda kv: -kv[1]):
         P(f"- {v:,} × {k}")
     P()
-P("- variants: " + ", ".join(f"{k} {v:,}" for k, v in variants.items()))
+P("- variants: " + ", ".join(f"{k} {v:,}" for k, v in variants.items() if v))
 P(f"- throughput: {nruns:,} runs in {elapsed:.1f} s of load = {nruns / elapsed if elapsed else 0:,.0f} runs/s (wall time of the whole script {wall} s)")
 P("- HTTP statuses seen by the client: " + ", ".join(f"{k}: {v:,}" for k, v in sorted(statuses.items())))
 P(f"- access log lines written by the gateway: {int(access_lines):,}")
