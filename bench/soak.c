@@ -219,7 +219,9 @@ struct run {
     size_t text_len;
     bool after_tool;
     /* progress */
-    bool aux_needed, aux_sent, cut_done, verdict_given;
+    bool aux_needed, aux_sent, verdict_given;
+    bool cut_wanted; /* a cut run saw its events: nothing more is read, the step closes */
+    bool cut_done;
     bool main_clean_end; /* the response body ended as HTTP says (last chunk) */
 };
 
@@ -458,6 +460,10 @@ static void sse_parse(struct hc *h)
             }
             evbuffer_drain(h->frame, evbuffer_get_length(h->frame));
             h->frame_has_data = false;
+            if (h->s->r.cut_wanted && h == &h->s->main) {
+                free(line);
+                return; /* the client reads no further */
+            }
         } else if (len >= 5 && memcmp(line, "data:", 5) == 0) {
             const char *d = line + 5;
             if (*d == ' ')
@@ -511,6 +517,8 @@ static int parse_body(struct hc *h, struct evbuffer *in)
     for (;;) {
         size_t len = 0;
         char *line, *end;
+        if (h->s->r.cut_wanted && h == &h->s->main)
+            return 0;
         switch (h->chunk) {
         case CHUNK_SIZE:
             line = evbuffer_readln(in, &len, EVBUFFER_EOL_CRLF);
@@ -579,7 +587,7 @@ static void hc_on_read(struct bufferevent *bev, void *arg)
     struct hc *h = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
 
-    while (evbuffer_get_length(in)) {
+    while (evbuffer_get_length(in) && !(h->s->r.cut_wanted && h == &h->s->main)) {
         int rc;
         if (h->state == HC_HEAD) {
             rc = parse_head(h, in);
@@ -631,6 +639,12 @@ static void hc_on_event(struct bufferevent *bev, short what, void *arg)
     }
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
+    if (h->s->r.cut_wanted && h == &h->s->main) {
+        /* the client has decided to go away: what the server does now does not matter */
+        hc_close(h);
+        slot_kick(h->s);
+        return;
+    }
     if ((what & BEV_EVENT_WRITING) && (h->state == HC_HEAD || h->state == HC_BODY)) {
         /* The server closed while the request body was still going out (a 413 answered before
          * the body was read): its answer may be waiting in the socket. Reading goes on; the end
@@ -985,6 +999,8 @@ static void slot_on_event(struct slot *s, struct hc *h, json_t *ev)
         r->saw_tool_end = true;
         r->after_tool = true;
     }
+    if (r->kind == K_CUT && r->n_events >= CUT_AFTER_EVENTS)
+        r->cut_wanted = true;
     if ((r->kind == K_CANCEL || r->kind == K_CUT) && r->n_events == CUT_AFTER_EVENTS)
         slot_kick(s);
     if (r->kind == K_HITL && r->saw_tool_end && !r->aux_sent)
@@ -1270,8 +1286,7 @@ static void slot_step(evutil_socket_t fd, short what, void *arg)
         return;
     if (s->running) {
         /* the triggers */
-        if (r->kind == K_CUT && !r->cut_done && r->n_events >= CUT_AFTER_EVENTS &&
-            s->main.state == HC_BODY) {
+        if (r->kind == K_CUT && !r->cut_done && r->cut_wanted) {
             hc_close(&s->main); /* the client goes away mid-stream */
             r->cut_done = true;
         }
