@@ -6,6 +6,7 @@
 # empty. See doc/benchmarks.md, "Soak".
 #
 # usage: bench/soak.sh [--runs N] [--concurrency C] [--phases K] [--seed S] [--warmup N]
+#                      [--mix normal=50,cancel=10,cut=10,hitl=10,upstream=10,invalid=10]
 #                      [--pool-wait S] [--build DIR] [--no-pin] [--allow-unsanitized]
 #   BUILD (env) or --build: a configured and built tree with --enable-sanitizers (default
 #   <srcdir>/_build-san); the script builds nothing and refuses an unsanitized gateway unless
@@ -14,6 +15,8 @@
 #   --pool-wait S: after the last phase, wait up to S seconds (default 70; 0 = do not wait) for the
 #   gateway's idle pooled upstream connections to reach their keep-alive timeout (60 s) and close.
 #   With 2+ CPUs and taskset, the gateway runs on CPU 1, the demo agent and the client on CPU 0.
+#   Environment: ASAN_QUARANTINE_MB (default 64), RSS_TOLERANCE_KIB (default 16384).
+# Needs bash, python3, curl; the client is bench/agw-soak (bench/soak.c), built with the tree.
 # Exit status 0 only when every run matched, nothing timed out, descriptors came back to the
 # baseline, RSS stopped growing, the gateway exited 0 on SIGTERM and no sanitizer report was written.
 # Everything runs on 127.0.0.1 with ephemeral ports; every process started here is stopped on exit.
@@ -49,7 +52,7 @@ while [ $# -gt 0 ]; do
     --build) BUILD=$2; shift ;;
     --no-pin) PIN=0 ;;
     --allow-unsanitized) ALLOW_UNSAN=1 ;;
-    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set -u$/{/^set -u$/d;p}' "$0"; exit 0 ;;
     *) echo "bench/soak.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -142,10 +145,12 @@ wait_file() { # FILE SECONDS
 
 # Sanitizer options: every report goes to a file under $SAN (log_path appends .<pid>), the process
 # aborts on the first error (so a report also shows as a crash), leaks are looked for at exit.
-san_env() { # NAME -> the environment assignments for a process called NAME
-    echo "ASAN_OPTIONS=log_path=$SAN/$1.asan:detect_leaks=1:abort_on_error=1:halt_on_error=1:quarantine_size_mb=$ASAN_QUARANTINE_MB:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1"
-    echo "LSAN_OPTIONS=log_path=$SAN/$1.lsan"
-    echo "UBSAN_OPTIONS=log_path=$SAN/$1.ubsan:print_stacktrace=1:halt_on_error=1:abort_on_error=1"
+san_env() { # NAME -> SAN_ENV: the environment assignments for a process called NAME
+    SAN_ENV=(
+        "ASAN_OPTIONS=log_path=$SAN/$1.asan:detect_leaks=1:abort_on_error=1:halt_on_error=1:quarantine_size_mb=$ASAN_QUARANTINE_MB:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1"
+        "LSAN_OPTIONS=log_path=$SAN/$1.lsan"
+        "UBSAN_OPTIONS=log_path=$SAN/$1.ubsan:print_stacktrace=1:halt_on_error=1:abort_on_error=1"
+    )
 }
 
 # ---- peers -----------------------------------------------------------------------------------------
@@ -154,7 +159,8 @@ HASH=$(printf %s "$TOKEN" | "$GW" hash-token 2>/dev/null) || HASH=""
 [ ${#HASH} = 64 ] || { echo "bench/soak.sh: '$GW hash-token' failed" >&2; exit 1; }
 MAX_BODY=65536
 
-env $(san_env demo) "${PEERS_CPU[@]}" "$DEMO" --listen 127.0.0.1:0 --port-file "$T/demo.port" --log-level warn \
+san_env demo
+env "${SAN_ENV[@]}" "${PEERS_CPU[@]}" "$DEMO" --listen 127.0.0.1:0 --port-file "$T/demo.port" --log-level warn \
     >"$OUT/demo.log" 2>&1 &
 DEMO_PID=$!
 wait_file "$T/demo.port" 10 || { cat "$OUT/demo.log" >&2; echo "bench/soak.sh: the demo agent did not start" >&2; exit 1; }
@@ -184,7 +190,8 @@ cat >"$OUT/gateway.json" <<EOF
   }
 }
 EOF
-env $(san_env gateway) "${GW_CPU[@]}" "$GW" -c "$OUT/gateway.json" --port-file "$T/gw.port" >"$OUT/gateway.log" 2>&1 &
+san_env gateway
+env "${SAN_ENV[@]}" "${GW_CPU[@]}" "$GW" -c "$OUT/gateway.json" --port-file "$T/gw.port" >"$OUT/gateway.log" 2>&1 &
 GW_PID=$!
 wait_file "$T/gw.port" 20 || { cat "$OUT/gateway.log" >&2; echo "bench/soak.sh: the gateway did not start" >&2; exit 1; }
 GW_PORT=$(head -n1 "$T/gw.port")
@@ -307,7 +314,8 @@ print("soak: %-10s RSS %6d KiB, fds %d (listen %d, pooled upstream %d, client %d
 play() {
     local label=$1 n=$2 seed=$3 rc bound
     bound=$((600 + n / 20)) # generous: a sanitized gateway does a few hundred runs/s at worst
-    env $(san_env agw-soak) "${PEERS_CPU[@]}" "$SOAK" --url "http://127.0.0.1:$GW_PORT" --token "$TOKEN" \
+    san_env agw-soak
+    env "${SAN_ENV[@]}" "${PEERS_CPU[@]}" "$SOAK" --url "http://127.0.0.1:$GW_PORT" --token "$TOKEN" \
  --mix "$MIX" \
         --runs "$n" --concurrency "$CONC" --seed "$seed" --prefix "$label" --max-body "$MAX_BODY" \
         --duration "$bound" --progress 10 >"$OUT/$label.json" 2> >(tee -a "$OUT/$label.err" >&2) &
@@ -609,7 +617,7 @@ print("\n".join(lines))
 sys.exit(1 if fails else 0)
 PY
 VRC=$?
-cat "$T/verdict" | tee "$SUMMARY"
+tee "$SUMMARY" <"$T/verdict"
 for f in "${FAILURES[@]+"${FAILURES[@]}"}"; do echo "- $f" | tee -a "$SUMMARY"; done
 if [ -n "$(ls -A "$SAN" 2>/dev/null)" ]; then
     echo "sanitizer logs: $SAN" | tee -a "$SUMMARY"
