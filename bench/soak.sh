@@ -477,7 +477,9 @@ if base and last:
     def by_status(rec):
         d = {}
         for k, v in rec["metrics"].items():
-            m = re.match(r'agw_requests_total\{agent="[^"]*",status="(\d+)"\}', k)
+            # answers of the handler, and refusals of the HTTP parser before routing (413 …)
+            m = re.match(r'agw_requests_total\{agent="[^"]*",status="(\d+)"\}', k) or \
+                re.match(r'agw_requests_refused_total\{status="(\d+)"\}', k)
             if m:
                 d[m.group(1)] = d.get(m.group(1), 0) + v
         return d
