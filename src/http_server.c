@@ -216,19 +216,94 @@ void agw_req_add_header(struct agw_req *req, const char *name, const char *value
     set_header(req->r, name, value);
 }
 
+/* The reason phrase of every status the gateway answers (libevhtp's table lacks 422, 429, 431). */
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 100:
+        return "Continue";
+    case 200:
+        return "OK";
+    case 202:
+        return "Accepted";
+    case 204:
+        return "No Content";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Content Too Large";
+    case 414:
+        return "URI Too Long";
+    case 415:
+        return "Unsupported Media Type";
+    case 417:
+        return "Expectation Failed";
+    case 422:
+        return "Unprocessable Content";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return status < 300 ? "OK" : status < 500 ? "Client Error" : "Server Error";
+    }
+}
+
+static int write_header_cb(evhtp_kv_t *kv, void *arg)
+{
+    evbuffer_add_printf(arg, "%s: %s\r\n", kv->key, kv->val);
+    return 0;
+}
+
 void agw_req_reply(struct agw_req *req, int status, const char *content_type, const char *body,
                    size_t len)
 {
+    evhtp_request_t *r = req->r;
+    struct evbuffer *out = bufferevent_get_output(evhtp_request_get_bev(r));
+    bool no_body = status == 204 || status == 304;
+
     assert(req->status == 0);
     req->status = status;
     if (req->srv->draining)
-        evhtp_request_set_keepalive(req->r, 0);
+        evhtp_request_set_keepalive(r, 0);
+    /* The answer is written here rather than by evhtp_send_reply(), whose reason phrases stop at
+     * the statuses of 2011 (422 would go out as "UNKNOWN"); libevhtp is told the request is
+     * finished and completes it when the output has drained, as for its own answers. */
+    evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, reason_phrase(status));
     if (content_type != NULL)
-        set_header(req->r, "Content-Type", content_type);
-    set_header(req->r, "X-Request-Id", req->id);
-    if (body != NULL && len > 0 && req->r->method != htp_method_HEAD)
-        evbuffer_add(req->r->buffer_out, body, len);
-    evhtp_send_reply(req->r, (evhtp_res)status);
+        set_header(r, "Content-Type", content_type);
+    set_header(r, "X-Request-Id", req->id);
+    evhtp_kvs_for_each(r->headers_out, write_header_cb, out);
+    if (!no_body)
+        evbuffer_add_printf(out, "Content-Length: %zu\r\n", body != NULL ? len : 0);
+    if (!(r->flags & EVHTP_REQ_FLAG_KEEPALIVE))
+        evbuffer_add(out, "Connection: close\r\n", 19);
+    evbuffer_add(out, "\r\n", 2);
+    if (body != NULL && len > 0 && !no_body && r->method != htp_method_HEAD)
+        evbuffer_add(out, body, len);
+    evhtp_send_reply_end(r);
 }
 
 void agw_req_reply_error(struct agw_req *req, int status, const char *fmt, ...)
@@ -534,30 +609,6 @@ static void close_now(struct conn_ctx *cc)
 {
     if (!cc->dead)
         evhtp_connection_free(cc->conn);
-}
-
-static const char *reason_phrase(int status)
-{
-    switch (status) {
-    case 400:
-        return "Bad Request";
-    case 408:
-        return "Request Timeout";
-    case 413:
-        return "Content Too Large";
-    case 414:
-        return "URI Too Long";
-    case 417:
-        return "Expectation Failed";
-    case 431:
-        return "Request Header Fields Too Large";
-    case 501:
-        return "Not Implemented";
-    case 505:
-        return "HTTP Version Not Supported";
-    default:
-        return "Error";
-    }
 }
 
 static void count_refusal(struct agw_server *srv, int status)

@@ -64,6 +64,9 @@ curl -sS -m 5 -v -o "$T/cont.body" -w '%{http_code}' -H 'Expect: 100-continue' -
     --data-binary @"$T/cont.json" $G/v1/ag-ui/agents/a/runs >"$T/cont.status" 2>"$T/cont.err"
 check_contains "Expect: 100-continue gets 100 Continue" "HTTP/1.1 100 Continue" "$(cat "$T/cont.err")"
 check_eq "… then the request is answered (422: no threadId)" 422 "$(cat "$T/cont.status")"
+check_contains "… with its reason phrase (libevhtp has none for 422)" "HTTP/1.1 422 Unprocessable Content" "$(cat "$T/cont.err")"
+curl -s -I -o /dev/null -D "$T/head.h" $G/healthz
+check_contains "HEAD: the length of the body a GET gets" "Content-Length: 15" "$(tr -d '\r' <"$T/head.h")"
 
 # A client that sends half a request and stalls is disconnected after timeouts.request.
 start=$(date +%s%N)
