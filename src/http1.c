@@ -495,6 +495,12 @@ static int check_method_prefix(struct agw_http1_parser *p, struct evbuffer *in,
 {
     char start[MAX_METHOD + 1];
     ev_ssize_t k = evbuffer_copyout(in, start, sizeof(start));
+    /* Only bytes within the head's limits are looked at, so that how the input was cut into reads
+     * never decides between this refusal and a limit's (split-invariance). */
+    size_t window = p->max_head < p->lim.max_line + 2 ? p->max_head : p->lim.max_line + 2;
+
+    if (k > 0 && (size_t)k > window)
+        k = (ev_ssize_t)window;
 
     for (ev_ssize_t i = 0; i < k; i++) {
         if (start[i] == ' ' && i > 0)

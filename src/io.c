@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -13,6 +14,18 @@
 ssize_t agw_io_read(int fd, char *buf, size_t len)
 {
     return read(fd, buf, len);
+}
+
+int agw_io_idle_state(int fd)
+{
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+    if (n > 0)
+        return 1;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    return -1;
 }
 
 ssize_t agw_io_read_into(struct evbuffer *in, int fd, size_t max)

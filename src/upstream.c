@@ -254,11 +254,20 @@ static void up_read_cb(struct bufferevent *bev, void *arg);
 static void up_event_cb(struct bufferevent *bev, short what, void *arg);
 
 /* Hands the most recently used idle connection (the likeliest to be still open) to <up>, or NULL.
- */
+ * A connection is looked at first: one whose backend closed it, or sent bytes after its last
+ * response (which would be read as the head of the next one), is closed instead — the loop may not
+ * have run since, so its read event has not told yet. */
 static struct up_conn *conn_from_pool(struct agw_upstream_pool *pool, struct agw_upstream *up)
 {
-    struct up_conn *c = TAILQ_FIRST(&pool->idle);
+    struct up_conn *c;
 
+    while ((c = TAILQ_FIRST(&pool->idle)) != NULL &&
+           (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0 ||
+            agw_io_idle_state(bufferevent_getfd(c->bev)) != 0)) {
+        agw_log_debug("upstream %s: a pooled connection spoke while idle, closed",
+                      pool->url.authority);
+        conn_free(c);
+    }
     if (c == NULL)
         return NULL;
     TAILQ_REMOVE(&pool->idle, c, link);

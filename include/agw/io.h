@@ -25,6 +25,11 @@ struct evbuffer;
 /* One read() of at most <len> bytes into <buf>. Returns what read() returned; errno is read()'s. */
 ssize_t agw_io_read(int fd, char *buf, size_t len);
 
+/* Whether an idle connection is still clean: 0 when nothing waits to be read (the peer sent nothing
+ * and did not close), 1 when bytes wait (nobody asked for them), -1 when the peer closed or the
+ * socket failed. One recv(MSG_PEEK) that reads nothing out. */
+int agw_io_idle_state(int fd);
+
 /* One readv() of at most <max> bytes appended to <in>. Returns what readv() returned. */
 ssize_t agw_io_read_into(struct evbuffer *in, int fd, size_t max);
 

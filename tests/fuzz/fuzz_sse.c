@@ -4,9 +4,8 @@
  * frames and end with the same result (the parser is split-invariant), and a dispatched frame must
  * respect the limit.
  *
- *   clang -fsanitize=fuzzer,address -Iinclude -I_build src/sse.c src/common.c tests/fuzz/fuzz_sse.c
- * \
- *       $(pkg-config --cflags --libs libevent openssl)
+ *   clang -fsanitize=fuzzer,address -Iinclude -I_build src/sse.c src/common.c \
+ *       tests/fuzz/fuzz_sse.c $(pkg-config --cflags --libs libevent openssl)
  *   ./a.out tests/fuzz/corpus/sse */
 #include <stdint.h>
 #include <stdio.h>

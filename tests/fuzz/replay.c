@@ -1,6 +1,6 @@
 /* Replays fuzz corpora without libFuzzer: `make check` runs each fuzz driver over its checked-in
  * corpus (tests/fuzz/corpus/<name>/), so every input that once mattered stays a regression test.
- * Build the drivers with clang -fsanitize=fuzzer to fuzz for real (see doc/internals/sse.md). */
+ * Build the drivers with clang -fsanitize=fuzzer to fuzz for real (see tests/fuzz/README.md). */
 #include "config.h"
 
 #include <dirent.h>

@@ -1,0 +1,419 @@
+/* libFuzzer driver for the AG-UI normaliser (src/agui.c). The input is the data of a sequence of
+ * upstream frames; its first three bytes choose how they are fed:
+ *   byte 0: bits 0-1: the end (0: agw_agui_end(), 1: agw_agui_fail() with a gateway code, 2:
+ *           agw_agui_fail() with the last frame's bytes as the message, maybe not UTF-8, 3: none),
+ *           bit 2: protocol "ag-kit", bit 3: other client ids (with a quote and non-ASCII),
+ *           bits 4-7: which frames go through agw_agui_feed_framed() (frame i when bit i % 4);
+ *   byte 1: the byte that separates frames;
+ *   byte 2: how many frames make one read (1 + b % 8): frames of a read sit next to each other in
+ *           one allocation, as "data: <data>\n\n" for the framed ones (the contract of
+ *           agw_agui_feed_framed()), flushed (agw_agui_flush()) and freed after the read.
+ * The same frames go through three normalisers: fast paths on and framed feeds as chosen, fast
+ * paths on and plain feeds, fast paths off (agw_agui_set_fast_paths()) and plain feeds. All three
+ * must write the same bytes (the timestamps of gateway-made events aside).
+ *
+ * Invariants of the output: it is a sequence of "data: <json>\n\n" frames, each a JSON object with
+ * a non-empty string "type" and no null top-level field (none at all in gateway-made events); the
+ * first is the run's only RUN_STARTED, with the client's ids; at most one terminal event
+ * (RUN_FINISHED, with the client's ids, or RUN_ERROR with a string message) and nothing after it;
+ * after agw_agui_end()/agw_agui_fail() the stream is terminated; content events name an open item,
+ * starts do not reopen one, nothing is open at RUN_FINISHED; agw_agui_feed() returns 1 exactly when
+ * the run is finished, and agw_agui_finished(), agw_agui_events_out() and agw_agui_outcome() agree
+ * with the output.
+ *
+ *   tests/fuzz/build.sh _build-fuzz agui            (or by hand:)
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I_build src/agui.c src/sse.c \
+ *       src/log.c src/common.c tests/fuzz/fuzz_agui.c \
+ *       $(pkg-config --cflags --libs libevent jansson openssl)
+ *   ./a.out tests/fuzz/corpus/agui */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <jansson.h>
+
+#include "agw/agui.h"
+#include "agw/log.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define MAX_FRAMES 256
+#define MAX_OPEN   64 /* tracked by the checker; more open items are not checked */
+
+static const char *const codes[] = {AGW_AGUI_UPSTREAM_ERROR,  AGW_AGUI_TIMEOUT,
+                                    AGW_AGUI_FRAME_TOO_LARGE, AGW_AGUI_INVALID_EVENT,
+                                    AGW_AGUI_CANCELLED,       AGW_AGUI_SHUTDOWN};
+
+struct frame {
+    const char *data;
+    size_t len;
+};
+
+struct setup {
+    const char *thread_id, *run_id;
+    enum agw_protocol protocol;
+    unsigned end;
+    unsigned framed_mask;
+    size_t per_read;
+    struct frame frames[MAX_FRAMES];
+    size_t n_frames;
+};
+
+static void fatal(const char *what)
+{
+    fprintf(stderr, "fuzz_agui: %s\n", what);
+    abort();
+}
+
+/* Feeds every frame to a new normaliser, then ends it as chosen. Returns the output. */
+static char *run(const struct setup *s, bool fast, bool framed, size_t *out_len)
+{
+    struct agw_agui *a = agw_agui_new(s->thread_id, s->run_id, s->protocol);
+    struct evbuffer *out = evbuffer_new();
+    char *res;
+
+    agw_agui_set_fast_paths(a, fast);
+    for (size_t i = 0; i < s->n_frames;) {
+        size_t n = s->n_frames - i < s->per_read ? s->n_frames - i : s->per_read, total = 0, at = 0;
+        char *read;
+
+        /* One read: the frames one after the other, as the SSE parser leaves them in memory. */
+        for (size_t j = i; j < i + n; j++)
+            total += 6 + s->frames[j].len + 2;
+        read = agw_xmalloc(total + 1);
+        for (size_t j = i; j < i + n; j++) {
+            const struct frame *f = &s->frames[j];
+            bool as_framed = framed && ((s->framed_mask >> (j % 4)) & 1) &&
+                             memchr(f->data, '\n', f->len) == NULL &&
+                             memchr(f->data, '\r', f->len) == NULL;
+            char *d;
+            int rc;
+
+            memcpy(read + at, "data: ", 6);
+            d = read + at + 6;
+            memcpy(d, f->data, f->len);
+            memcpy(d + f->len, "\n\n", 2);
+            at += 6 + f->len + 2;
+            rc = as_framed ? agw_agui_feed_framed(a, d, f->len, out)
+                           : agw_agui_feed(a, d, f->len, out);
+            if (rc != (agw_agui_finished(a) ? 1 : 0))
+                fatal("agw_agui_feed() returned other than agw_agui_finished()");
+        }
+        i += n;
+        agw_agui_flush(a);
+        memset(read, 'X', total); /* what was not copied by the flush would show */
+        free(read);
+    }
+    switch (s->end) {
+    case 0:
+        agw_agui_end(a, out);
+        break;
+    case 1:
+        agw_agui_fail(a, codes[s->n_frames % AGW_ARRAY_LEN(codes)], "the gateway failed", out);
+        break;
+    case 2: {
+        const struct frame *f = &s->frames[s->n_frames - 1];
+        char *msg = agw_xstrndup(f->data, f->len); /* may hold NUL or invalid UTF-8 */
+        agw_agui_fail(a, AGW_AGUI_UPSTREAM_ERROR, msg, out);
+        free(msg);
+        break;
+    }
+    default:
+        break;
+    }
+    if (s->end != 3 && !agw_agui_finished(a))
+        fatal("not finished after agw_agui_end()/agw_agui_fail()");
+
+    /* The counters and the outcome agree with the output (checked by check_output()). */
+    {
+        const char *outcome = agw_agui_outcome(a);
+        size_t len = evbuffer_get_length(out);
+        uint64_t frames = 0;
+        const char *p = (const char *)evbuffer_pullup(out, -1);
+
+        for (size_t k = 0; k + 1 < len; k++)
+            if (p[k] == '\n' && p[k + 1] == '\n')
+                frames++, k++;
+        if (frames != agw_agui_events_out(a))
+            fatal("agw_agui_events_out() differs from the frames written");
+        if ((outcome != NULL) != agw_agui_finished(a) ||
+            (outcome != NULL && strcmp(outcome, "RUN_FINISHED") != 0 &&
+             strncmp(outcome, "RUN_ERROR", 9) != 0))
+            fatal("agw_agui_outcome() disagrees with agw_agui_finished()");
+    }
+    res = agw_xmalloc(evbuffer_get_length(out) + 1);
+    *out_len = evbuffer_get_length(out);
+    evbuffer_remove(out, res, *out_len);
+    res[*out_len] = '\0';
+    evbuffer_free(out);
+    agw_agui_free(a);
+    return res;
+}
+
+/* ---- the output checker --------------------------------------------------------------------- */
+
+static const struct {
+    const char *start, *content, *end, *id_key;
+} kinds[] = {
+    {"STEP_STARTED", NULL, "STEP_FINISHED", "stepName"},
+    {"REASONING_START", NULL, "REASONING_END", "messageId"},
+    {"REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT", "REASONING_MESSAGE_END", "messageId"},
+    {"TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "messageId"},
+    {"TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "toolCallId"},
+};
+
+struct open_set {
+    char *ids[AGW_ARRAY_LEN(kinds)][MAX_OPEN];
+    size_t n[AGW_ARRAY_LEN(kinds)];
+    bool overflow;
+};
+
+static int find(struct open_set *o, size_t k, const char *id)
+{
+    for (size_t i = 0; i < o->n[k]; i++)
+        if (strcmp(o->ids[k][i], id) == 0)
+            return (int)i;
+    return -1;
+}
+
+static bool has_null(json_t *v)
+{
+    const char *key;
+    json_t *x;
+    size_t i;
+
+    if (json_is_null(v))
+        return true;
+    if (json_is_object(v)) {
+        json_object_foreach(v, key, x)
+        {
+            if (has_null(x))
+                return true;
+        }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, x)
+        {
+            if (has_null(x))
+                return true;
+        }
+    }
+    return false;
+}
+
+static bool str_eq(const json_t *v, const char *s)
+{
+    return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
+}
+
+/* Checks one item event of kind <k> (role 0 start, 1 content, 2 end) against the open set. */
+static void check_item(struct open_set *o, size_t k, int role, const json_t *ev)
+{
+    const json_t *idv = json_object_get(ev, kinds[k].id_key);
+    const char *id;
+    int at;
+
+    if (!json_is_string(idv))
+        fatal("an item event without its id");
+    id = json_string_value(idv);
+    if (o->overflow)
+        return;
+    at = find(o, k, id);
+    if (role == 0) {
+        if (at >= 0)
+            fatal("a start event for an item already open");
+        if (o->n[k] == MAX_OPEN) {
+            o->overflow = true;
+            return;
+        }
+        o->ids[k][o->n[k]++] = agw_xstrdup(id);
+    } else if (at < 0) {
+        fatal(role == 1 ? "a content event for an item that is not open"
+                        : "an end event for an item that is not open");
+    } else if (role == 2) {
+        free(o->ids[k][at]);
+        o->ids[k][at] = o->ids[k][--o->n[k]];
+    }
+}
+
+static void open_clear(struct open_set *o)
+{
+    for (size_t k = 0; k < AGW_ARRAY_LEN(kinds); k++)
+        for (size_t i = 0; i < o->n[k]; i++)
+            free(o->ids[k][i]);
+    memset(o, 0, sizeof(*o));
+}
+
+static void check_output(const struct setup *s, const char *out, size_t len, uint64_t t0,
+                         uint64_t t1)
+{
+    struct open_set open = {0};
+    size_t frames = 0;
+    bool terminal = false;
+
+    for (const char *p = out; p < out + len;) {
+        const char *nl;
+        json_t *ev, *type, *ts;
+        json_error_t jerr;
+        const char *key, *t;
+        json_t *v;
+
+        if (terminal)
+            fatal("an event after the terminal event");
+        if ((size_t)(out + len - p) < 8 || memcmp(p, "data: ", 6) != 0)
+            fatal("an output frame that does not start with \"data: \"");
+        nl = memchr(p + 6, '\n', (size_t)(out + len - p - 6));
+        if (nl == NULL || nl + 1 >= out + len || nl[1] != '\n')
+            fatal("an output frame that is not one data line and an empty line");
+        ev = json_loadb(p + 6, (size_t)(nl - p - 6), 0, &jerr);
+        if (ev == NULL && json_error_code(&jerr) == json_error_numeric_overflow)
+            ev = json_loadb(p + 6, (size_t)(nl - p - 6), JSON_DECODE_INT_AS_REAL, &jerr);
+        if (!json_is_object(ev))
+            fatal("an output frame that is not a JSON object");
+        type = json_object_get(ev, "type");
+        if (!json_is_string(type) || json_string_length(type) == 0)
+            fatal("an output event without a non-empty string type");
+        t = json_string_value(type);
+        json_object_foreach(ev, key, v)
+        {
+            if (json_is_null(v))
+                fatal("an output event with a null top-level field");
+        }
+        ts = json_object_get(ev, "timestamp");
+        if (json_is_integer(ts) && json_integer_value(ts) >= (json_int_t)t0 &&
+            json_integer_value(ts) <= (json_int_t)t1 && has_null(ev))
+            fatal("a gateway-made event with a null field");
+        if (ts != NULL && !json_is_integer(ts) && !json_is_real(ts))
+            fatal("a timestamp that is not a number");
+        if ((frames == 0) != (strcmp(t, "RUN_STARTED") == 0))
+            fatal("RUN_STARTED is not the first event, or not the only one");
+        if (strcmp(t, "RUN_STARTED") == 0 || strcmp(t, "RUN_FINISHED") == 0) {
+            if (!str_eq(json_object_get(ev, "threadId"), s->thread_id) ||
+                !str_eq(json_object_get(ev, "runId"), s->run_id))
+                fatal("RUN_STARTED/RUN_FINISHED without the client's ids");
+        }
+        if (strcmp(t, "RUN_FINISHED") == 0) {
+            terminal = true;
+            for (size_t k = 0; k < AGW_ARRAY_LEN(kinds); k++)
+                if (open.n[k] > 0 && !open.overflow)
+                    fatal("RUN_FINISHED with items still open");
+        } else if (strcmp(t, "RUN_ERROR") == 0) {
+            json_t *code = json_object_get(ev, "code");
+            terminal = true;
+            if (!json_is_string(json_object_get(ev, "message")) ||
+                (code != NULL && !json_is_string(code)) || json_object_get(ev, "error") != NULL)
+                fatal("RUN_ERROR is not {message: string, code?: string}");
+        }
+        for (size_t k = 0; k < AGW_ARRAY_LEN(kinds); k++) {
+            if (strcmp(t, kinds[k].start) == 0)
+                check_item(&open, k, 0, ev);
+            else if (kinds[k].content != NULL && strcmp(t, kinds[k].content) == 0)
+                check_item(&open, k, 1, ev);
+            else if (strcmp(t, kinds[k].end) == 0)
+                check_item(&open, k, 2, ev);
+        }
+        json_decref(ev);
+        frames++;
+        p = nl + 2;
+    }
+    if (s->end != 3 && !terminal)
+        fatal("no terminal event after agw_agui_end()/agw_agui_fail()");
+    open_clear(&open);
+}
+
+/* Gateway-made events carry agw_wall_ms(): their timestamps (within [t0, t1]) become 0, so that
+ * runs made at different times compare equal. */
+static char *mask_timestamps(const char *s, size_t len, uint64_t t0, uint64_t t1, size_t *out_len)
+{
+    static const char key[] = "\"timestamp\":";
+    char *m = agw_xmalloc(len + 1);
+    size_t n = 0;
+
+    for (size_t i = 0; i < len;) {
+        if (len - i > sizeof(key) - 1 && memcmp(s + i, key, sizeof(key) - 1) == 0) {
+            size_t j = i + sizeof(key) - 1;
+            uint64_t v = 0;
+            size_t digits = 0;
+
+            while (j < len && s[j] >= '0' && s[j] <= '9' && digits < 19) {
+                v = v * 10 + (uint64_t)(s[j] - '0');
+                j++;
+                digits++;
+            }
+            memcpy(m + n, key, sizeof(key) - 1);
+            n += sizeof(key) - 1;
+            if (digits > 0 && v >= t0 && v <= t1 && (j == len || s[j] < '0' || s[j] > '9')) {
+                m[n++] = '0';
+                i = j;
+            } else {
+                i += sizeof(key) - 1;
+            }
+            continue;
+        }
+        m[n++] = s[i++];
+    }
+    m[n] = '\0';
+    *out_len = n;
+    return m;
+}
+
+static void same(const char *a, size_t alen, const char *b, size_t blen, const char *what)
+{
+    if (alen != blen || memcmp(a, b, alen) != 0) {
+        fprintf(stderr, "---- first:\n%.*s\n---- second:\n%.*s\n", (int)alen, a, (int)blen, b);
+        fatal(what);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static bool quiet;
+    struct setup s = {0};
+    const char *p, *end;
+    char *out[3], *masked[3];
+    size_t len[3], mlen[3];
+    uint64_t t0, t1;
+    char sep;
+
+    if (!quiet) {
+        agw_log_set_level(AGW_LOG_ERROR);
+        quiet = true;
+    }
+    if (size < 3)
+        return 0;
+    s.end = data[0] & 3;
+    s.protocol = data[0] & 4 ? AGW_PROTO_AGKIT : AGW_PROTO_AGUI;
+    s.thread_id = data[0] & 8 ? "thread \"\xc3\xa9\"" : "t1";
+    s.run_id = data[0] & 8 ? "run/\xe2\x82\xac" : "r1";
+    s.framed_mask = data[0] >> 4;
+    sep = (char)data[1];
+    s.per_read = 1 + data[2] % 8u;
+    p = (const char *)data + 3;
+    end = (const char *)data + size;
+    while (s.n_frames < MAX_FRAMES) {
+        const char *q = memchr(p, sep, (size_t)(end - p));
+        s.frames[s.n_frames].data = p;
+        s.frames[s.n_frames].len = (size_t)((q ? q : end) - p);
+        s.n_frames++;
+        if (q == NULL)
+            break;
+        p = q + 1;
+    }
+
+    t0 = agw_wall_ms();
+    out[0] = run(&s, true, true, &len[0]);
+    out[1] = run(&s, true, false, &len[1]);
+    out[2] = run(&s, false, false, &len[2]);
+    t1 = agw_wall_ms();
+    check_output(&s, out[0], len[0], t0, t1);
+    for (int i = 0; i < 3; i++)
+        masked[i] = mask_timestamps(out[i], len[i], t0, t1, &mlen[i]);
+    same(masked[0], mlen[0], masked[1], mlen[1], "framed and plain feeds wrote different bytes");
+    same(masked[1], mlen[1], masked[2], mlen[2], "the fast paths and the full path disagree");
+    for (int i = 0; i < 3; i++) {
+        free(out[i]);
+        free(masked[i]);
+    }
+    return 0;
+}
