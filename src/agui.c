@@ -22,7 +22,6 @@
 
 #include "agw/agui.h"
 #include "agw/log.h"
-#include "agw/sse.h"
 
 const char AGW_AGUI_UPSTREAM_ERROR[] = "UPSTREAM_ERROR";
 const char AGW_AGUI_TIMEOUT[] = "TIMEOUT";
@@ -110,14 +109,10 @@ struct agw_agui {
     enum item_kind cached_kind;
     /* "RUN_FINISHED" or "RUN_ERROR[:<code>]" (a long code is cut) once FINISHED, "" before */
     char outcome[96];
-    /* agw_agui_feed_framed(): the data of the frame being fed, which the caller's memory holds as
-     * "data: <data>\n\n"; and the frames relayed unchanged so far, adjacent in that memory, not
-     * yet appended to <pending_out> (see write_frame()). */
-    const char *framed;
-    size_t framed_len;
-    const char *pending;
-    size_t pending_len;
-    struct evbuffer *pending_out;
+    /* The data of the event being fed: an event written with exactly these bytes is the
+     * upstream's own, relayed unchanged (the sink's <pass>). */
+    const char *fed;
+    size_t fed_len;
     bool slow_only; /* agw_agui_set_fast_paths(false): every frame through jansson (tests) */
 };
 
@@ -181,48 +176,19 @@ static const char *excerpt(const char *s, char *buf)
 
 /* ---- output ---------------------------------------------------------------------------------- */
 
-#define FRAME_HEAD 6 /* "data: " */
-#define FRAME_TAIL 2 /* "\n\n" */
-
-static void flush_pending(struct agw_agui *a)
+/* Every event leaves through here, as the JSON of one event. <data> holds no line break: the fast
+ * path's scanner refuses them, and the full path re-serialises an event whose bytes had one
+ * ("changed"). When <data> is the event being fed, unchanged, the sink is told so (<pass>): the
+ * relay then relays the frame it read, in one piece with its neighbours, rather than framing the
+ * bytes again. */
+static void write_frame(struct agw_agui *a, const struct agw_agui_sink *out, const char *data,
+                        size_t len)
 {
-    if (a->pending_len == 0)
-        return;
-    if (evbuffer_add(a->pending_out, a->pending, a->pending_len) != 0)
-        oom("evbuffer");
-    a->pending_len = 0;
-}
-
-/* <data> holds no line break: the fast path's scanner refuses them, and the full path re-serialises
- * an event whose bytes had one ("changed").
- *
- * The upstream's own frame, fed framed, is already in the caller's memory exactly as the client
- * gets it. It is not copied now: it joins the run of such frames that ends where it starts, and
- * the run is appended to <out> in one piece, before anything else is written (or by
- * agw_agui_flush()). At many small events per read, that is one evbuffer_add() per read instead of
- * three evbuffer calls per event. */
-static void write_frame(struct agw_agui *a, struct evbuffer *out, const char *data, size_t len)
-{
-    if (data == a->framed && len == a->framed_len) {
-        const char *f = data - FRAME_HEAD;
-
-        assert(a->pending_len == 0 || a->pending_out == out);
-        if (a->pending_len == 0 || a->pending + a->pending_len != f) {
-            flush_pending(a);
-            a->pending = f;
-            a->pending_out = out;
-        }
-        a->pending_len += FRAME_HEAD + len + FRAME_TAIL;
-        a->events_out++;
-        return;
-    }
-    flush_pending(a);
-    if (agw_sse_write_data(out, data, len) != 0)
-        oom("evbuffer"); /* the only failure for a frame that fits in memory */
+    out->emit(out->arg, data, len, data == a->fed && len == a->fed_len);
     a->events_out++;
 }
 
-static void write_json(struct agw_agui *a, struct evbuffer *out, const json_t *ev)
+static void write_json(struct agw_agui *a, const struct agw_agui_sink *out, const json_t *ev)
 {
     char *s = json_dumps(ev, AGUI_JSON_FLAGS);
 
@@ -243,7 +209,7 @@ static json_t *new_event(const char *type)
 }
 
 /* Stamps <ev> with the wall clock, writes it and releases it. */
-static void write_generated(struct agw_agui *a, struct evbuffer *out, json_t *ev)
+static void write_generated(struct agw_agui *a, const struct agw_agui_sink *out, json_t *ev)
 {
     set_new(ev, "timestamp", json_integer((json_int_t)agw_wall_ms()));
     write_json(a, out, ev);
@@ -252,7 +218,7 @@ static void write_generated(struct agw_agui *a, struct evbuffer *out, json_t *ev
 
 /* Writes the injected RUN_STARTED when nothing was written yet. Every path that writes an event
  * calls this first, except the one relaying the upstream's own RUN_STARTED. */
-static void begin(struct agw_agui *a, struct evbuffer *out)
+static void begin(struct agw_agui *a, const struct agw_agui_sink *out)
 {
     if (a->state != AGW_AGUI_ST_IDLE)
         return;
@@ -278,11 +244,11 @@ static void finish(struct agw_agui *a, const char *code, bool error)
     set_state(a, AGW_AGUI_ST_FINISHED);
 }
 
-static void close_all(struct agw_agui *a, struct evbuffer *out);
+static void close_all(struct agw_agui *a, const struct agw_agui_sink *out);
 
 /* Ends the run with a gateway RUN_ERROR. <message> should be valid UTF-8; it is replaced by a
  * generic text when it is not (it may quote upstream bytes). */
-static void run_error(struct agw_agui *a, struct evbuffer *out, const char *code,
+static void run_error(struct agw_agui *a, const struct agw_agui_sink *out, const char *code,
                       const char *message)
 {
     json_t *msg = NULL;
@@ -308,10 +274,10 @@ static void run_error(struct agw_agui *a, struct evbuffer *out, const char *code
     finish(a, code, true);
 }
 
-static void invalid_event(struct agw_agui *a, struct evbuffer *out, const char *fmt, ...)
+static void invalid_event(struct agw_agui *a, const struct agw_agui_sink *out, const char *fmt, ...)
     AGW_PRINTF(3, 4);
 
-static void invalid_event(struct agw_agui *a, struct evbuffer *out, const char *fmt, ...)
+static void invalid_event(struct agw_agui *a, const struct agw_agui_sink *out, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -371,7 +337,7 @@ static void remove_open(struct agw_agui *a, size_t i)
 }
 
 /* Writes the end event of every open item, newest first, and forgets them. */
-static void close_all(struct agw_agui *a, struct evbuffer *out)
+static void close_all(struct agw_agui *a, const struct agw_agui_sink *out)
 {
     while (a->n_open > 0) {
         const struct open_item *it = &a->open[a->n_open - 1];
@@ -562,8 +528,8 @@ static json_t *type_first(json_t *ev)
 
 /* Writes an upstream event: its own bytes when nothing changed, else re-serialised compact, "type"
  * first. */
-static void write_upstream(struct agw_agui *a, struct evbuffer *out, json_t *ev, const char *data,
-                           size_t len, bool changed)
+static void write_upstream(struct agw_agui *a, const struct agw_agui_sink *out, json_t *ev,
+                           const char *data, size_t len, bool changed)
 {
     if (!changed) {
         write_frame(a, out, data, len);
@@ -592,8 +558,8 @@ static char *args_delta(json_t *args)
 }
 
 /* STEP_STARTED, TEXT_MESSAGE_START, TOOL_CALL_START, REASONING_START, REASONING_MESSAGE_START. */
-static void on_open(struct agw_agui *a, struct evbuffer *out, json_t *ev, enum item_kind kind,
-                    const char *data, size_t len, bool changed)
+static void on_open(struct agw_agui *a, const struct agw_agui_sink *out, json_t *ev,
+                    enum item_kind kind, const char *data, size_t len, bool changed)
 {
     const struct item_desc *d = &item_descs[kind];
     json_t *idv = json_object_get(ev, d->id_key);
@@ -637,8 +603,8 @@ static void on_open(struct agw_agui *a, struct evbuffer *out, json_t *ev, enum i
 }
 
 /* TEXT_MESSAGE_CONTENT, TOOL_CALL_ARGS, REASONING_MESSAGE_CONTENT. */
-static void on_content(struct agw_agui *a, struct evbuffer *out, json_t *ev, enum item_kind kind,
-                       const char *data, size_t len, bool changed)
+static void on_content(struct agw_agui *a, const struct agw_agui_sink *out, json_t *ev,
+                       enum item_kind kind, const char *data, size_t len, bool changed)
 {
     const struct item_desc *d = &item_descs[kind];
     json_t *idv = json_object_get(ev, d->id_key);
@@ -666,8 +632,8 @@ static void on_content(struct agw_agui *a, struct evbuffer *out, json_t *ev, enu
 }
 
 /* TEXT_MESSAGE_END, TOOL_CALL_END, REASONING_END, REASONING_MESSAGE_END, STEP_FINISHED. */
-static void on_close(struct agw_agui *a, struct evbuffer *out, json_t *ev, enum item_kind kind,
-                     const char *data, size_t len, bool changed)
+static void on_close(struct agw_agui *a, const struct agw_agui_sink *out, json_t *ev,
+                     enum item_kind kind, const char *data, size_t len, bool changed)
 {
     const struct item_desc *d = &item_descs[kind];
     json_t *idv = json_object_get(ev, d->id_key);
@@ -949,7 +915,8 @@ static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
  * of the last frame accepted below, everything before its delta is known good (the same type, the
  * same open item: the cache is dropped whenever another event is handled, so no item opened or
  * closed since), and only the delta and the closing '"}' are left to check. */
-static bool fast_cached(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out)
+static bool fast_cached(struct agw_agui *a, const char *data, size_t len,
+                        const struct agw_agui_sink *out)
 {
     const char *p = data + a->cached_len - 1; /* the delta's opening quote */
     struct span delta;
@@ -986,7 +953,7 @@ static const struct span *flat_id(const struct flat_event *fe, enum item_kind ki
  * decides; test_agui runs the hostile streams both ways. Returns true when the frame was handled.
  */
 static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, const char *data,
-                           size_t len, struct evbuffer *out)
+                           size_t len, const struct agw_agui_sink *out)
 {
     enum item_kind kind = ITEM_STEP;
     const struct span *id;
@@ -1040,7 +1007,8 @@ static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, cons
 
 /* The fast paths: content events, then lifecycle ones. Returns true when the frame was fully
  * handled here. */
-static bool fast_content(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out)
+static bool fast_content(struct agw_agui *a, const char *data, size_t len,
+                         const struct agw_agui_sink *out)
 {
     struct flat_event fe;
     enum item_kind kind;
@@ -1121,7 +1089,8 @@ void agw_agui_free(struct agw_agui *a)
     free(a);
 }
 
-int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out)
+static int feed_event(struct agw_agui *a, const char *data, size_t len,
+                      const struct agw_agui_sink *out)
 {
     json_t *ev = NULL;
     json_t *type;
@@ -1135,6 +1104,7 @@ int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, struct evbuf
         return 1;
     if (data == NULL)
         data = "";
+
     if (is_done_marker(data, len))
         return 0;
     if (!a->slow_only && fast_content(a, data, len, out))
@@ -1215,21 +1185,15 @@ out:
     return a->state == AGW_AGUI_ST_FINISHED;
 }
 
-int agw_agui_feed_framed(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out)
+int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, const struct agw_agui_sink *out)
 {
     int rc;
 
-    assert(data != NULL);
-    a->framed = data;
-    a->framed_len = len;
-    rc = agw_agui_feed(a, data, len, out);
-    a->framed = NULL;
+    a->fed = data;
+    a->fed_len = len;
+    rc = feed_event(a, data, len, out);
+    a->fed = NULL; /* the bytes are the caller's: no event written later may claim them */
     return rc;
-}
-
-void agw_agui_flush(struct agw_agui *a)
-{
-    flush_pending(a);
 }
 
 void agw_agui_set_fast_paths(struct agw_agui *a, bool on)
@@ -1237,7 +1201,7 @@ void agw_agui_set_fast_paths(struct agw_agui *a, bool on)
     a->slow_only = !on;
 }
 
-void agw_agui_end(struct agw_agui *a, struct evbuffer *out)
+void agw_agui_end(struct agw_agui *a, const struct agw_agui_sink *out)
 {
     if (a->state == AGW_AGUI_ST_FINISHED)
         return;
@@ -1255,7 +1219,8 @@ void agw_agui_end(struct agw_agui *a, struct evbuffer *out)
     finish(a, NULL, false);
 }
 
-void agw_agui_fail(struct agw_agui *a, const char *code, const char *message, struct evbuffer *out)
+void agw_agui_fail(struct agw_agui *a, const char *code, const char *message,
+                   const struct agw_agui_sink *out)
 {
     run_error(a, out, code, message);
 }

@@ -74,6 +74,14 @@ struct agw_relay {
     struct agw_sse_parser *sse;
     struct agw_agui *agui;
     struct evbuffer *out; /* client frames produced and not yet handed to the server */
+    /* The normaliser's events come through <sink>. Frames it passes unchanged are relayed as read:
+     * <run> is the run of such frames, adjacent in the read segment being parsed, not yet appended
+     * to <out> (appended before anything else is, and before the segment goes). <framed>: the
+     * frame being fed sits in the segment as "data: <data>\n\n". */
+    struct agw_agui_sink sink;
+    const char *run;
+    size_t run_len;
+    bool framed;
     /* Timers. run_timer: from the start to the end of the run (LIVE states), when timeouts.run is
      * set. heartbeat: in STREAMING only, the heartbeat period, or a probe of a half-closed client
      * (probe set). */
@@ -177,6 +185,43 @@ static void drop_upstream(struct agw_relay *r, bool close)
 }
 
 /* ---- writing to the client ---------------------------------------------------------------- */
+
+/* Appends the run of frames passed unchanged to <out>, in one piece. */
+static void flush_run(struct agw_relay *r)
+{
+    if (r->run_len == 0)
+        return;
+    if (evbuffer_add(r->out, r->run, r->run_len) != 0)
+        abort(); /* out of memory: the daemon's policy */
+    r->run_len = 0;
+}
+
+/* The normaliser's sink: every event for the client. One that passes unchanged, from a frame that
+ * sits in the read segment as "data: <data>\n\n", is the client's frame already: it joins the run
+ * of such frames when it follows the last one in memory, else starts a new run. Any other event is
+ * framed here ("data: <json>\n\n"), after the run. At many small events per read that is one
+ * evbuffer_add() per read rather than a framed copy per event. */
+static void relay_emit(void *arg, const char *json, size_t len, bool pass)
+{
+    struct agw_relay *r = arg;
+
+    if (pass && r->framed) {
+        const char *f = json - 6; /* "data: " */
+        size_t n = len + 8;       /* and "\n\n" */
+
+        if (r->run_len > 0 && r->run + r->run_len == f) {
+            r->run_len += n;
+            return;
+        }
+        flush_run(r);
+        r->run = f;
+        r->run_len = n;
+        return;
+    }
+    flush_run(r);
+    if (agw_sse_write_data(r->out, json, len) != 0)
+        abort();
+}
 
 static void client_drain(struct agw_req *req, void *arg);
 static void probe_client(struct agw_relay *r);
@@ -293,7 +338,7 @@ static void finish(struct agw_relay *r, bool cancel)
 
 static void fail_stream(struct agw_relay *r, const char *code, const char *message, bool cancel)
 {
-    agw_agui_fail(r->agui, code, message, r->out);
+    agw_agui_fail(r->agui, code, message, &r->sink);
     finish(r, cancel);
 }
 
@@ -387,17 +432,19 @@ out:
 static int frame_cb(void *arg, const struct agw_sse_frame *f)
 {
     struct agw_relay *r = arg;
-    int rc = f->framed ? agw_agui_feed_framed(r->agui, f->data, f->data_len, r->out)
-                       : agw_agui_feed(r->agui, f->data, f->data_len, r->out);
+    int rc;
 
+    r->framed = f->framed;
+    rc = agw_agui_feed(r->agui, f->data, f->data_len, &r->sink);
+    r->framed = false;
     /* 1 = terminal event reached: stop parsing, the rest of the upstream's bytes are not wanted. */
     return rc == 1 ? -1 : 0;
 }
 
 /* Parses the body bytes <body> holds, segment by segment, in place: the frames the normaliser
- * relays unchanged are appended to <out> straight from the segment, in one piece per run of them
- * (agw_agui_feed_framed()), before the segment is drained. Returns what agw_sse_parse_bytes()
- * returned last (< 0 stops). */
+ * passes unchanged are appended to <out> straight from the segment, in one piece per run of them
+ * (see relay_emit()), before the segment is drained. Returns what agw_sse_parse_bytes() returned
+ * last (< 0 stops). */
 static int parse_body(struct agw_relay *r, struct evbuffer *body)
 {
     struct evbuffer_iovec v;
@@ -405,7 +452,7 @@ static int parse_body(struct agw_relay *r, struct evbuffer *body)
 
     while (rc >= 0 && evbuffer_peek(body, -1, NULL, &v, 1) > 0) {
         rc = agw_sse_parse_bytes(r->sse, v.iov_base, v.iov_len, frame_cb, r);
-        agw_agui_flush(r->agui);
+        flush_run(r);
         evbuffer_drain(body, v.iov_len);
     }
     evbuffer_drain(body, evbuffer_get_length(body));
@@ -461,7 +508,7 @@ static void up_on_done(void *arg)
         goto out;
     if (agw_sse_finish(r->sse, frame_end_cb, r) == -AGW_ETOOBIG)
         agw_agui_fail(r->agui, AGW_AGUI_FRAME_TOO_LARGE,
-                      "an upstream event exceeded limits.max_frame_bytes", r->out);
+                      "an upstream event exceeded limits.max_frame_bytes", &r->sink);
     if (r->state == RL_ST_DEFERRED && agw_agui_events_out(r->agui) == 0) {
         /* Not one event: the backend did not take the decision (an agent that answers "already
          * running" with an empty stream). */
@@ -471,7 +518,7 @@ static void up_on_done(void *arg)
                     "take the decision)");
         goto out;
     }
-    agw_agui_end(r->agui, r->out);
+    agw_agui_end(r->agui, &r->sink);
     finish(r, false);
 out:
     leave(r);
@@ -613,6 +660,7 @@ static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_r
     r->sse = agw_sse_parser_new(p->max_frame_bytes);
     r->agui = agw_agui_new(p->thread_id, p->run_id, p->protocol);
     r->out = evbuffer_new();
+    r->sink = (struct agw_agui_sink){relay_emit, r};
     r->heartbeat = evtimer_new(set->base, heartbeat_cb, r);
     r->run_timer = evtimer_new(set->base, run_timer_cb, r);
     if (p->run_ms > 0)

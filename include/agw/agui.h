@@ -1,7 +1,9 @@
 /* AG-UI stream normalisation (doc/protocol.md#lifecycle, #in-band-errors, #dialects): whatever an
- * upstream sends, the client receives one stream that @ag-ui/client's verifier accepts. Pure:
- * consumes the data of upstream SSE frames, appends complete client frames ("data: <compact
- * JSON>\n\n") to an evbuffer. No sockets, no timers.
+ * upstream sends, the client receives one stream that @ag-ui/client's verifier accepts. Pure: it
+ * judges an upstream's events one by one (the data of its SSE frames) and hands what the client
+ * gets to a sink, event by event, as JSON: the upstream's own bytes when an event passes unchanged
+ * (the caller may then relay the frame it read), rewritten bytes, nothing for a dropped event, and
+ * the events it makes itself. It knows events, not their framing: no SSE, no sockets, no timers.
  *
  * One struct agw_agui per run, owned by the relay. Its rules, in short:
  * - exactly one RUN_STARTED first, carrying the client's threadId/runId (injected when missing,
@@ -25,8 +27,15 @@
 #include "agw/common.h"
 #include "agw/config.h"
 
-struct evbuffer;
 struct agw_agui;
+
+/* Where the events for the client go, in order. <json> is one compact JSON object (no line break),
+ * valid during the call only. <pass> is true when <json> is exactly the data just fed (the same
+ * bytes at the same address): the upstream's event relayed unchanged. */
+struct agw_agui_sink {
+    void (*emit)(void *arg, const char *json, size_t len, bool pass);
+    void *arg;
+};
 
 /* In-band error codes of doc/protocol.md#in-band-errors (static strings, compare by pointer or by
  * text). */
@@ -42,22 +51,12 @@ struct agw_agui *agw_agui_new(const char *thread_id, const char *run_id,
                               enum agw_protocol protocol);
 void agw_agui_free(struct agw_agui *a);
 
-/* Feeds the data of one upstream frame (<data> need not be NUL-terminated). Appends zero or more
- * client frames to <out>. Returns 0, or 1 when the run reached its terminal event during this call
- * (the caller should then stop reading the upstream and end the response once <out> is flushed).
- * After the terminal event every further feed is ignored and returns 1. */
-int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out);
-
-/* The same, for data that the caller's memory holds as the client frame "data: <data>\n\n" (from
- * <data> - 6 to <data> + <len> + 2; agw_sse_frame.framed). When the frame is relayed unchanged it
- * is not copied at once: consecutive such frames adjacent in memory are appended to <out> in one
- * piece, before the next frame of any other kind is written, or by agw_agui_flush(). So the memory
- * must stay as it is until agw_agui_flush(), and <out> must be the same for all calls until then.
- */
-int agw_agui_feed_framed(struct agw_agui *a, const char *data, size_t len, struct evbuffer *out);
-/* Appends the frames agw_agui_feed_framed() held back to their <out>. Call it before the memory
- * they are in changes or goes, and before writing to that <out> yourself. */
-void agw_agui_flush(struct agw_agui *a);
+/* Feeds the data of one upstream frame (<data> need not be NUL-terminated). Hands zero or more
+ * events to <out>. Returns 0, or 1 when the run reached its terminal event during this call (the
+ * caller should then stop reading the upstream and end the response). After the terminal event
+ * every further feed is ignored and returns 1. */
+int agw_agui_feed(struct agw_agui *a, const char *data, size_t len,
+                  const struct agw_agui_sink *out);
 
 /* For tests: with <on> false, every frame goes through the full path (parsed by jansson), never the
  * allocation-free fast paths, whose output must be the same. On by default. */
@@ -67,11 +66,12 @@ void agw_agui_set_fast_paths(struct agw_agui *a, bool on);
  * nothing was sent, then the end of anything open, then RUN_FINISHED when the stream was clean, or
  * RUN_ERROR UPSTREAM_ERROR when it was cut inside a text message, tool call or reasoning message.
  * No-op after the terminal event. */
-void agw_agui_end(struct agw_agui *a, struct evbuffer *out);
+void agw_agui_end(struct agw_agui *a, const struct agw_agui_sink *out);
 
 /* Ends the run with RUN_ERROR {"message":<message>,"code":<code>} (RUN_STARTED first if nothing was
  * sent yet, and the end event of everything still open). No-op after the terminal event. */
-void agw_agui_fail(struct agw_agui *a, const char *code, const char *message, struct evbuffer *out);
+void agw_agui_fail(struct agw_agui *a, const char *code, const char *message,
+                   const struct agw_agui_sink *out);
 
 /* True once the terminal event has been written. */
 bool agw_agui_finished(const struct agw_agui *a);

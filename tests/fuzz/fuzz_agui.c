@@ -3,11 +3,12 @@
  *   byte 0: bits 0-1: the end (0: agw_agui_end(), 1: agw_agui_fail() with a gateway code, 2:
  *           agw_agui_fail() with the last frame's bytes as the message, maybe not UTF-8, 3: none),
  *           bit 2: protocol "ag-kit", bit 3: other client ids (with a quote and non-ASCII),
- *           bits 4-7: which frames go through agw_agui_feed_framed() (frame i when bit i % 4);
+ *           bits 4-7: which frames the sink takes as the frames they were read in, as the relay
+ *           does when an event passes unchanged (frame i when bit i % 4);
  *   byte 1: the byte that separates frames;
  *   byte 2: how many frames make one read (1 + b % 8): frames of a read sit next to each other in
- *           one allocation, as "data: <data>\n\n" for the framed ones (the contract of
- *           agw_agui_feed_framed()), flushed (agw_agui_flush()) and freed after the read.
+ *           one allocation, as "data: <data>\n\n", poisoned and freed after the read (nothing may
+ *           point into it then).
  * The same frames go through three normalisers: fast paths on and framed feeds as chosen, fast
  * paths on and plain feeds, fast paths off (agw_agui_set_fast_paths()) and plain feeds. All three
  * must write the same bytes (the timestamps of gateway-made events aside).
@@ -36,6 +37,7 @@
 
 #include "agw/agui.h"
 #include "agw/log.h"
+#include "agw/sse.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -67,11 +69,40 @@ static void fatal(const char *what)
     abort();
 }
 
+/* The sink: frames each event into <out>; one passed unchanged, when the frame it was fed from may
+ * be taken as read (<framed>), is taken from the read — its bytes must then be that frame's data.
+ */
+struct sink_ctx {
+    struct evbuffer *out;
+    const char *fed; /* the data being fed, and whether its frame may be taken as read */
+    size_t fed_len;
+    bool framed;
+};
+
+static void emit(void *arg, const char *json, size_t len, bool pass)
+{
+    struct sink_ctx *c = arg;
+
+    if (pass && (json != c->fed || len != c->fed_len))
+        fatal("an event passed unchanged that is not the data fed");
+    if (memchr(json, '\n', len) != NULL || memchr(json, '\r', len) != NULL)
+        fatal("an event with a line break");
+    if (pass && c->framed) {
+        if (memcmp(json - 6, "data: ", 6) != 0 || memcmp(json + len, "\n\n", 2) != 0)
+            fatal("a passed event is not framed where it was read");
+        evbuffer_add(c->out, json - 6, len + 8);
+        return;
+    }
+    agw_sse_write_data(c->out, json, len);
+}
+
 /* Feeds every frame to a new normaliser, then ends it as chosen. Returns the output. */
 static char *run(const struct setup *s, bool fast, bool framed, size_t *out_len)
 {
     struct agw_agui *a = agw_agui_new(s->thread_id, s->run_id, s->protocol);
     struct evbuffer *out = evbuffer_new();
+    struct sink_ctx sc = {out, NULL, 0, false};
+    const struct agw_agui_sink sink = {emit, &sc};
     char *res;
 
     agw_agui_set_fast_paths(a, fast);
@@ -96,27 +127,30 @@ static char *run(const struct setup *s, bool fast, bool framed, size_t *out_len)
             memcpy(d, f->data, f->len);
             memcpy(d + f->len, "\n\n", 2);
             at += 6 + f->len + 2;
-            rc = as_framed ? agw_agui_feed_framed(a, d, f->len, out)
-                           : agw_agui_feed(a, d, f->len, out);
+            sc.fed = d;
+            sc.fed_len = f->len;
+            sc.framed = as_framed;
+            rc = agw_agui_feed(a, d, f->len, &sink);
+            sc.fed = NULL;
+            sc.framed = false;
             if (rc != (agw_agui_finished(a) ? 1 : 0))
                 fatal("agw_agui_feed() returned other than agw_agui_finished()");
         }
         i += n;
-        agw_agui_flush(a);
-        memset(read, 'X', total); /* what was not copied by the flush would show */
+        memset(read, 'X', total); /* a pointer kept into the read would show */
         free(read);
     }
     switch (s->end) {
     case 0:
-        agw_agui_end(a, out);
+        agw_agui_end(a, &sink);
         break;
     case 1:
-        agw_agui_fail(a, codes[s->n_frames % AGW_ARRAY_LEN(codes)], "the gateway failed", out);
+        agw_agui_fail(a, codes[s->n_frames % AGW_ARRAY_LEN(codes)], "the gateway failed", &sink);
         break;
     case 2: {
         const struct frame *f = &s->frames[s->n_frames - 1];
         char *msg = agw_xstrndup(f->data, f->len); /* may hold NUL or invalid UTF-8 */
-        agw_agui_fail(a, AGW_AGUI_UPSTREAM_ERROR, msg, out);
+        agw_agui_fail(a, AGW_AGUI_UPSTREAM_ERROR, msg, &sink);
         free(msg);
         break;
     }

@@ -38,6 +38,36 @@ static char *drain(struct evbuffer *b)
     return s;
 }
 
+/* A sink that frames events as the relay does. An event passed unchanged that was fed from a block
+ * of frames (<block>, laid out "data: <data>\n\n" as a read holds them) is taken as the frame it
+ * was read in — so its bytes must lie in the block, framed; any other event is framed anew. */
+struct sink_ctx {
+    struct evbuffer *out;
+    const char *block; /* NULL: the frames were fed from elsewhere */
+    size_t block_len;
+    int passed; /* events passed unchanged */
+};
+
+static void test_emit(void *arg, const char *json, size_t len, bool pass)
+{
+    struct sink_ctx *c = arg;
+
+    cr_assert_null(memchr(json, '\n', len), "an event with a line break: %.*s", (int)len, json);
+    if (pass)
+        c->passed++;
+    if (pass && c->block != NULL) {
+        cr_assert(json >= c->block + 6 && json + len + 2 <= c->block + c->block_len,
+                  "an event passed unchanged whose bytes are not the frame's");
+        cr_assert(memcmp(json - 6, "data: ", 6) == 0 && memcmp(json + len, "\n\n", 2) == 0);
+        evbuffer_add(c->out, json - 6, len + 8);
+        return;
+    }
+    agw_sse_write_data(c->out, json, len);
+}
+
+/* A sink framing into the evbuffer <buf> (for one call). */
+#define SINK(buf) (&(struct agw_agui_sink){test_emit, &(struct sink_ctx){(buf), NULL, 0, 0}})
+
 /* Splits a client stream into events; every frame must be exactly "data: <one JSON object>\n\n". */
 static json_t *parse_stream(const char *text)
 {
@@ -66,23 +96,27 @@ enum ending { END_NONE, END_EOF };
 
 struct feed_ctx {
     struct agw_agui *a;
-    struct evbuffer *out;
-    int framed; /* frames that came framed */
+    struct sink_ctx sink; /* its block: the bytes the SSE parser is given */
+    int framed;           /* frames that came framed */
 };
 
 /* An agw_sse_frame_fn feeding the normaliser as the relay does. */
 static int feed_frame(void *arg, const struct agw_sse_frame *f)
 {
     struct feed_ctx *c = arg;
+    struct sink_ctx plain = {c->sink.out, NULL, 0, 0};
 
     c->framed += f->framed;
-    return f->framed ? agw_agui_feed_framed(c->a, f->data, f->data_len, c->out)
-                     : agw_agui_feed(c->a, f->data, f->data_len, c->out);
+    if (!f->framed)
+        return agw_agui_feed(c->a, f->data, f->data_len,
+                             &(struct agw_agui_sink){test_emit, &plain});
+    return agw_agui_feed(c->a, f->data, f->data_len, &(struct agw_agui_sink){test_emit, &c->sink});
 }
 
 /* Feeds <frames> (<n> of them) the way the relay does: laid out in one block as the frames
- * "data: <frame>\n\n" and fed framed (frames with a line break cannot be: fed plain), then flushed.
- * Each feed's value goes to <rcs> (NULL: not kept). */
+ * "data: <frame>\n\n", the events passed unchanged taken as the frames they were read in (frames
+ * with a line break cannot be: fed from elsewhere). Each feed's value goes to <rcs> (NULL: not
+ * kept). */
 static void feed_framed_block(struct agw_agui *a, const char *const *frames, size_t n,
                               struct evbuffer *out, int *rcs, size_t nrcs)
 {
@@ -102,15 +136,16 @@ static void feed_framed_block(struct agw_agui *a, const char *const *frames, siz
         memcpy(data, frames[i], len);
         memcpy(data + len, "\n\n", 2);
         at += len + 8;
-        if (strpbrk(frames[i], "\r\n") != NULL)
-            rc = agw_agui_feed(a, data, len, out);
-        else
-            rc = agw_agui_feed_framed(a, data, len, out);
+        if (strpbrk(frames[i], "\r\n") != NULL) {
+            rc = agw_agui_feed(a, data, len, SINK(out));
+        } else {
+            struct sink_ctx c = {out, block, total, 0};
+            rc = agw_agui_feed(a, data, len, &(struct agw_agui_sink){test_emit, &c});
+        }
         if (rcs != NULL && i < nrcs)
             rcs[i] = rc;
     }
-    agw_agui_flush(a);
-    /* The block goes now: what the normaliser held back must be in <out> already. */
+    /* The block goes now: nothing may point into it any more. */
     memset(block, 'X', total);
     free(block);
 }
@@ -152,7 +187,7 @@ static void assert_framed_same(const char *const *frames, size_t n, const int *r
         cr_assert_eq(frcs[i], rcs[i], "frame %zu: framed feed returned %d, plain %d", i, frcs[i],
                      rcs[i]);
     if (ending == END_EOF)
-        agw_agui_end(a, out);
+        agw_agui_end(a, SINK(out));
     text = drain(out);
     x = without_clock(text);
     y = without_clock(plain);
@@ -177,12 +212,12 @@ static struct result run_frames_p(const char *const *frames, enum ending ending,
     memset(&r, 0, sizeof(r));
     r.last_rc = -1;
     for (i = 0; frames[i] != NULL; i++) {
-        r.last_rc = agw_agui_feed(a, frames[i], strlen(frames[i]), out);
+        r.last_rc = agw_agui_feed(a, frames[i], strlen(frames[i]), SINK(out));
         if (i < AGW_ARRAY_LEN(r.rcs))
             r.rcs[i] = r.last_rc;
     }
     if (ending == END_EOF)
-        agw_agui_end(a, out);
+        agw_agui_end(a, SINK(out));
     r.n_out = agw_agui_events_out(a);
     r.finished = agw_agui_finished(a);
     if (agw_agui_outcome(a) != NULL)
@@ -920,7 +955,7 @@ static void open_many(struct agw_agui *a, struct evbuffer *out, size_t n, size_t
         int len = snprintf(
             data, id_len + 128,
             "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"%s\",\"toolCallName\":\"f\"}", id);
-        *rc = agw_agui_feed(a, data, (size_t)len, out);
+        *rc = agw_agui_feed(a, data, (size_t)len, SINK(out));
         if (*rc != 0)
             break;
     }
@@ -941,9 +976,9 @@ Test(agui, open_items_capped_at_1024)
     cr_assert_eq(rc, 0);
     cr_assert_eq(agw_agui_events_out(a), 1025);
     /* A duplicate at the cap is still just dropped. */
-    cr_assert_eq(agw_agui_feed(a, again, strlen(again), out), 0);
+    cr_assert_eq(agw_agui_feed(a, again, strlen(again), SINK(out)), 0);
     cr_assert_eq(agw_agui_events_out(a), 1025);
-    cr_assert_eq(agw_agui_feed(a, more, strlen(more), out), 1);
+    cr_assert_eq(agw_agui_feed(a, more, strlen(more), SINK(out)), 1);
     cr_assert_str_eq(agw_agui_outcome(a), "RUN_ERROR:INVALID_EVENT");
 
     char *text = drain(out);
@@ -983,8 +1018,8 @@ Test(agui, closing_frees_room_under_the_cap)
     const char *end = "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c\"}";
 
     for (int i = 0; i < 5000; i++) {
-        cr_assert_eq(agw_agui_feed(a, start, strlen(start), out), 0);
-        cr_assert_eq(agw_agui_feed(a, end, strlen(end), out), 0);
+        cr_assert_eq(agw_agui_feed(a, start, strlen(start), SINK(out)), 0);
+        cr_assert_eq(agw_agui_feed(a, end, strlen(end), SINK(out)), 0);
     }
     cr_assert_eq(agw_agui_events_out(a), 10001);
     evbuffer_free(out);
@@ -1197,10 +1232,9 @@ Test(agui, multi_line_data_reserialised_compact)
 
 /* ---- rule 9: pass-through -------------------------------------------------------------------- */
 
-/* Frames fed framed and relayed unchanged are held back and appended in one piece per run of
- * adjacent ones; a frame that is rewritten, dropped or generated ends the run, and order is kept.
- */
-Test(agui, framed_frames_are_appended_in_runs)
+/* An event relayed unchanged is handed to the sink as the upstream's own bytes (pass): the relay
+ * then relays the frame it read; a rewritten, dropped or generated event is not. */
+Test(agui, unchanged_events_are_passed_as_the_upstreams_bytes)
 {
     static const char block[] =
         "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}\n\n"
@@ -1220,19 +1254,15 @@ Test(agui, framed_frames_are_appended_in_runs)
     struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
     struct agw_sse_parser *p = agw_sse_parser_new(1 << 20);
     struct evbuffer *out = evbuffer_new();
-    struct feed_ctx ctx = {a, out, 0};
+    struct feed_ctx ctx = {a, {out, block, sizeof(block) - 1, 0}, 0};
     char *text;
 
     cr_assert_eq(agw_sse_parse_bytes(p, block, sizeof(block) - 1, feed_frame, &ctx), 7);
     cr_assert_eq(ctx.framed, 7, "every frame of the block is framed");
-    /* The last run (the frame after [DONE]) is still held back. */
-    cr_assert_eq(evbuffer_get_length(out), strlen(expect) - strlen(strstr(block, "[DONE]") + 8));
+    cr_assert_eq(ctx.sink.passed, 5, "five events passed as they came (not CUSTOM, not [DONE])");
     cr_assert_eq(agw_agui_events_out(a), 6);
-    agw_agui_flush(a);
     text = drain(out);
     cr_assert_str_eq(text, expect);
-    agw_agui_flush(a); /* nothing held back any more: a no-op */
-    cr_assert_eq(evbuffer_get_length(out), 0);
     free(text);
     evbuffer_free(out);
     agw_sse_parser_free(p);
@@ -1361,15 +1391,15 @@ Test(agui, end_after_finish_is_noop)
 
     cr_assert_null(agw_agui_outcome(a));
     cr_assert_eq(agw_agui_finished(a), false);
-    cr_assert_eq(agw_agui_feed(a, fin, strlen(fin), out), 1);
+    cr_assert_eq(agw_agui_feed(a, fin, strlen(fin), SINK(out)), 1);
     size_t len = evbuffer_get_length(out);
-    agw_agui_end(a, out);
-    agw_agui_fail(a, AGW_AGUI_TIMEOUT, "late", out);
-    agw_agui_end(a, out);
+    agw_agui_end(a, SINK(out));
+    agw_agui_fail(a, AGW_AGUI_TIMEOUT, "late", SINK(out));
+    agw_agui_end(a, SINK(out));
     cr_assert_eq(evbuffer_get_length(out), len);
     cr_assert_eq(agw_agui_events_out(a), 2);
     cr_assert_str_eq(agw_agui_outcome(a), "RUN_FINISHED");
-    cr_assert_eq(agw_agui_feed(a, fin, strlen(fin), out), 1);
+    cr_assert_eq(agw_agui_feed(a, fin, strlen(fin), SINK(out)), 1);
     evbuffer_free(out);
     agw_agui_free(a);
 }
@@ -1384,8 +1414,8 @@ static struct result fail_after(const char *const *frames, const char *code, con
 
     memset(&r, 0, sizeof(r));
     for (size_t i = 0; frames[i] != NULL; i++)
-        agw_agui_feed(a, frames[i], strlen(frames[i]), out);
-    agw_agui_fail(a, code, msg, out);
+        agw_agui_feed(a, frames[i], strlen(frames[i]), SINK(out));
+    agw_agui_fail(a, code, msg, SINK(out));
     r.n_out = agw_agui_events_out(a);
     r.finished = agw_agui_finished(a);
     snprintf(r.outcome, sizeof(r.outcome), "%s", agw_agui_outcome(a) ? agw_agui_outcome(a) : "");
@@ -1469,7 +1499,7 @@ Test(agui, not_nul_terminated_input)
     struct evbuffer *out = evbuffer_new();
     const char buf[] = "{\"type\":\"CUSTOM\"}GARBAGE";
 
-    cr_assert_eq(agw_agui_feed(a, buf, 17, out), 0);
+    cr_assert_eq(agw_agui_feed(a, buf, 17, SINK(out)), 0);
     cr_assert_eq(agw_agui_events_out(a), 2);
     char *text = drain(out);
     cr_assert_not_null(strstr(text, "data: {\"type\":\"CUSTOM\"}\n\n"));
@@ -1599,15 +1629,15 @@ static void end_hostile(struct agw_agui *a, struct evbuffer *out, int how)
 {
     switch (how) {
     case 0:
-        agw_agui_end(a, out);
+        agw_agui_end(a, SINK(out));
         break;
     case 1:
-        agw_agui_fail(a, AGW_AGUI_CANCELLED, "client went away", out);
-        agw_agui_end(a, out);
+        agw_agui_fail(a, AGW_AGUI_CANCELLED, "client went away", SINK(out));
+        agw_agui_end(a, SINK(out));
         break;
     default:
-        agw_agui_end(a, out);
-        agw_agui_fail(a, AGW_AGUI_SHUTDOWN, "shutting down", out);
+        agw_agui_end(a, SINK(out));
+        agw_agui_fail(a, AGW_AGUI_SHUTDOWN, "shutting down", SINK(out));
         break;
     }
 }
@@ -1638,7 +1668,7 @@ Test(agui, hostile_streams_always_verify)
         int rc = 0;
         for (size_t i = 0; i < n; i++) {
             int prev = rc;
-            rc = agw_agui_feed(a, frames[i], strlen(frames[i]), out);
+            rc = agw_agui_feed(a, frames[i], strlen(frames[i]), SINK(out));
             cr_assert(prev == 0 || rc == 1, "iteration %d: feed returned 0 after the end", iter);
             cr_assert_eq(rc == 1, agw_agui_finished(a));
         }
@@ -1737,7 +1767,7 @@ static char *run_with_fast(const char *const *frames, size_t n, bool on, int end
 
     agw_agui_set_fast_paths(a, on);
     for (size_t i = 0; i < n; i++)
-        rcs[i] = agw_agui_feed(a, frames[i], strlen(frames[i]), out);
+        rcs[i] = agw_agui_feed(a, frames[i], strlen(frames[i]), SINK(out));
     end_hostile(a, out, ending);
     *events = agw_agui_events_out(a);
     snprintf(outcome, outcome_size, "%s", agw_agui_outcome(a));

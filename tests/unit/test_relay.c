@@ -359,7 +359,9 @@ Test(relay, shutdown_ends_connecting_and_streaming_runs)
     agw_relay_set_shutdown(set);
     cr_assert_eq(a->status, 503);
     assert_types(b, "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_END RUN_ERROR");
-    cr_assert(strstr(body_of(b), "SHUTDOWN") != NULL);
+    char *text = body_of(b);
+    cr_assert(strstr(text, "SHUTDOWN") != NULL);
+    free(text);
     fake_req_close(a);
     fake_req_close(b);
     cr_assert_eq(ended.calls, 2);
@@ -610,5 +612,28 @@ Test(relay, never_freed_inside_its_own_callback)
     fake_up_body(last_up(), TEND FIN);
     cr_assert_eq(ended.calls, 2);
     cr_assert(ended.detached);
+    fake_req_free(req);
+}
+
+/* Frames the normaliser passes unchanged leave as they were read, byte for byte and in order,
+ * around one it rewrites (a null field removed) and one it drops ([DONE]); the relay frames what
+ * the normaliser makes and merges the runs of passed frames itself. */
+Test(relay, passed_frames_leave_byte_for_byte)
+{
+    struct agw_req *req = fake_req_new();
+    struct opts o = {0};
+    static const char in[] =
+        START TSTART TCONT "data: {\"type\":\"CUSTOM\",\"name\":\"x\",\"value\":null}\n\n"
+                           "data: [DONE]\n\n" TCONT TEND FIN;
+    static const char want[] =
+        START TSTART TCONT "data: {\"type\":\"CUSTOM\",\"name\":\"x\"}\n\n" TCONT TEND FIN;
+
+    start(req, &o);
+    fake_up_head(last_up(), 200, SSE);
+    fake_up_body(last_up(), in);
+    char *b = body_of(req);
+    cr_assert_str_eq(b, want);
+    free(b);
+    fake_req_close(req);
     fake_req_free(req);
 }
