@@ -235,8 +235,17 @@ int agw_tls_client_prepare(SSL *ssl, const char *host)
             return -AGW_EINVAL;
         return 0;
     }
-    if (SSL_set_tlsext_host_name(ssl, host) != 1 || SSL_set1_host(ssl, host) != 1)
-        return -AGW_EINVAL;
+    {
+        /* SSL_set_tlsext_host_name() is a macro that casts its argument to a non-const pointer
+         * (OpenSSL copies the name): hand it a copy of ours rather than cast the const away. */
+        char name[256];
+
+        if (strlen(host) >= sizeof(name))
+            return -AGW_EINVAL;
+        snprintf(name, sizeof(name), "%s", host);
+        if (SSL_set_tlsext_host_name(ssl, name) != 1 || SSL_set1_host(ssl, host) != 1)
+            return -AGW_EINVAL;
+    }
     return 0;
 }
 
