@@ -277,20 +277,22 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
     size_t n = 0;
     char traceparent[64], trace_id[33], span_id[17];
     const char *tp = agw_req_header(req, "traceparent");
-    h[n++] = (struct agw_upstream_header){"Content-Type", "application/json"};
-    h[n++] = (struct agw_upstream_header){"Accept", "text/event-stream"};
+    /* Content-Type, Accept and the agent's upstream_headers are the pools' fixed header fields
+     * (built at start); what depends on the request comes here. */
     h[n++] = (struct agw_upstream_header){"X-Request-Id", agw_req_id(req)};
     if (traceparent_ok(tp)) {
-        snprintf(traceparent, sizeof(traceparent), "%s", tp);
+        h[n++] = (struct agw_upstream_header){"traceparent", tp};
     } else {
+        /* 00-<32 hex trace id>-<16 hex parent id>-01, without printf */
+        memcpy(traceparent, "00-", 3);
         agw_random_hex(trace_id, 16);
+        memcpy(traceparent + 3, trace_id, 32);
+        traceparent[35] = '-';
         agw_random_hex(span_id, 8);
-        snprintf(traceparent, sizeof(traceparent), "00-%s-%s-01", trace_id, span_id);
+        memcpy(traceparent + 36, span_id, 16);
+        memcpy(traceparent + 52, "-01", 4);
+        h[n++] = (struct agw_upstream_header){"traceparent", traceparent};
     }
-    h[n++] = (struct agw_upstream_header){"traceparent", traceparent};
-    for (size_t i = 0; i < agent->n_upstream_headers && n < AGW_MAX_UPSTREAM_HEADERS; i++)
-        h[n++] = (struct agw_upstream_header){agent->upstream_headers[i].name,
-                                              agent->upstream_headers[i].value};
     struct fwd_ctx fc = {agent, h, &n};
     agw_req_foreach_header(req, forward_header, &fc);
 
@@ -515,6 +517,26 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 
 /* ---- life ------------------------------------------------------------------------------------ */
 
+/* The header fields every upstream request of agent <a> carries: built once, at start
+ * (doc/protocol.md#upstream-request). Returns an allocated string of "Name: value\r\n" lines. */
+static char *fixed_headers(const struct agw_agent_config *a)
+{
+    struct evbuffer *b = evbuffer_new();
+    size_t len;
+    char *s;
+
+    evbuffer_add_printf(b, "Content-Type: application/json\r\nAccept: text/event-stream\r\n");
+    for (size_t i = 0; i < a->n_upstream_headers; i++)
+        evbuffer_add_printf(b, "%s: %s\r\n", a->upstream_headers[i].name,
+                            a->upstream_headers[i].value);
+    len = evbuffer_get_length(b);
+    s = agw_xmalloc(len + 1);
+    evbuffer_remove(b, s, len);
+    s[len] = '\0';
+    evbuffer_free(b);
+    return s;
+}
+
 struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, size_t errlen)
 {
     struct agw_gateway *gw = agw_xcalloc(1, sizeof(*gw));
@@ -549,6 +571,7 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
     for (size_t i = 0; i < cfg->n_agents; i++) {
         const struct agw_agent_config *a = &cfg->agents[i];
         SSL_CTX *client_tls = NULL;
+        char *fixed;
         gw->agents[i].cfg = a;
         gw->agents[i].pools = agw_xcalloc(a->n_upstreams, sizeof(struct agw_upstream_pool *));
         gw->agents[i].keys = agw_xcalloc(a->n_upstreams, sizeof(const char *));
@@ -565,12 +588,16 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
             }
         }
         po.tls = client_tls;
+        fixed = fixed_headers(a);
+        po.fixed_headers = fixed;
         for (size_t j = 0; j < a->n_upstreams; j++)
             gw->agents[i].pools[j] =
                 agw_upstream_pool_new(gw->base, gw->dns, &a->upstreams[j], &po);
-        /* Each pool holds its own reference. */
+        /* Each pool holds its own reference, and its own copy of the header lines. */
         SSL_CTX_free(client_tls);
         po.tls = NULL;
+        free(fixed);
+        po.fixed_headers = NULL;
     }
     gw->srv = agw_server_new(gw->base, &so, main_handler, gw);
     for (size_t i = 0; i < cfg->n_listeners; i++) {

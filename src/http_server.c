@@ -157,10 +157,16 @@ static void new_request_id(char *out, size_t len)
     static _Atomic uint64_t counter;
     uint64_t n;
 
+    static const char hex[] = "0123456789abcdef";
+
+    assert(len >= 33);
     if (prefix[0] == '\0')
         agw_random_hex(prefix, 8);
     n = ++counter;
-    snprintf(out, len, "%.16s%016" PRIx64, prefix, n);
+    memcpy(out, prefix, 16); /* the prefix, then the counter in 16 hex digits: no printf */
+    for (int i = 31; i >= 16; i--, n >>= 4)
+        out[i] = hex[n & 15];
+    out[32] = '\0';
 }
 
 /* ---- connection timer ----------------------------------------------------------------------- */
@@ -273,7 +279,10 @@ static const char *reason_phrase(int status)
 
 static int write_header_cb(evhtp_kv_t *kv, void *arg)
 {
-    evbuffer_add_printf(arg, "%s: %s\r\n", kv->key, kv->val);
+    evbuffer_add(arg, kv->key, kv->klen);
+    evbuffer_add(arg, ": ", 2);
+    evbuffer_add(arg, kv->val, kv->vlen);
+    evbuffer_add(arg, "\r\n", 2);
     return 0;
 }
 

@@ -89,12 +89,12 @@ struct agw_relay {
     struct event *run_timer;
     bool probe;
     uint64_t last_write_ms;
-    /* parameters (owned copies) */
-    char *agent_id, *thread_id, *run_id;
-    char *body;
+    /* parameters: copies in one block (<params>, owned), which the pointers below point into */
+    char *params;
+    const char *agent_id, *thread_id, *run_id;
+    const char *body;
     size_t body_len;
     struct agw_upstream_header *headers;
-    char **header_strings;
     size_t n_headers;
     struct agw_upstream_pool **backends;
     size_t n_backends;
@@ -622,29 +622,52 @@ static void run_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- life ------------------------------------------------------------------------------ */
 
+/* Copies what the relay keeps of <p> into one block: the arrays first (pointers, aligned), then the
+ * strings. One allocation per run instead of one per string. */
+static void copy_params(struct agw_relay *r, const struct agw_relay_params *p)
+{
+    size_t n = p->n_headers, total, la = strlen(p->agent_id) + 1, lt = strlen(p->thread_id) + 1,
+           lr = strlen(p->run_id) + 1;
+    size_t arrays = n * sizeof(*r->headers) + p->n_backends * sizeof(*r->backends);
+    char *at;
+
+    total = arrays + la + lt + lr + p->body_len + 1;
+    for (size_t i = 0; i < n; i++)
+        total += strlen(p->headers[i].name) + strlen(p->headers[i].value) + 2;
+    r->params = agw_xmalloc(total);
+    r->headers = (struct agw_upstream_header *)(void *)r->params;
+    r->backends = (struct agw_upstream_pool **)(void *)(r->params + n * sizeof(*r->headers));
+    memcpy(r->backends, p->backends, p->n_backends * sizeof(*r->backends));
+    r->n_headers = n;
+    r->n_backends = p->n_backends;
+    at = r->params + arrays;
+#define COPY(dst, src, len)                                                                        \
+    do {                                                                                           \
+        memcpy(at, (src), (len));                                                                  \
+        (dst) = at;                                                                                \
+        at += (len);                                                                               \
+    } while (0)
+    COPY(r->agent_id, p->agent_id, la);
+    COPY(r->thread_id, p->thread_id, lt);
+    COPY(r->run_id, p->run_id, lr);
+    COPY(r->body, p->body, p->body_len);
+    *at++ = '\0';
+    r->body_len = p->body_len;
+    for (size_t i = 0; i < n; i++) {
+        COPY(r->headers[i].name, p->headers[i].name, strlen(p->headers[i].name) + 1);
+        COPY(r->headers[i].value, p->headers[i].value, strlen(p->headers[i].value) + 1);
+    }
+#undef COPY
+    assert(at == r->params + total);
+}
+
 static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_relay_params *p)
 {
     struct agw_relay *r = agw_xcalloc(1, sizeof(*r));
 
     r->set = set;
     r->req = p->req;
-    r->agent_id = agw_xstrdup(p->agent_id);
-    r->thread_id = agw_xstrdup(p->thread_id);
-    r->run_id = agw_xstrdup(p->run_id);
-    r->body = agw_xstrndup(p->body, p->body_len);
-    r->body_len = p->body_len;
-    r->n_headers = p->n_headers;
-    r->headers = agw_xcalloc(p->n_headers, sizeof(*r->headers));
-    r->header_strings = agw_xcalloc(2 * p->n_headers, sizeof(char *));
-    for (size_t i = 0; i < p->n_headers; i++) {
-        r->header_strings[2 * i] = agw_xstrdup(p->headers[i].name);
-        r->header_strings[2 * i + 1] = agw_xstrdup(p->headers[i].value);
-        r->headers[i].name = r->header_strings[2 * i];
-        r->headers[i].value = r->header_strings[2 * i + 1];
-    }
-    r->n_backends = p->n_backends;
-    r->backends = agw_xcalloc(p->n_backends, sizeof(*r->backends));
-    memcpy(r->backends, p->backends, p->n_backends * sizeof(*r->backends));
+    copy_params(r, p);
     r->tries_left =
         p->n_backends > 1
             ? (p->retries < p->n_backends - 1 ? p->retries : (unsigned)p->n_backends - 1)
@@ -656,7 +679,13 @@ static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_r
     r->runs = p->runs;
     r->detach = p->detach;
     r->start_ms = agw_now_ms();
-    snprintf(r->request_id, sizeof(r->request_id), "%s", agw_req_id(p->req));
+    {
+        const char *id = agw_req_id(p->req);
+        size_t n = strlen(id) < sizeof(r->request_id) ? strlen(id) : sizeof(r->request_id) - 1;
+
+        memcpy(r->request_id, id, n);
+        r->request_id[n] = '\0';
+    }
     r->sse = agw_sse_parser_new(p->max_frame_bytes);
     r->agui = agw_agui_new(p->thread_id, p->run_id, p->protocol);
     r->out = evbuffer_new();
@@ -723,15 +752,7 @@ static void relay_free(struct agw_relay *r)
     evbuffer_free(r->out);
     agw_agui_free(r->agui);
     agw_sse_parser_free(r->sse);
-    for (size_t i = 0; i < 2 * r->n_headers; i++)
-        free(r->header_strings[i]);
-    free(r->header_strings);
-    free(r->headers);
-    free(r->backends);
-    free(r->body);
-    free(r->agent_id);
-    free(r->thread_id);
-    free(r->run_id);
+    free(r->params);
     free(r);
 }
 

@@ -24,6 +24,7 @@
 #include <openssl/ssl.h>
 
 #include "agw/io.h"
+#include "agw/limits.h"
 #include "agw/log.h"
 #include "agw/tls.h"
 #include "agw/upstream.h"
@@ -78,6 +79,10 @@ struct agw_upstream_pool {
     struct idle_list idle;
     size_t n_idle;
     struct linger_list lingering; /* released exchanges finishing their response */
+    char *head; /* "POST <target> HTTP/1.1\r\nHost: <authority>\r\n", built at start */
+    size_t head_len;
+    char *fixed; /* the fixed header lines (opts.fixed_headers), or "" */
+    size_t fixed_len;
 };
 
 enum up_state {
@@ -145,6 +150,14 @@ struct agw_upstream_pool *agw_upstream_pool_new(struct event_base *base, struct 
         SSL_CTX_up_ref(opts->tls);
     TAILQ_INIT(&pool->idle);
     TAILQ_INIT(&pool->lingering);
+    pool->head_len = strlen(url->target) + strlen(url->authority) + 26;
+    pool->head = agw_xmalloc(pool->head_len + 1);
+    snprintf(pool->head, pool->head_len + 1, "POST %s HTTP/1.1\r\nHost: %s\r\n", url->target,
+             url->authority);
+    pool->head_len = strlen(pool->head);
+    pool->fixed = agw_xstrdup(opts->fixed_headers != NULL ? opts->fixed_headers : "");
+    pool->fixed_len = strlen(pool->fixed);
+    pool->opts.fixed_headers = NULL; /* the copy above is the pool's */
     return pool;
 }
 
@@ -188,6 +201,8 @@ void agw_upstream_pool_free(struct agw_upstream_pool *pool)
         conn_free(TAILQ_FIRST(&pool->idle));
     SSL_CTX_free(pool->opts.tls);
     agw_url_clear(&pool->url);
+    free(pool->head);
+    free(pool->fixed);
     free(pool);
 }
 
@@ -738,6 +753,51 @@ static void write_request_now(struct agw_upstream *up)
         evbuffer_add_buffer_reference(out, up->request);
 }
 
+/* The request, in one block of <out>: the pool's head, Content-Length, the fixed and the given
+ * header fields, the blank line, the body. No printf on the request path. */
+static void build_request(const struct agw_upstream_pool *pool,
+                          const struct agw_upstream_header *headers, size_t n_headers,
+                          const char *body, size_t body_len, struct evbuffer *out)
+{
+    size_t need = pool->head_len + 16 + 20 + 2 + pool->fixed_len + 2 + body_len,
+           nl[AGW_MAX_UPSTREAM_HEADERS], vl[AGW_MAX_UPSTREAM_HEADERS];
+    struct evbuffer_iovec v;
+    char digits[24], *p;
+    size_t k = 0, x = body_len;
+
+    for (size_t i = 0; i < n_headers && i < AGW_MAX_UPSTREAM_HEADERS; i++)
+        need += (nl[i] = strlen(headers[i].name)) + (vl[i] = strlen(headers[i].value)) + 4;
+    if (evbuffer_reserve_space(out, (ev_ssize_t)need, &v, 1) != 1)
+        abort(); /* out of memory: the daemon's policy */
+    p = v.iov_base;
+#define PUT(s, n)                                                                                  \
+    do {                                                                                           \
+        memcpy(p, (s), (n));                                                                       \
+        p += (n);                                                                                  \
+    } while (0)
+    PUT(pool->head, pool->head_len);
+    PUT("Content-Length: ", 16);
+    do {
+        digits[k++] = (char)('0' + x % 10);
+        x /= 10;
+    } while (x > 0);
+    while (k > 0)
+        *p++ = digits[--k];
+    PUT("\r\n", 2);
+    PUT(pool->fixed, pool->fixed_len);
+    for (size_t i = 0; i < n_headers && i < AGW_MAX_UPSTREAM_HEADERS; i++) {
+        PUT(headers[i].name, nl[i]);
+        PUT(": ", 2);
+        PUT(headers[i].value, vl[i]);
+        PUT("\r\n", 2);
+    }
+    PUT("\r\n", 2);
+    PUT(body, body_len);
+#undef PUT
+    v.iov_len = (size_t)(p - (char *)v.iov_base);
+    evbuffer_commit_space(out, &v, 1);
+}
+
 struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
                                         const struct agw_upstream_header *headers, size_t n_headers,
                                         const char *body, size_t body_len,
@@ -754,12 +814,7 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
     up->parser = agw_http1_parser_new(pool->opts.max_header_bytes);
     up->body = evbuffer_new();
     up->request = evbuffer_new();
-    evbuffer_add_printf(up->request, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %zu\r\n",
-                        pool->url.target, pool->url.authority, body_len);
-    for (size_t i = 0; i < n_headers; i++)
-        evbuffer_add_printf(up->request, "%s: %s\r\n", headers[i].name, headers[i].value);
-    evbuffer_add(up->request, "\r\n", 2);
-    evbuffer_add(up->request, body, body_len);
+    build_request(pool, headers, n_headers, body, body_len, up->request);
 
     up->conn = conn_from_pool(pool, up);
     if (up->conn != NULL) {

@@ -47,6 +47,9 @@ struct agw_upstream_pool_options {
     unsigned max_idle_conns; /* kept-alive connections kept per pool */
     uint32_t keepalive_ms;   /* an idle pooled connection is closed after this */
     void *tls; /* SSL_CTX for https upstreams (the pool takes its own reference), or NULL */
+    /* Header fields every request of the pool carries, after Host and Content-Length: complete
+     * "Name: value\r\n" lines (copied), or NULL. Built once, at start, not per request. */
+    const char *fixed_headers;
 };
 
 struct agw_upstream_pool *agw_upstream_pool_new(struct event_base *base, struct evdns_base *dns,
@@ -77,9 +80,9 @@ struct agw_upstream_header {
     const char *value;
 };
 
-/* Starts "POST <url target>" with the given extra headers (Host, Content-Length and Connection are
- * added here) and body (copied). Returns the exchange; every outcome is reported through <cbs>,
- * never from inside this call. */
+/* Starts "POST <url target>" with Host, Content-Length, the pool's fixed header fields, the given
+ * extra headers and body (copied: one block, formatted without printf). Returns the exchange; every
+ * outcome is reported through <cbs>, never from inside this call. */
 struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
                                         const struct agw_upstream_header *headers, size_t n_headers,
                                         const char *body, size_t body_len,

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The allocations a run costs (a mechanism, not a timing): the gateway, with bearer auth on, relays short
+# runs (10 events) on kept-alive connections; an LD_PRELOAD library counts every malloc/calloc/realloc of the
+# process, libraries included. After a warm-up, 1,000 runs must cost at most ALLOC_PER_RUN_MAX allocations
+# each (doc/benchmarks.md, "What a run costs": 148 before the per-run work, 134 after). A change that adds
+# allocations to the request path fails here.
+. "$AGW_SRCDIR/tests/integration/lib.sh"
+
+ALLOC_PER_RUN_MAX=140
+if [ -n "${AGW_SANITIZED:-}" ]; then
+    echo "sanitized build: ASan owns malloc, nothing to count"
+    exit 77
+fi
+CC=${CC:-cc}
+"$CC" -shared -fPIC -O2 -o "$T/countalloc.so" "$AGW_SRCDIR/tests/integration/countalloc.c" -ldl ||
+    { echo "cannot build the counting library"; exit 1; }
+
+start_demo demo || exit 1
+TOKEN=alloc-token
+cat >"$T/gw.json" <<JSON
+{
+  "listen": [ { "address": "127.0.0.1", "port": 0 } ],
+  "auth": { "keys": [ { "id": "k", "sha256": "$(printf %s $TOKEN | "$AGW_GATEWAY" hash-token)", "agents": ["*"] } ] },
+  "log": { "level": "warn", "access": "off" },
+  "agents": { "short": { "upstreams": ["http://127.0.0.1:$DEMO_PORT/agent?events=10&size=100"] } }
+}
+JSON
+LD_PRELOAD="$T/countalloc.so" start_gateway "$T/gw.json" || exit 1
+LOAD=$AGW_BUILDDIR/bench/agw-load
+U=http://127.0.0.1:$GW_PORT/v1/ag-ui/agents/short/runs
+count() {
+    kill -USR2 "$GW_PID"
+    for _ in $(seq 50); do
+        n=$(grep -c '^ALLOCATIONS' "$GW_LOG")
+        [ "$n" -ge "$1" ] && break
+        sleep 0.1
+    done
+    grep '^ALLOCATIONS' "$GW_LOG" | sed -n "${1}p" | awk '{print $2}'
+}
+"$LOAD" --url "$U" --header "Authorization: Bearer $TOKEN" --concurrency 10 --runs 500 >"$T/warm.json" ||
+    fail "warm-up runs"
+a0=$(count 1)
+"$LOAD" --url "$U" --header "Authorization: Bearer $TOKEN" --concurrency 10 --runs 1000 >"$T/load.json" ||
+    fail "measured runs"
+a1=$(count 2)
+ok_runs=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("runs_ok", d.get("runs")), d.get("runs_failed", 0))' "$T/load.json")
+check_eq "1,000 runs, none failed" "1000 0" "$ok_runs"
+per_run=$(( (a1 - a0) / 1000 ))
+CHECKS=$((CHECKS + 1))
+if [ "$per_run" -le "$ALLOC_PER_RUN_MAX" ]; then
+    ok "allocations per run: $per_run (at most $ALLOC_PER_RUN_MAX)"
+else
+    fail "allocations per run: $per_run, more than $ALLOC_PER_RUN_MAX"
+fi
+finish
