@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,11 +22,28 @@
 /* SHA-256 only fails when OpenSSL cannot allocate its context, which the out-of-memory policy of
  * agw/common.h turns into an abort: carrying on with an undefined digest could authenticate
  * someone. */
+/* OpenSSL 3 looks the algorithm up and allocates a context on every EVP_Digest() call: the
+ * algorithm is fetched once for the process, and each thread keeps one context, reset per use. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+static _Thread_local EVP_MD_CTX *sha256_ctx;
+
+static void sha256_fetch(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 static void sha256(const void *data, size_t len, uint8_t md[32])
 {
     unsigned int mdlen = 0;
 
-    if (EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != 32) {
+    pthread_once(&sha256_once, sha256_fetch);
+    if (sha256_ctx == NULL)
+        sha256_ctx = EVP_MD_CTX_new();
+    if (sha256_md == NULL || sha256_ctx == NULL ||
+        EVP_DigestInit_ex2(sha256_ctx, sha256_md, NULL) != 1 ||
+        EVP_DigestUpdate(sha256_ctx, data, len) != 1 ||
+        EVP_DigestFinal_ex(sha256_ctx, md, &mdlen) != 1 || mdlen != 32) {
         fprintf(stderr, "agui-gateway: SHA-256 failed\n");
         abort();
     }
