@@ -123,6 +123,18 @@ void conn_send_buffer(struct conn *c, struct evbuffer *src)
     }
 }
 
+bool conn_write_now(struct conn *c, struct evbuffer *src)
+{
+    /* Only with nothing queued: bytes written here must not overtake queued ones. An error (EAGAIN,
+     * or a reset the bufferevent will report) leaves the bytes to the output. */
+    if (!c->bytewise && conn_queued(c) == 0)
+        (void)evbuffer_write(src, bufferevent_getfd(c->bev));
+    if (evbuffer_get_length(src) == 0)
+        return true;
+    conn_send_buffer(c, src);
+    return false;
+}
+
 void conn_send(struct conn *c, const void *data, size_t len)
 {
     if (c->bytewise || evbuffer_get_length(c->wire) > 0) {

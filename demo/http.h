@@ -87,6 +87,11 @@ size_t conn_queued(const struct conn *c);
 /* Queues <src>'s bytes (drained) for the client, one byte per write with bytewise. */
 void conn_send_buffer(struct conn *c, struct evbuffer *src);
 void conn_send(struct conn *c, const void *data, size_t len);
+/* write_each: hands <src> to the socket at once, in one write system call of its own, when nothing
+ * is queued before it (not with bytewise); what the socket did not take, or all of it when output
+ * is queued, goes to the output like conn_send_buffer(). <src> ends drained. Returns true when the
+ * socket took all of it. */
+bool conn_write_now(struct conn *c, struct evbuffer *src);
 void set_state(struct conn *c, enum conn_state st);
 /* (Re)arms the connection's timer: on_timer acts on the state then current. 0 = from the loop. */
 void arm_timer(struct conn *c, uint64_t ms);

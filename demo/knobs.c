@@ -57,6 +57,7 @@ static const struct knob_def knob_defs[] = {
     {"status", KNOB_UINT, KOFF(status), 200, 599, NULL},
     {"crlf", KNOB_BOOL, KOFF(crlf), 0, 1, NULL},
     {"bytewise", KNOB_BOOL, KOFF(bytewise), 0, 1, NULL},
+    {"write_each", KNOB_BOOL, KOFF(write_each), 0, 1, NULL},
     {"lifecycle", KNOB_ENUM, KOFF(lifecycle_none), 0, 1, lifecycle_words},
     {"done", KNOB_BOOL, KOFF(done), 0, 1, NULL},
     {"dialect", KNOB_ENUM, KOFF(dialect), 0, 1, dialect_words},

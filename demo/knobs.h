@@ -1,5 +1,5 @@
 /* The per-request test knobs (doc/demo-agent.md, "Knobs"): how a run is shaped (events, size,
- * scenario ending), paced (delay_ms, first_byte_delay_ms, bytewise), framed (framing, crlf,
+ * scenario ending), paced (delay_ms, first_byte_delay_ms, bytewise, write_each), framed (framing, crlf,
  * comments, multiline, content_type, dialect), ended (drop_after, stall, fail, done, hangup,
  * status) and how a waiting run takes decisions (wait_decision, decision).
  *
@@ -31,6 +31,7 @@ struct knobs {
     int64_t decision;      /* enum decision_mode: what a decision for a waiting run gets */
     int64_t status;        /* 0 = stream; else answer this status with a JSON error */
     int64_t crlf, bytewise, done, fail, multiline, comments, ts; /* booleans */
+    int64_t write_each;     /* 1 = every event its own chunk in its own write(), even unpaced */
     int64_t lifecycle_none; /* 1 = no RUN_STARTED / RUN_FINISHED */
     int64_t dialect;        /* enum dialect */
     int64_t framing;        /* enum framing */

@@ -76,30 +76,33 @@ static void stream_drop(struct conn *c)
 }
 
 /* Hands the batch to the transfer coding: one chunk per batch, raw bytes, or the length-mode hold.
- */
-static void flush_batch(struct conn *c)
+ * With <now> (write_each) the chunk goes to the socket at once, in a write of its own. Returns false
+ * when bytes of it are left queued (the socket did not take them all). */
+static bool flush_batch(struct conn *c, bool now)
 {
     struct run *r = c->run;
     size_t n = evbuffer_get_length(r->batch);
 
     if (n == 0)
-        return;
+        return true;
     switch ((enum framing)r->k.framing) {
     case FRAMING_CHUNKED: {
         char hdr[24];
         int hl = snprintf(hdr, sizeof(hdr), "%zx\r\n", n);
         evbuffer_prepend(r->batch, hdr, (size_t)hl);
         evbuffer_add(r->batch, "\r\n", 2);
-        conn_send_buffer(c, r->batch);
         break;
     }
     case FRAMING_CLOSE:
-        conn_send_buffer(c, r->batch);
         break;
     case FRAMING_LENGTH:
         evbuffer_add_buffer(r->hold, r->batch);
-        break;
+        return true;
     }
+    if (now)
+        return conn_write_now(c, r->batch);
+    conn_send_buffer(c, r->batch);
+    return true;
 }
 
 static bool drop_due(const struct run *r)
@@ -108,21 +111,24 @@ static bool drop_due(const struct run *r)
 }
 
 /* Produces the next batch of events: while the client keeps up (queued output under OUT_HIGH), at
- * most BATCH_MAX events, or one event when they are paced (delay_ms, bytewise). Then decides what
- * resumes it: the write callback (output queued), the timer (pacing, or nothing queued), or nothing
- * (stalled). */
+ * most BATCH_MAX events, or one event when they are paced (delay_ms, bytewise). With write_each,
+ * every event is its own chunk, written at once in its own write system call, as an agent that
+ * streams model tokens writes them; production waits for the write callback while anything is
+ * queued (the response head, the rest of a short write). Then decides what resumes it: the write
+ * callback (output queued), the timer (pacing, or nothing queued), or nothing (stalled). */
 void pump(struct conn *c)
 {
     struct run *r = c->run;
     bool one = r->k.delay_ms > 0 || r->k.bytewise;
+    bool each = r->k.write_each && r->k.framing != FRAMING_LENGTH;
     unsigned n = 0;
 
     assert(c->state == CONN_ST_STREAM && r);
     r->blocked = false;
     if (r->stalled || r->waiting)
         return;
-    if (evbuffer_get_length(c->wire) > 0) {
-        r->blocked = true; /* still trickling the previous event */
+    if (evbuffer_get_length(c->wire) > 0 || (each && conn_queued(c) > 0)) {
+        r->blocked = true; /* still trickling the previous event, or writing it */
         return;
     }
     while (r->cur < r->nsteps && !drop_due(r)) {
@@ -140,10 +146,15 @@ void pump(struct conn *c)
             break;
         }
         emit_next(r);
-        if (++n >= BATCH_MAX || one)
+        n++;
+        if (each && !flush_batch(c, true)) {
+            r->blocked = true; /* the socket is full: the write callback resumes */
+            break;
+        }
+        if (n >= BATCH_MAX || one)
             break;
     }
-    flush_batch(c);
+    flush_batch(c, false);
     if (r->k.framing == FRAMING_LENGTH && evbuffer_get_length(r->hold) > HOLD_MAX_BYTES) {
         agw_log_warn("conn %" PRIu64 ": framing=length body over %d bytes", c->id, HOLD_MAX_BYTES);
         run_end(c);

@@ -183,6 +183,47 @@ sse "$U/agent?bytewise=1" "$HELLO"
 check_eq "bytewise=1: the same bytes" "$(od -c "$T/plain")" "$(od -c "$T/sse")"
 check_eq "bytewise=1: curl ok" 0 "$CURL_RC"
 
+# write_each=1: every event its own chunk in its own write(), with no delay_ms. Shown at the receiving end,
+# with no tracer: the client's socket counts the TCP segments that carried data (tcp_info's
+# tcpi_data_segs_in, Linux >= 4.6). Both sides set TCP_NODELAY, so each write of the agent is a segment of
+# its own; the batched default sends 44 events in one write (one segment, two with the head).
+cat >"$T/segs.py" <<'PY'
+import socket, struct, sys
+port, query = int(sys.argv[1]), sys.argv[2]
+body = b'{"messages":[{"id":"m1","role":"user","content":"Tell me a story"}]}'
+s = socket.create_connection(("127.0.0.1", port), timeout=10)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+s.sendall(b"POST /agent?%s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nConnection: close\r\n"
+          b"Content-Length: %d\r\n\r\n%s" % (query.encode(), len(body), body))
+data = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    data += b
+info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+events = sum(1 for l in data.split(b"\n") if l.startswith(b"data: "))
+print(events, struct.unpack_from("I", info, 152)[0] if len(info) >= 156 else -1)
+PY
+read -r ev_b segs_b < <(timeout 20 python3 "$T/segs.py" "$DEMO_PORT" "events=40&size=10")
+read -r ev_e segs_e < <(timeout 20 python3 "$T/segs.py" "$DEMO_PORT" "events=40&size=10&write_each=1")
+check_eq "write_each=1: the same 44 events" "44 44" "${ev_b:-} ${ev_e:-}"
+CHECKS=$((CHECKS + 1))
+if [ "${segs_b:--1}" -lt 0 ]; then
+    ok "write_each=1: tcp_info has no tcpi_data_segs_in on this kernel (not checked)"
+elif [ "$segs_e" -ge 22 ] && [ "$segs_b" -le 4 ]; then
+    ok "write_each=1: $segs_e data segments for 44 events (batched: $segs_b)"
+else
+    fail "write_each=1: $segs_e data segments for 44 events (batched: $segs_b): not one write per event"
+fi
+sse "$U/agent?write_each=1" "$HELLO"
+check_eq "write_each=1: the same bytes" "$(od -c "$T/plain")" "$(od -c "$T/sse")"
+check_eq "write_each=1: curl ok" 0 "$CURL_RC"
+sse "$U/agent?write_each=1&framing=length&events=5" "$CHAT"
+check_eq "write_each=1 with framing=length: whole" 9 "$(grep -c '^data:' "$T/sse")"
+sse "$U/agent?write_each=1&delay_ms=5&events=5" "$CHAT"
+check_eq "write_each=1 with delay_ms: every event" 9 "$(grep -c '^data:' "$T/sse")"
+
 t0=$(now_ms)
 sse "$U/agent?first_byte_delay_ms=400" "$HELLO"
 t1=$(now_ms)
