@@ -1,7 +1,7 @@
 /* The per-request test knobs (doc/demo-agent.md, "Knobs"): how a run is shaped (events, size,
- * scenario ending), paced (delay_ms, first_byte_delay_ms, bytewise, write_each), framed (framing, crlf,
- * comments, multiline, content_type, dialect), ended (drop_after, stall, fail, done, hangup,
- * status) and how a waiting run takes decisions (wait_decision, decision).
+ * scenario ending), paced and written (delay_ms, first_byte_delay_ms, bytewise, write_each), framed
+ * (framing, crlf, comments, multiline, content_type, dialect), ended (drop_after, stall, fail,
+ * done, hangup, status) and how a waiting run takes decisions (wait_decision, decision).
  *
  * They come from the query string of an agent POST and from X-Demo-<Name> headers ('-' for '_'),
  * the header winning. An unknown query parameter is ignored (it may mean something to someone

@@ -76,8 +76,8 @@ static void stream_drop(struct conn *c)
 }
 
 /* Hands the batch to the transfer coding: one chunk per batch, raw bytes, or the length-mode hold.
- * With <now> (write_each) the chunk goes to the socket at once, in a write of its own. Returns false
- * when bytes of it are left queued (the socket did not take them all). */
+ * With <now> (write_each) the chunk goes to the socket at once, in a write of its own. Returns
+ * false when bytes of it are left queued (the socket did not take them all). */
 static bool flush_batch(struct conn *c, bool now)
 {
     struct run *r = c->run;
