@@ -2,13 +2,15 @@
  *
  * One libevent loop, non-blocking, C connections. Each connection runs AG-UI runs one after the
  * other over HTTP/1.1 keep-alive (POST, then read the SSE response to its end) until --runs runs
- * have been started in total; with --hold every connection runs one stream and keeps it open (the
- * memory scenario). The response reader is written here rather than taken from src/: it is a
- * measuring instrument, it must cost the same whatever it measures, and it must not change when the
- * gateway's own parsers do. It understands status line + headers, Content-Length, chunked and
- * close-delimited bodies, and SSE frames (LF or CRLF line ends); it reads only what it measures:
- * one event per dispatched frame with a data line, "sentUs":<µs> inside the data for the per-event
- * latency, and "RUN_ERROR" for in-band failures.
+ * have been started in total, or until --seconds have passed (runs under way then finish); with
+ * --new-conn each run has a connection of its own (Connection: close, then a new connect); with
+ * --hold every connection runs one stream and keeps it open (the memory scenario). The response
+ * reader is written here rather than taken from src/: it is a measuring instrument, it must cost
+ * the same whatever it measures, and it must not change when the gateway's own parsers do. It
+ * understands status line + headers, Content-Length, chunked and close-delimited bodies, and SSE
+ * frames (LF or CRLF line ends); it reads only what it measures: one event per dispatched frame
+ * with a data line, "sentUs":<µs> inside the data for the per-event latency, and "RUN_ERROR" for
+ * in-band failures.
  *
  * What it measures: runs completed/failed, events, body bytes, events/s and runs/s over the wall
  * time from the first connect to the last run's end, time to first event (request written → first
@@ -175,6 +177,9 @@ struct bench {
     unsigned inflight, max_inflight;
     unsigned active; /* connections not yet DONE */
     bool hold;
+    bool new_conn;  /* one connection per run (Connection: close) */
+    double seconds; /* start runs for this long (0 = until --runs are started) */
+    bool draining;  /* --seconds passed: no new run, the ones under way finish */
     unsigned held;
     bool ready_printed;
     double hold_seconds;
@@ -186,7 +191,7 @@ struct bench {
     struct hist ttfe, lat;
     uint64_t status_errors[6]; /* by status class 0 (none), 1xx..5xx */
     struct conn *conns;
-    struct event *deadline, *hold_timer, *sig_term, *sig_int;
+    struct event *deadline, *hold_timer, *drain_timer, *sig_term, *sig_int;
     const char *label;
 };
 
@@ -253,10 +258,16 @@ static void conn_done(struct conn *c)
     c->b->active--;
 }
 
+/* No run is to start any more: stopping, draining (--seconds) or the --runs budget spent. */
+static bool no_more_runs(const struct bench *b)
+{
+    return b->stopping || b->draining || (!b->hold && b->runs_started >= b->runs_total);
+}
+
 /* Takes a run from the budget; false when none is left. */
 static bool take_run(struct bench *b)
 {
-    if (b->stopping || (!b->hold && b->runs_started >= b->runs_total))
+    if (no_more_runs(b))
         return false;
     b->runs_started++;
     return true;
@@ -317,12 +328,12 @@ static void run_end(struct conn *c, bool ok)
         conn_done(c);
         return;
     }
-    if (ok && c->keep_alive && c->bev && take_run(b)) {
+    if (ok && c->keep_alive && !b->new_conn && c->bev && take_run(b)) {
         send_request(c);
         return;
     }
     conn_close(c);
-    if (b->stopping || b->runs_started >= b->runs_total) {
+    if (no_more_runs(b)) {
         c->state = CONN_ST_DONE;
         b->active--;
     }
@@ -622,7 +633,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
             b->runs_failed++; /* counted as a failed run so the budget shrinks and we end */
             b->runs_started++;
             conn_close(c);
-            if (b->runs_started >= b->runs_total && !b->hold) {
+            if (no_more_runs(b) && !b->hold) {
                 c->state = CONN_ST_DONE;
                 b->active--;
             } else if (b->hold) {
@@ -637,7 +648,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
             run_end(c, false);
         } else {
             conn_close(c); /* a kept-alive connection closed by the server while idle */
-            if (b->runs_started >= b->runs_total || b->hold) {
+            if (no_more_runs(b) || b->hold) {
                 c->state = CONN_ST_DONE;
                 b->active--;
             }
@@ -749,6 +760,24 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     bench_stop(b);
 }
 
+/* --seconds passed: no new run; connections waiting to (re)connect are done, the runs under way
+ * finish and end the bench. */
+static void on_drain(evutil_socket_t fd, short what, void *arg)
+{
+    struct bench *b = arg;
+    (void)fd;
+    (void)what;
+    b->draining = true;
+    for (unsigned i = 0; i < b->concurrency; i++) {
+        struct conn *c = &b->conns[i];
+        if (c->state == CONN_ST_IDLE && !c->bev) {
+            c->state = CONN_ST_DONE;
+            b->active--;
+        }
+    }
+    bench_maybe_finish(b);
+}
+
 static void on_signal(evutil_socket_t fd, short what, void *arg)
 {
     struct bench *b = arg;
@@ -767,7 +796,10 @@ static void usage(FILE *f)
         f,
         "usage: agw-load --url http://127.0.0.1:PORT/path [options]\n"
         "  --concurrency C     connections (default 1)\n"
-        "  --runs R            runs in total, spread over the connections (default C)\n"
+        "  --runs R            runs in total, spread over the connections (default C, or no\n"
+        "                      limit with --seconds)\n"
+        "  --seconds S         start runs for S seconds; the runs under way then finish\n"
+        "  --new-conn          a new connection per run (the request says Connection: close)\n"
         "  --duration S        stop after S seconds whatever is left (default 120)\n"
         "  --header 'N: v'     extra request header (repeatable)\n"
         "  --body FILE         RunAgentInput JSON (threadId/runId are set per run)\n"
@@ -850,6 +882,8 @@ int main(int argc, char **argv)
         {"hold-seconds", required_argument, NULL, 's'},
         {"max-inflight", required_argument, NULL, 'i'},
         {"label", required_argument, NULL, 'l'},
+        {"seconds", required_argument, NULL, 'S'},
+        {"new-conn", no_argument, NULL, 'n'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -864,7 +898,7 @@ int main(int argc, char **argv)
     b->concurrency = 1;
     b->duration = 120;
     b->max_inflight = DEFAULT_INFLIGHT;
-    while ((ch = getopt_long(argc, argv, "u:c:r:d:H:b:os:i:l:h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "u:c:r:d:H:b:os:i:l:S:nh", opts, NULL)) != -1) {
         switch (ch) {
         case 'u':
             url = optarg;
@@ -901,6 +935,12 @@ int main(int argc, char **argv)
         case 'l':
             b->label = optarg;
             break;
+        case 'S':
+            b->seconds = parse_seconds("--seconds", optarg);
+            break;
+        case 'n':
+            b->new_conn = true;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -917,8 +957,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "agw-load: --url: expects http://IPV4:PORT/path, got '%s'\n", url);
         return 2;
     }
-    if (!b->runs_total || b->hold)
+    if (b->hold)
         b->runs_total = b->concurrency;
+    else if (!b->runs_total)
+        b->runs_total = b->seconds > 0 ? UINT64_MAX : b->concurrency;
     b->body_tmpl =
         body_file ? json_load_file(body_file, 0, &jerr) : json_loads(default_body, 0, &jerr);
     if (!json_is_object(b->body_tmpl)) {
@@ -929,8 +971,8 @@ int main(int argc, char **argv)
     head = evbuffer_new();
     evbuffer_add_printf(head,
                         "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                        "Accept: text/event-stream\r\nUser-Agent: agw-load\r\n",
-                        b->path, b->host_hdr);
+                        "Accept: text/event-stream\r\nUser-Agent: agw-load\r\n%s",
+                        b->path, b->host_hdr, b->new_conn ? "Connection: close\r\n" : "");
     for (unsigned i = 0; i < nheaders; i++)
         evbuffer_add_printf(head, "%s\r\n", headers[i]);
     evbuffer_add(head, "", 1);
@@ -956,6 +998,13 @@ int main(int argc, char **argv)
         tv.tv_usec = (suseconds_t)((b->duration - (double)tv.tv_sec) * 1e6);
         evtimer_add(b->deadline, &tv);
     }
+    if (b->seconds > 0 && !b->hold) {
+        struct timeval tv;
+        tv.tv_sec = (time_t)b->seconds;
+        tv.tv_usec = (suseconds_t)((b->seconds - (double)tv.tv_sec) * 1e6);
+        b->drain_timer = evtimer_new(b->base, on_drain, b);
+        evtimer_add(b->drain_timer, &tv);
+    }
     evsignal_add(b->sig_term, NULL);
     evsignal_add(b->sig_int, NULL);
     tick(b);
@@ -979,6 +1028,8 @@ out:
         event_free(b->deadline);
     if (b->hold_timer)
         event_free(b->hold_timer);
+    if (b->drain_timer)
+        event_free(b->drain_timer);
     if (b->sig_term)
         event_free(b->sig_term);
     if (b->sig_int)
