@@ -575,6 +575,7 @@ static void on_read(struct bufferevent *bev, void *arg)
                 break;
             c->state = CONN_ST_BODY;
             c->chunk = CHUNK_SIZE;
+            inflight_clear(c); /* the head is in: the budget is for connects and heads only */
             if (c->body == BODY_LENGTH && c->remaining == 0) {
                 run_end(c, true);
                 continue;
