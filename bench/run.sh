@@ -59,7 +59,7 @@ for s in $ONLY; do
     case " $ALL_SCENARIOS " in *" $s "*) ;; *) echo "bench/run.sh: unknown scenario '$s'" >&2; exit 2 ;; esac
 done
 for t in $TARGETS; do
-    case " direct nginx haproxy gateway " in *" $t "*) ;; *) echo "bench/run.sh: unknown target '$t'" >&2; exit 2 ;; esac
+    case "$t" in direct | nginx | haproxy | gateway) ;; *) echo "bench/run.sh: unknown target '$t'" >&2; exit 2 ;; esac
 done
 if [ "$QUICK" = 1 ]; then
     ROUNDS=${ROUNDS:-1} SECS=${SECS:-2} N_P2K=500 N_2K=500 N_10K=${N_10K:-1000}
@@ -141,8 +141,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 wait_file() { # FILE PATTERN SECONDS
-    local i
-    for i in $(seq $(($3 * 10))); do
+    for _ in $(seq $(($3 * 10))); do
         grep -q "$2" "$1" 2>/dev/null && return 0
         sleep 0.1
     done
