@@ -5,7 +5,7 @@
 # (plus the raw per-run JSON lines) under the build directory. See doc/benchmarks.md.
 #
 # usage: bench/run.sh [--quick] [--rounds K] [--seconds S] [--build DIR] [--only SCENARIOS]
-#                     [--targets TARGETS] [--streams-10k N] [--batched] [--no-pin]
+#                     [--targets TARGETS] [--streams-10k N] [--batched] [--no-pin] [--workers N]
 #   BUILD (env) or --build: a configured and built tree (default: <srcdir>/_build-bench); the script
 #   builds nothing. NGINX, HAPROXY (env): the binaries (default /usr/sbin/nginx, /usr/sbin/haproxy).
 #   --only "short short-new throughput paced paced2k idle2k idle10k" and
@@ -17,6 +17,7 @@
 #   agent writes as many events per write as it has (the default is one event per chunk and write,
 #   as an agent streaming model tokens does). With 2+ CPUs and taskset, the proxy runs on CPU 1 and
 #   the load generator and agent on CPU 0, for every proxy alike (--no-pin: leave it to the scheduler).
+#   --workers N (1): the gateway's event loops, nginx's worker processes, HAProxy's threads.
 # Needs bash, python3 (the table), curl, nginx and HAProxy for those targets. Everything runs on
 # 127.0.0.1 with ephemeral ports, in a temporary directory; every process started here is stopped on
 # exit, and every load run is bounded in time.
@@ -35,8 +36,8 @@ TARGETS="direct nginx haproxy gateway"
 N_10K=""
 BATCHED=0
 PIN=1
-# The gateway's worker event loops (it runs one today); nginx gets as many worker processes and
-# HAProxy as many threads, so that CPU figures compare like with like.
+# The gateway's worker event loops (--workers); nginx gets as many worker processes and HAProxy as
+# many threads, so that CPU figures compare like with like.
 WORKERS=1
 
 while [ $# -gt 0 ]; do
@@ -50,7 +51,8 @@ while [ $# -gt 0 ]; do
     --streams-10k) N_10K=$2; shift ;;
     --batched) BATCHED=1 ;;
     --no-pin) PIN=0 ;;
-    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+    --workers) WORKERS=$2; shift ;;
+    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift

@@ -1001,7 +1001,7 @@ static int parse_root(struct ctx *c, json_t *root, struct agw_config *cfg)
         parse_log(c, json_object_get(root, "log"), &cfg->log))
         return -AGW_EINVAL;
     if ((x = json_object_get(root, "workers")) != NULL &&
-        get_uint(c, "workers", x, 0, 64, &cfg->workers))
+        get_uint(c, "workers", x, 0, AGW_MAX_WORKERS, &cfg->workers))
         return -AGW_EINVAL;
     return 0;
 }

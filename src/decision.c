@@ -24,7 +24,7 @@
  * request is gone, or until the backend's answer turns out to be a stream, which a relay then
  * takes over. */
 struct decision {
-    struct agw_gateway *gw;
+    struct agw_worker *w;
     struct agw_req *req;
     struct agw_upstream *up;
     struct agw_upstream_pool *backend_pool;
@@ -43,16 +43,16 @@ struct decision {
 
 static void decision_answer(struct decision *d, int status, const char *outcome, const char *msg)
 {
-    struct agw_gateway *gw = d->gw;
+    struct agw_worker *w = d->w;
 
     d->status = status;
     d->outcome = outcome;
-    agw_metrics_request(gw->metrics, d->agent->id, status);
+    agw_metrics_request(w->metrics, d->agent->id, status);
     if (status == 202) {
-        agw_metrics_add(gw->metrics, AGW_C_DECISIONS_FORWARDED, 1);
+        agw_metrics_add(w->metrics, AGW_C_DECISIONS_FORWARDED, 1);
         agw_gw_reply_accepted(d->req, "decision_forwarded", d->thread_id, d->run_id);
     } else {
-        agw_metrics_add(gw->metrics, AGW_C_DECISION_FAILURES, 1);
+        agw_metrics_add(w->metrics, AGW_C_DECISION_FAILURES, 1);
         agw_req_reply_error(d->req, status, "%s", msg);
     }
 }
@@ -73,8 +73,8 @@ static void decision_free(struct decision *d)
  * takes the exchange, the request and the request's log record; <d> goes. */
 static void decision_to_run(struct decision *d, const struct agw_http1_response *resp)
 {
-    struct agw_gateway *gw = d->gw;
-    const struct agw_config *cfg = gw->cfg;
+    struct agw_worker *w = d->w;
+    const struct agw_config *cfg = w->cfg;
     struct run_ctx *rc = agw_xcalloc(1, sizeof(*rc));
     struct agw_upstream *up = d->up;
     struct agw_relay_params p = {
@@ -90,7 +90,7 @@ static void decision_to_run(struct decision *d, const struct agw_http1_response 
         .max_frame_bytes = cfg->limits.max_frame_bytes,
         .heartbeat_ms = cfg->timeouts.heartbeat_ms,
         .run_ms = cfg->timeouts.run_ms,
-        .runs = gw->runs,
+        .runs = w->runs,
         .detach = d->agent->on_client_disconnect == AGW_DISCONNECT_DETACH,
         .on_end = agw_gw_run_ended,
         .arg = rc,
@@ -98,14 +98,14 @@ static void decision_to_run(struct decision *d, const struct agw_http1_response 
 
     agw_log_info("req=%s the backend answered the decision with a new stream: relayed as a run",
                  agw_req_id(d->req));
-    rc->gw = gw;
+    rc->w = w;
     rc->ri = d->ri; /* moved */
     memset(&d->ri, 0, sizeof(d->ri));
     rc->key_id = d->key_id;
-    agw_metrics_add(gw->metrics, AGW_C_DECISIONS_STREAMED, 1);
-    agw_metrics_add(gw->metrics, AGW_C_RUNS_STARTED, 1);
+    agw_metrics_add(w->metrics, AGW_C_DECISIONS_STREAMED, 1);
+    agw_metrics_add(w->metrics, AGW_C_RUNS_STARTED, 1);
     d->up = NULL;
-    agw_relay_adopt(gw->relays, &p, up, resp);
+    agw_relay_adopt(w->relays, &p, up, resp);
     decision_free(d); /* the relay's close callback replaced ours on the request */
 }
 
@@ -228,7 +228,7 @@ static void decision_on_error(void *arg, enum agw_up_failure kind, const char *d
         decision_refused(d);
         return;
     }
-    agw_metrics_upstream_failure(d->gw->metrics, kind);
+    agw_metrics_upstream_failure(d->w->metrics, kind);
     snprintf(msg, sizeof(msg), "%s: the decision could not be forwarded: %s",
              timeout ? "gateway timeout" : "bad gateway", detail);
     decision_answer(d, timeout ? 504 : 502, "decision_failed", msg);
@@ -252,83 +252,172 @@ static void decision_closed(struct agw_req *req, void *arg)
     decision_free(d);
 }
 
-/* A decision-only request (doc/protocol.md#decisions): see include/agw/decision.h. */
-bool agw_decision_route(struct agw_gateway *gw, struct agw_req *req,
+/* The pool of this loop for the backend <url> of <agent> (runs on another loop name their backend
+ * by its configured URL), or NULL. */
+static struct agw_upstream_pool *pool_for(struct agw_worker *w,
+                                          const struct agw_agent_config *agent, const char *url)
+{
+    struct agent_rt *art = &w->agents[agent - w->cfg->agents];
+
+    for (size_t j = 0; j < agent->n_upstreams; j++)
+        if (strcmp(agent->upstreams[j].text, url) == 0)
+            return art->pools[j];
+    return NULL;
+}
+
+/* A decision-only request (doc/protocol.md#decisions): see include/agw/decision.h. The run may be
+ * on any loop: what the decision needs of it is copied under the registry's lock, and the decision
+ * goes to the same backend through this loop's pool. */
+bool agw_decision_route(struct agw_worker *w, struct agw_req *req,
                         const struct agw_agent_config *agent, const struct agw_auth_key *key,
                         const struct agw_input *in, const struct agw_upstream_header *h, size_t n,
                         const char *body, size_t body_len)
 {
-    const struct agw_decisions_config *dc = &gw->cfg->decisions;
+    const struct agw_decisions_config *dc = &w->cfg->decisions;
     struct agw_run_entry *e;
     struct decision *d;
-    char msg[1024];
+    struct agw_upstream_pool *pool = NULL;
+    char msg[1024], *key_text = NULL, *backend_url = NULL, *thread_id = NULL, *run_id = NULL;
 
+    agw_runs_lock(w->runs);
     e = dc->match == AGW_MATCH_THREAD
-            ? agw_runs_latest(gw->runs, agent->id, in->thread_id)
-            : agw_runs_find(gw->runs, agent->id, in->thread_id, in->run_id);
+            ? agw_runs_latest(w->runs, agent->id, in->thread_id)
+            : agw_runs_find(w->runs, agent->id, in->thread_id, in->run_id);
+    if (e != NULL) {
+        key_text = agw_xstrdup(e->key);
+        backend_url = agw_xstrdup(e->backend_url);
+        thread_id = agw_xstrdup(e->thread_id);
+        run_id = agw_xstrdup(e->run_id);
+    }
+    agw_runs_unlock(w->runs);
     if (e == NULL) {
         if (dc->no_active_run == AGW_NO_ACTIVE_RUN_NEW_RUN)
             return false;
-        agw_metrics_add(gw->metrics, AGW_C_DECISIONS_REJECTED, 1);
+        agw_metrics_add(w->metrics, AGW_C_DECISIONS_REJECTED, 1);
         snprintf(msg, sizeof(msg),
                  "bad request: no active run found for thread '%s', runId: %s; cannot "
                  "apply decisions",
                  in->thread_id, in->run_id);
-        agw_gw_reply_error(gw, req, agent->id, 400, msg);
+        agw_gw_reply_error(w, req, agent->id, 400, msg);
+        return true;
+    }
+    pool = pool_for(w, agent, backend_url);
+    if (pool == NULL) { /* cannot happen while the configuration is fixed */
+        agw_gw_reply_error(w, req, agent->id, 502,
+                           "bad gateway: the backend of the active run is no longer configured");
+        free(key_text);
+        free(backend_url);
+        free(thread_id);
+        free(run_id);
         return true;
     }
     d = agw_xcalloc(1, sizeof(*d));
-    d->gw = gw;
+    d->w = w;
     d->req = req;
-    agw_gw_req_info_copy(&d->ri, req);
+    agw_gw_req_info_copy(w, &d->ri, req);
     d->agent = agent;
     d->key_id = key != NULL ? key->id : NULL;
-    d->thread_id = agw_xstrdup(e->thread_id);
-    d->run_id = agw_xstrdup(e->run_id);
+    d->thread_id = thread_id;
+    d->run_id = run_id;
     d->client_thread = agw_xstrdup(in->thread_id);
     d->client_run = agw_xstrdup(in->run_id);
-    d->backend_pool = e->backend;
-    d->backend = agw_xstrdup(agw_upstream_pool_url(e->backend)->authority);
-    agw_log_info("req=%s decision for %s -> %s", agw_req_id(req), e->key, e->backend_url);
+    d->backend_pool = pool;
+    d->backend = agw_xstrdup(agw_upstream_pool_url(pool)->authority);
+    agw_log_info("req=%s decision for %s -> %s", agw_req_id(req), key_text, backend_url);
+    free(key_text);
+    free(backend_url);
     agw_req_on_close(req, decision_closed, d);
-    d->up = agw_upstream_start(e->backend, h, n, body, body_len, &decision_cbs, d);
+    d->up = agw_upstream_start(pool, h, n, body, body_len, &decision_cbs, d);
     return true;
+}
+
+/* Cancels the runs of <agent_id> with <run_id> that live on this loop; returns how many. */
+static size_t cancel_here(struct agw_worker *w, const char *agent_id, const char *run_id)
+{
+    struct agw_run_entry *e[AGW_CANCEL_MAX];
+    void *owners[AGW_CANCEL_MAX];
+    size_t n, k = 0;
+
+    agw_runs_lock(w->runs);
+    n = agw_runs_by_run_id(w->runs, agent_id, run_id, e, AGW_CANCEL_MAX);
+    for (size_t i = 0; i < n && i < AGW_CANCEL_MAX; i++)
+        if (e[i]->home == w->base)
+            owners[k++] = e[i]->owner;
+    agw_runs_unlock(w->runs);
+    /* Only this loop ends these relays: they are still alive. */
+    for (size_t i = 0; i < k; i++) {
+        agw_relay_cancel(owners[i]);
+        agw_metrics_add(w->metrics, AGW_C_RUNS_CANCELLED, 1);
+    }
+    return k;
+}
+
+struct cancel_msg {
+    struct agw_worker *w;
+    char agent_id[AGW_ID_MAX + 1], run_id[AGW_ID_MAX + 1];
+};
+
+static void cancel_msg_cb(void *arg)
+{
+    struct cancel_msg *m = arg;
+
+    cancel_here(m->w, m->agent_id, m->run_id);
+    free(m);
 }
 
 /* POST /v1/ag-ui/agents/{agent}/runs/{run}/cancel: every active run of the agent with that run id
  * (normally one; ids are meant to be unique) ends with RUN_ERROR CANCELLED and its upstream is
- * closed. */
-void agw_decision_cancel(struct agw_gateway *gw, struct agw_req *req, const struct agw_route *route)
+ * closed: at once on this loop, on the next turn of the loop that holds it otherwise. */
+void agw_decision_cancel(struct agw_worker *w, struct agw_req *req, const struct agw_route *route)
 {
     const struct agw_auth_key *key = NULL;
-    struct agw_run_entry *e;
-    struct req_info ri = agw_gw_req_info(req);
-    char msg[2 * AGW_ID_MAX + 80], *thread;
+    struct agw_run_entry *e[AGW_CANCEL_MAX];
+    const void *homes[AGW_CANCEL_MAX];
+    struct req_info ri = agw_gw_req_info(w, req);
+    char msg[2 * AGW_ID_MAX + 80], *thread = NULL;
     size_t n;
 
-    if (!agw_gw_authorize(gw, req, route->agent_id, &key))
+    if (!agw_gw_authorize(w, req, route->agent_id, &key))
         return;
-    if (agw_config_find_agent(gw->cfg, route->agent_id) == NULL) {
+    if (agw_config_find_agent(w->cfg, route->agent_id) == NULL) {
         snprintf(msg, sizeof(msg), "agent not found: %s", route->agent_id);
-        agw_gw_reply_error(gw, req, NULL, 404, msg);
+        agw_gw_reply_error(w, req, NULL, 404, msg);
         return;
     }
-    n = agw_runs_by_run_id(gw->runs, route->agent_id, route->run_id, &e, 1);
+    agw_runs_lock(w->runs);
+    n = agw_runs_by_run_id(w->runs, route->agent_id, route->run_id, e, AGW_CANCEL_MAX);
+    if (n > AGW_CANCEL_MAX)
+        n = AGW_CANCEL_MAX;
+    for (size_t i = 0; i < n; i++)
+        homes[i] = e[i]->home;
+    if (n > 0)
+        thread = agw_xstrdup(e[0]->thread_id);
+    agw_runs_unlock(w->runs);
     if (n == 0) {
         snprintf(msg, sizeof(msg), "not found: no active run '%s' for agent '%s'", route->run_id,
                  route->agent_id);
-        agw_gw_reply_error(gw, req, route->agent_id, 404, msg);
+        agw_gw_reply_error(w, req, route->agent_id, 404, msg);
         return;
     }
-    thread = agw_xstrdup(e->thread_id);
-    /* A registered run is streaming, and cancelling it removes it from the registry: at most <n>
-     * turns. */
-    for (; n > 0 && agw_runs_by_run_id(gw->runs, route->agent_id, route->run_id, &e, 1) > 0; n--) {
-        agw_relay_cancel(e->owner);
-        agw_metrics_add(gw->metrics, AGW_C_RUNS_CANCELLED, 1);
+    /* Every other loop that holds one of these runs is told once. */
+    for (size_t i = 0; i < n; i++) {
+        bool seen = homes[i] == w->base;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = homes[j] == homes[i];
+        if (seen)
+            continue;
+        struct agw_worker *other = agw_gw_worker_of(w->gw, homes[i]);
+        if (other == NULL)
+            continue;
+        struct cancel_msg *m = agw_xcalloc(1, sizeof(*m));
+        m->w = other;
+        snprintf(m->agent_id, sizeof(m->agent_id), "%s", route->agent_id);
+        snprintf(m->run_id, sizeof(m->run_id), "%s", route->run_id);
+        agw_gw_post(other, cancel_msg_cb, m);
     }
+    cancel_here(w, route->agent_id, route->run_id);
     agw_gw_reply_accepted(req, "cancelled", thread, route->run_id);
-    agw_metrics_request(gw->metrics, route->agent_id, 202);
+    agw_metrics_request(w->metrics, route->agent_id, 202);
     agw_gw_access_log(&ri, route->agent_id, thread, route->run_id, key != NULL ? key->id : NULL,
                       202, 0, 0, agw_now_ms() - agw_req_start_ms(req), NULL, "cancelled", false);
     free(thread);

@@ -5,14 +5,18 @@
 #include "config.h"
 
 #include <assert.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/dns.h>
 #include <event2/event.h>
+#include <event2/thread.h>
 #include <jansson.h>
 
 #include "agw/balance.h"
@@ -30,28 +34,39 @@
 /* ---- metrics ----------------------------------------------------------------------------------
  */
 
-static void serve_metrics(struct agw_gateway *gw, struct agw_req *req)
+/* The counters are the process's; the gauges and the server statistics are summed over the
+ * workers. */
+static void serve_metrics(struct agw_worker *w, struct agw_req *req)
 {
     static const int statuses[] = AGW_SERVER_REFUSAL_STATUSES;
-    struct agw_server_stats st, admin = {0};
-    uint64_t refused[AGW_SERVER_N_REFUSALS];
+    struct agw_gateway *gw = w->gw;
+    uint64_t refused[AGW_SERVER_N_REFUSALS] = {0}, accept_errors = 0;
+    size_t open_relays = 0;
     struct evbuffer *b = evbuffer_new();
     size_t len;
 
-    agw_server_get_stats(gw->srv, &st);
-    if (gw->admin != NULL)
-        agw_server_get_stats(gw->admin, &admin);
-    for (size_t i = 0; i < AGW_SERVER_N_REFUSALS; i++)
-        refused[i] = st.refused[i] + admin.refused[i];
+    for (unsigned k = 0; k < gw->n_workers; k++) {
+        struct agw_server *servers[2] = {gw->workers[k].srv, gw->workers[k].admin};
+        for (size_t s = 0; s < 2; s++) {
+            struct agw_server_stats st;
+            if (servers[s] == NULL)
+                continue;
+            agw_server_get_stats(servers[s], &st);
+            accept_errors += st.accept_errors;
+            for (size_t i = 0; i < AGW_SERVER_N_REFUSALS; i++)
+                refused[i] += st.refused[i];
+        }
+        open_relays += agw_relay_set_count(gw->workers[k].relays);
+    }
     struct agw_metrics_gauges g = {
-        .active_runs = agw_runs_count(gw->runs),
-        .open_relays = agw_relay_set_count(gw->relays),
-        .accept_errors = st.accept_errors + admin.accept_errors,
+        .active_runs = agw_runs_count(w->runs),
+        .open_relays = open_relays,
+        .accept_errors = accept_errors,
         .refusal_statuses = statuses,
         .refused = refused,
         .n_refusals = AGW_SERVER_N_REFUSALS,
     };
-    agw_metrics_write(gw->metrics, &g, b);
+    agw_metrics_write(w->metrics, &g, b);
     len = evbuffer_get_length(b);
     agw_req_reply(req, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1), len);
     evbuffer_free(b);
@@ -63,14 +78,16 @@ static void serve_metrics(struct agw_gateway *gw, struct agw_req *req)
  * (req_info_of), or copied when the line is written later, after the request may be gone (a
  * detached run, a decision: req_info_copy, then req_info_clear). */
 
-struct req_info agw_gw_req_info(const struct agw_req *req)
+struct req_info agw_gw_req_info(const struct agw_worker *w, const struct agw_req *req)
 {
-    return (struct req_info){agw_req_id(req), agw_req_peer(req), agw_req_method_name(req),
-                             agw_req_path(req), NULL};
+    return (struct req_info){agw_req_id(req),   agw_req_peer(req), agw_req_method_name(req),
+                             agw_req_path(req), w->index,          NULL};
 }
 
-void agw_gw_req_info_copy(struct req_info *ri, const struct agw_req *req)
+void agw_gw_req_info_copy(const struct agw_worker *w, struct req_info *ri,
+                          const struct agw_req *req)
 {
+    ri->worker = w->index;
     if (!agw_log_access_enabled())
         return; /* no line will be written: nothing to keep (agw_gw_access_log() returns at once) */
     const char *src[4] = {agw_req_id(req), agw_req_peer(req), agw_req_method_name(req),
@@ -119,6 +136,7 @@ void agw_gw_access_log(const struct req_info *ri, const char *agent, const char 
         .upstream = upstream,
         .outcome = outcome,
         .detached = detached,
+        .worker = (int)ri->worker,
     };
 
     agw_log_access_record(&r);
@@ -140,13 +158,13 @@ void agw_gw_reply_accepted(struct agw_req *req, const char *status, const char *
 }
 
 /* Answers an error, logs and counts it. */
-void agw_gw_reply_error(struct agw_gateway *gw, struct agw_req *req, const char *agent, int status,
+void agw_gw_reply_error(struct agw_worker *w, struct agw_req *req, const char *agent, int status,
                         const char *msg)
 {
-    struct req_info ri = agw_gw_req_info(req);
+    struct req_info ri = agw_gw_req_info(w, req);
 
     agw_req_reply_error(req, status, "%s", msg);
-    agw_metrics_request(gw->metrics, agent, status);
+    agw_metrics_request(w->metrics, agent, status);
     agw_gw_access_log(&ri, agent, NULL, NULL, NULL, status, 0, 0,
                       agw_now_ms() - agw_req_start_ms(req), NULL, "error", false);
 }
@@ -157,12 +175,12 @@ void agw_gw_reply_error(struct agw_gateway *gw, struct agw_req *req, const char 
 void agw_gw_run_ended(void *arg, const struct agw_relay_summary *s)
 {
     struct run_ctx *rc = arg;
-    struct agw_gateway *gw = rc->gw;
+    struct agw_worker *w = rc->w;
 
-    agw_metrics_add(gw->metrics, AGW_C_EVENTS, s->events);
-    agw_metrics_add(gw->metrics, AGW_C_BYTES, s->bytes);
-    agw_metrics_request(gw->metrics, s->agent_id, s->status ? s->status : 499);
-    agw_metrics_upstream_failure(gw->metrics, s->upstream_error);
+    agw_metrics_add(w->metrics, AGW_C_EVENTS, s->events);
+    agw_metrics_add(w->metrics, AGW_C_BYTES, s->bytes);
+    agw_metrics_request(w->metrics, s->agent_id, s->status ? s->status : 499);
+    agw_metrics_upstream_failure(w->metrics, s->upstream_error);
     agw_gw_access_log(&rc->ri, s->agent_id, s->thread_id, s->run_id, rc->key_id, s->status,
                       s->events, s->bytes, s->duration_ms, s->upstream, s->outcome, s->detached);
     agw_gw_req_info_clear(&rc->ri);
@@ -209,31 +227,30 @@ static void forward_header(const char *name, const char *value, void *arg)
  * do. Answers 401 or 403 itself and returns false; on success *<key> is the matching key (NULL with
  * auth off).
  */
-bool agw_gw_authorize(struct agw_gateway *gw, struct agw_req *req, const char *agent_id,
+bool agw_gw_authorize(struct agw_worker *w, struct agw_req *req, const char *agent_id,
                       const struct agw_auth_key **key)
 {
     char msg[AGW_ID_MAX + 80];
 
-    switch (agw_auth_check(&gw->cfg->auth, agw_req_header(req, "Authorization"), agent_id, key)) {
+    switch (agw_auth_check(&w->cfg->auth, agw_req_header(req, "Authorization"), agent_id, key)) {
     case AGW_AUTH_OK:
         return true;
     case AGW_AUTH_FORBIDDEN:
-        agw_metrics_add(gw->metrics, AGW_C_AUTH_FAILURES, 1);
+        agw_metrics_add(w->metrics, AGW_C_AUTH_FAILURES, 1);
         snprintf(msg, sizeof(msg), "forbidden: this key may not use agent '%s'", agent_id);
-        agw_gw_reply_error(gw, req, agent_id, 403, msg);
+        agw_gw_reply_error(w, req, agent_id, 403, msg);
         return false;
     default:
-        agw_metrics_add(gw->metrics, AGW_C_AUTH_FAILURES, 1);
+        agw_metrics_add(w->metrics, AGW_C_AUTH_FAILURES, 1);
         agw_req_add_header(req, "WWW-Authenticate", "Bearer realm=\"agui-gateway\"");
-        agw_gw_reply_error(gw, req, agent_id, 401,
-                           "unauthorized: a valid bearer token is required");
+        agw_gw_reply_error(w, req, agent_id, 401, "unauthorized: a valid bearer token is required");
         return false;
     }
 }
 
-static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct agw_route *route)
+static void handle_run(struct agw_worker *w, struct agw_req *req, const struct agw_route *route)
 {
-    const struct agw_config *cfg = gw->cfg;
+    const struct agw_config *cfg = w->cfg;
     const struct agw_agent_config *agent;
     const struct agw_auth_key *key = NULL;
     struct agent_rt *art;
@@ -244,30 +261,30 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
     char err[AGW_INPUT_ERR_MAX], msg[AGW_INPUT_ERR_MAX + 80];
     int status;
 
-    if (!agw_gw_authorize(gw, req, route->agent_id, &key))
+    if (!agw_gw_authorize(w, req, route->agent_id, &key))
         return;
     agent = agw_config_find_agent(cfg, route->agent_id);
     if (agent == NULL) {
         snprintf(msg, sizeof(msg), "agent not found: %s", route->agent_id);
-        agw_gw_reply_error(gw, req, NULL, 404, msg);
+        agw_gw_reply_error(w, req, NULL, 404, msg);
         return;
     }
     if (!agw_input_content_type_ok(agw_req_header(req, "Content-Type"))) {
-        agw_gw_reply_error(gw, req, agent->id, 415,
+        agw_gw_reply_error(w, req, agent->id, 415,
                            "unsupported media type: Content-Type must be application/json");
         return;
     }
     if (body_len > cfg->limits.max_body_bytes) {
         snprintf(msg, sizeof(msg), "payload too large: the limit is %zu bytes",
                  cfg->limits.max_body_bytes);
-        agw_gw_reply_error(gw, req, agent->id, 413, msg);
+        agw_gw_reply_error(w, req, agent->id, 413, msg);
         return;
     }
     body_data = (const char *)evbuffer_pullup(body, -1);
     status =
         agw_input_parse(body_data, body_len, cfg->limits.max_json_depth, &in, err, sizeof(err));
     if (status != 0) {
-        agw_gw_reply_error(gw, req, agent->id, status, err);
+        agw_gw_reply_error(w, req, agent->id, status, err);
         return;
     }
 
@@ -297,11 +314,11 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
     agw_req_foreach_header(req, forward_header, &fc);
 
     if (in.decision_only && agent->decisions_forward != AGW_FORWARD_NEVER &&
-        agw_decision_route(gw, req, agent, key, &in, h, n, body_data, body_len)) {
+        agw_decision_route(w, req, agent, key, &in, h, n, body_data, body_len)) {
         agw_input_clear(&in);
         return;
     }
-    art = &gw->agents[agent - cfg->agents];
+    art = &w->agents[agent - cfg->agents];
     struct agw_upstream_pool *order[AGW_MAX_UPSTREAMS];
     {
         size_t idx[AGW_MAX_UPSTREAMS];
@@ -312,8 +329,8 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
     }
 
     struct run_ctx *rc = agw_xcalloc(1, sizeof(*rc));
-    rc->gw = gw;
-    agw_gw_req_info_copy(&rc->ri, req);
+    rc->w = w;
+    agw_gw_req_info_copy(w, &rc->ri, req);
     rc->key_id = key != NULL ? key->id : NULL;
     struct agw_relay_params p = {
         .req = req,
@@ -332,13 +349,13 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
         .max_frame_bytes = cfg->limits.max_frame_bytes,
         .heartbeat_ms = cfg->timeouts.heartbeat_ms,
         .run_ms = cfg->timeouts.run_ms,
-        .runs = gw->runs,
+        .runs = w->runs,
         .detach = agent->on_client_disconnect == AGW_DISCONNECT_DETACH,
         .on_end = agw_gw_run_ended,
         .arg = rc,
     };
-    agw_metrics_add(gw->metrics, AGW_C_RUNS_STARTED, 1);
-    agw_relay_start(gw->relays, &p);
+    agw_metrics_add(w->metrics, AGW_C_RUNS_STARTED, 1);
+    agw_relay_start(w->relays, &p);
     agw_input_clear(&in);
 }
 
@@ -346,14 +363,14 @@ static void handle_run(struct agw_gateway *gw, struct agw_req *req, const struct
 
 static void handle_request(struct agw_req *req, void *arg, bool admin)
 {
-    struct agw_gateway *gw = arg;
+    struct agw_worker *w = arg;
     struct agw_route route;
     char msg[AGW_ID_MAX + 160];
     int rc;
 
     rc = agw_router_match(agw_req_path(req), agw_req_method(req), &route);
     if (rc == -AGW_EINVAL) {
-        agw_gw_reply_error(gw, req, NULL, 400, "bad request: invalid id in the path");
+        agw_gw_reply_error(w, req, NULL, 400, "bad request: invalid id in the path");
         return;
     }
     /* /metrics lives on the admin listener when there is one; the admin listener serves nothing
@@ -362,19 +379,19 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
         bool admin_route = route.id == AGW_ROUTE_HEALTHZ || route.id == AGW_ROUTE_METRICS;
         if (admin && !admin_route)
             rc = -AGW_ENOTFOUND;
-        else if (!admin && route.id == AGW_ROUTE_METRICS && gw->admin != NULL)
+        else if (!admin && route.id == AGW_ROUTE_METRICS && w->cfg->admin != NULL)
             rc = -AGW_ENOTFOUND;
     }
     if (rc != 0) {
         snprintf(msg, sizeof(msg), "not found: no route for %.16s %.100s", agw_req_method_name(req),
                  agw_req_path(req));
-        agw_gw_reply_error(gw, req, NULL, 404, msg);
+        agw_gw_reply_error(w, req, NULL, 404, msg);
         return;
     }
     if (!route.method_allowed) {
         agw_req_add_header(req, "Allow", agw_route_allow(route.id));
         snprintf(msg, sizeof(msg), "method not allowed: use %s", agw_route_allow(route.id));
-        agw_gw_reply_error(gw, req, NULL, 405, msg);
+        agw_gw_reply_error(w, req, NULL, 405, msg);
         return;
     }
     if (agw_req_method(req) == AGW_METHOD_OPTIONS) {
@@ -382,41 +399,41 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
          * accepts. */
         agw_req_add_header(req, "Allow", agw_route_allow(route.id));
         agw_req_reply(req, 204, NULL, NULL, 0);
-        agw_metrics_request(gw->metrics, NULL, 204);
+        agw_metrics_request(w->metrics, NULL, 204);
         return;
     }
     switch (route.id) {
     case AGW_ROUTE_HEALTHZ:
-        if (gw->draining) {
+        if (w->draining) {
             agw_req_reply(req, 503, "application/json", "{\"status\":\"draining\"}", 21);
-            agw_metrics_request(gw->metrics, NULL, 503);
+            agw_metrics_request(w->metrics, NULL, 503);
         } else {
             agw_req_reply(req, 200, "application/json", "{\"status\":\"ok\"}", 15);
-            agw_metrics_request(gw->metrics, NULL, 200);
+            agw_metrics_request(w->metrics, NULL, 200);
         }
         return;
     case AGW_ROUTE_METRICS:
-        serve_metrics(gw, req);
-        agw_metrics_request(gw->metrics, NULL, 200);
+        serve_metrics(w, req);
+        agw_metrics_request(w->metrics, NULL, 200);
         return;
     case AGW_ROUTE_RUNS:
-        handle_run(gw, req, &route);
+        handle_run(w, req, &route);
         return;
     case AGW_ROUTE_CANCEL:
-        agw_decision_cancel(gw, req, &route);
+        agw_decision_cancel(w, req, &route);
         return;
     case AGW_ROUTE_THREAD_MESSAGES: {
         const struct agw_auth_key *key = NULL;
-        if (!agw_gw_authorize(gw, req, NULL, &key))
+        if (!agw_gw_authorize(w, req, NULL, &key))
             return;
-        agw_gw_reply_error(gw, req, NULL, 501,
+        agw_gw_reply_error(w, req, NULL, 501,
                            "not implemented yet: this endpoint arrives with a later release");
         return;
     }
     case AGW_ROUTE_NONE:
         break;
     }
-    agw_gw_reply_error(gw, req, NULL, 500, "internal error: unrouted request");
+    agw_gw_reply_error(w, req, NULL, 500, "internal error: unrouted request");
 }
 
 static void main_handler(struct agw_req *req, void *arg)
@@ -429,58 +446,146 @@ static void admin_handler(struct agw_req *req, void *arg)
     handle_request(req, arg, true);
 }
 
-/* ---- signals and drain ----------------------------------------------------------------------- */
+/* ---- between loops --------------------------------------------------------------------------- */
 
-static void drain_poll_cb(evutil_socket_t fd, short what, void *arg)
+struct posted {
+    void (*fn)(void *arg);
+    void *arg;
+};
+
+static void posted_cb(evutil_socket_t fd, short what, void *arg)
 {
-    struct agw_gateway *gw = arg;
-    uint64_t elapsed = agw_now_ms() - gw->drain_start_ms;
-    struct timeval tv = {0, DRAIN_POLL_MS * 1000};
+    struct posted *p = arg;
 
     (void)fd;
     (void)what;
-    if (agw_relay_set_count(gw->relays) == 0 && agw_server_active_requests(gw->srv) == 0) {
-        agw_log_info("drained; exiting");
-        event_base_loopexit(gw->base, NULL);
+    p->fn(p->arg);
+    free(p);
+}
+
+void agw_gw_post(struct agw_worker *w, void (*fn)(void *arg), void *arg)
+{
+    struct posted *p = agw_xmalloc(sizeof(*p));
+    struct timeval now = {0, 0};
+
+    p->fn = fn;
+    p->arg = arg;
+    /* libevent's loops take their own locks (evthread_use_pthreads() at start) and wake the target
+     * loop. */
+    if (event_base_once(w->base, -1, EV_TIMEOUT, posted_cb, p, &now) != 0)
+        abort(); /* out of memory */
+}
+
+struct agw_worker *agw_gw_worker_of(struct agw_gateway *gw, const void *base)
+{
+    for (unsigned k = 0; k < gw->n_workers; k++)
+        if (gw->workers[k].base == base)
+            return &gw->workers[k];
+    return NULL;
+}
+
+/* ---- signals and drain ----------------------------------------------------------------------- */
+
+/* A worker's loop ends when it holds no run and no request, or when the drain's time is up. Worker
+ * 0 (the main thread, which handles the signals) ends last. */
+static void drain_poll_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_worker *w = arg;
+    struct agw_gateway *gw = w->gw;
+    uint64_t elapsed = agw_now_ms() - gw->drain_start_ms;
+    struct timeval tv = {0, DRAIN_POLL_MS * 1000};
+    bool others_done =
+        w->index != 0 || __atomic_load_n(&gw->loops_ended, __ATOMIC_ACQUIRE) == gw->n_workers - 1;
+
+    (void)fd;
+    (void)what;
+    if (agw_relay_set_count(w->relays) == 0 && agw_server_active_requests(w->srv) == 0 &&
+        others_done) {
+        if (w->index == 0)
+            agw_log_info("drained; exiting");
+        event_base_loopexit(w->base, NULL);
         return;
     }
-    if (!gw->shutdown_sent && elapsed >= gw->cfg->timeouts.drain_ms) {
-        agw_log_warn("drain timeout: ending %zu runs with RUN_ERROR SHUTDOWN",
-                     agw_relay_set_count(gw->relays));
-        gw->shutdown_sent = true;
-        agw_relay_set_shutdown(gw->relays);
-    } else if (gw->shutdown_sent &&
-               elapsed >= (uint64_t)gw->cfg->timeouts.drain_ms + DRAIN_GRACE_MS) {
-        agw_log_warn("clients did not take their last events; closing");
-        event_base_loopexit(gw->base, NULL);
-        return;
+    if (!w->shutdown_sent && elapsed >= w->cfg->timeouts.drain_ms) {
+        if (agw_relay_set_count(w->relays) > 0)
+            agw_log_warn("drain timeout: ending %zu runs with RUN_ERROR SHUTDOWN",
+                         agw_relay_set_count(w->relays));
+        w->shutdown_sent = true;
+        agw_relay_set_shutdown(w->relays);
+    } else if (w->shutdown_sent &&
+               elapsed >= (uint64_t)w->cfg->timeouts.drain_ms + DRAIN_GRACE_MS) {
+        if (agw_relay_set_count(w->relays) > 0 || agw_server_active_requests(w->srv) > 0)
+            agw_log_warn("clients did not take their last events; closing");
+        if (others_done) {
+            event_base_loopexit(w->base, NULL);
+            return;
+        }
     }
-    evtimer_add(gw->drain_poll, &tv);
+    evtimer_add(w->drain_poll, &tv);
+}
+
+static void drain_here(void *arg)
+{
+    struct agw_worker *w = arg;
+    struct timeval tv = {0, 0};
+
+    w->draining = true;
+    agw_server_drain(w->srv);
+    evtimer_add(w->drain_poll, &tv);
+}
+
+static void stop_here(void *arg)
+{
+    struct agw_worker *w = arg;
+
+    w->shutdown_sent = true;
+    agw_relay_set_shutdown(w->relays);
+}
+
+static size_t open_relays(const struct agw_gateway *gw)
+{
+    size_t n = 0;
+
+    for (unsigned k = 0; k < gw->n_workers; k++)
+        n += agw_relay_set_count(gw->workers[k].relays);
+    return n;
 }
 
 static void begin_drain(struct agw_gateway *gw, const char *why)
 {
-    struct timeval tv = {0, 0};
-
     if (gw->draining) {
         agw_log_warn("%s again: stopping now", why);
-        gw->shutdown_sent = true;
-        agw_relay_set_shutdown(gw->relays);
         gw->drain_start_ms = agw_now_ms() - gw->cfg->timeouts.drain_ms;
+        for (unsigned k = 0; k < gw->n_workers; k++)
+            agw_gw_post(&gw->workers[k], stop_here, &gw->workers[k]);
         return;
     }
-    agw_log_info("%s: draining (%zu runs active, up to %u ms)", why,
-                 agw_relay_set_count(gw->relays), gw->cfg->timeouts.drain_ms);
+    agw_log_info("%s: draining (%zu runs active, up to %u ms)", why, open_relays(gw),
+                 gw->cfg->timeouts.drain_ms);
     gw->draining = true;
     gw->drain_start_ms = agw_now_ms();
-    agw_server_drain(gw->srv);
-    evtimer_add(gw->drain_poll, &tv);
+    for (unsigned k = 0; k < gw->n_workers; k++)
+        agw_gw_post(&gw->workers[k], drain_here, &gw->workers[k]);
 }
 
-/* SIGHUP: certificates and keys are read again for every TLS listener. A listener whose new files
- * do not load keeps its current ones (and the reason is logged); streams already running are
- * untouched, since each connection keeps the context it started with. (Reloading the whole
- * configuration is a later step.) */
+struct tls_swap {
+    struct agw_worker *w;
+    int index;
+    SSL_CTX *tls;
+};
+
+static void tls_swap_here(void *arg)
+{
+    struct tls_swap *t = arg;
+
+    agw_server_set_tls(t->w->srv, t->index, t->tls);
+    free(t);
+}
+
+/* SIGHUP: certificates and keys are read again for every TLS listener, once, and every worker
+ * takes the new context on its own loop. A listener whose new files do not load keeps its current
+ * ones (and the reason is logged); streams already running are untouched, since each connection
+ * keeps the context it started with. (Reloading the whole configuration is a later step.) */
 static void reload_certificates(struct agw_gateway *gw)
 {
     const struct agw_config *cfg = gw->cfg;
@@ -497,7 +602,13 @@ static void reload_certificates(struct agw_gateway *gw)
             agw_log_error("SIGHUP: keeping the current certificate of listen[%zu]: %s", i, err);
             continue;
         }
-        agw_server_set_tls(gw->srv, gw->listener_index[i], tls);
+        for (unsigned k = 0; k < gw->n_workers; k++) {
+            struct tls_swap *t = agw_xmalloc(sizeof(*t));
+            SSL_CTX_up_ref(tls); /* each server owns one reference */
+            *t = (struct tls_swap){&gw->workers[k], gw->listener_index[i], tls};
+            agw_gw_post(&gw->workers[k], tls_swap_here, t);
+        }
+        SSL_CTX_free(tls);
         reloaded++;
     }
     agw_log_info("SIGHUP: reloaded the certificates of %zu TLS listeners", reloaded);
@@ -537,9 +648,11 @@ static char *fixed_headers(const struct agw_agent_config *a)
     return s;
 }
 
-struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, size_t errlen)
+/* The loop objects of worker <w>, its upstream pools, its relays and its server (the listeners
+ * come later, from agw_gateway_new). */
+static int worker_init(struct agw_worker *w, char *err, size_t errlen)
 {
-    struct agw_gateway *gw = agw_xcalloc(1, sizeof(*gw));
+    const struct agw_config *cfg = w->cfg;
     struct agw_server_options so = {.max_body_bytes = cfg->limits.max_body_bytes,
                                     .max_head_bytes = cfg->limits.max_request_header_bytes,
                                     .max_header_fields = cfg->limits.max_request_header_fields,
@@ -553,30 +666,27 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
         .keepalive_ms = 60000,
     };
 
-    gw->cfg = cfg;
-    gw->base = event_base_new();
-    if (gw->base == NULL) {
+    w->base = event_base_new();
+    if (w->base == NULL) {
         snprintf(err, errlen, "cannot create the event loop");
-        goto err;
+        return -1;
     }
     /* Name servers from /etc/resolv.conf; resolution never blocks the loop. */
-    gw->dns = evdns_base_new(gw->base,
-                             EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-    if (gw->dns == NULL)
-        gw->dns = evdns_base_new(gw->base, 0);
-    gw->relays = agw_relay_set_new(gw->base);
-    gw->runs = agw_runs_new();
-    gw->metrics = agw_metrics_new(cfg);
-    gw->agents = agw_xcalloc(cfg->n_agents, sizeof(*gw->agents));
+    w->dns = evdns_base_new(w->base,
+                            EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+    if (w->dns == NULL)
+        w->dns = evdns_base_new(w->base, 0);
+    w->relays = agw_relay_set_new(w->base);
+    w->agents = agw_xcalloc(cfg->n_agents, sizeof(*w->agents));
     for (size_t i = 0; i < cfg->n_agents; i++) {
         const struct agw_agent_config *a = &cfg->agents[i];
         SSL_CTX *client_tls = NULL;
         char *fixed;
-        gw->agents[i].cfg = a;
-        gw->agents[i].pools = agw_xcalloc(a->n_upstreams, sizeof(struct agw_upstream_pool *));
-        gw->agents[i].keys = agw_xcalloc(a->n_upstreams, sizeof(const char *));
+        w->agents[i].cfg = a;
+        w->agents[i].pools = agw_xcalloc(a->n_upstreams, sizeof(struct agw_upstream_pool *));
+        w->agents[i].keys = agw_xcalloc(a->n_upstreams, sizeof(const char *));
         for (size_t j = 0; j < a->n_upstreams; j++)
-            gw->agents[i].keys[j] = a->upstreams[j].text;
+            w->agents[i].keys[j] = a->upstreams[j].text;
         for (size_t j = 0; j < a->n_upstreams && client_tls == NULL; j++) {
             if (!a->upstreams[j].tls)
                 continue;
@@ -584,22 +694,120 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
             client_tls = agw_tls_client_ctx_new(a->ca_file, why, sizeof(why));
             if (client_tls == NULL) {
                 snprintf(err, errlen, "agents.%s.ca_file: %s", a->id, why);
-                goto err;
+                return -1;
             }
         }
         po.tls = client_tls;
         fixed = fixed_headers(a);
         po.fixed_headers = fixed;
         for (size_t j = 0; j < a->n_upstreams; j++)
-            gw->agents[i].pools[j] =
-                agw_upstream_pool_new(gw->base, gw->dns, &a->upstreams[j], &po);
+            w->agents[i].pools[j] = agw_upstream_pool_new(w->base, w->dns, &a->upstreams[j], &po);
         /* Each pool holds its own reference, and its own copy of the header lines. */
         SSL_CTX_free(client_tls);
         po.tls = NULL;
         free(fixed);
         po.fixed_headers = NULL;
     }
-    gw->srv = agw_server_new(gw->base, &so, main_handler, gw);
+    w->srv = agw_server_new(w->base, &so, main_handler, w);
+    if (w->index == 0 && cfg->admin != NULL)
+        w->admin = agw_server_new(w->base, &so, admin_handler, w);
+    w->drain_poll = evtimer_new(w->base, drain_poll_cb, w);
+    return 0;
+}
+
+static void worker_free(struct agw_worker *w)
+{
+    const struct agw_config *cfg = w->cfg;
+
+    /* Servers first: closing their connections ends the relays still attached to them. */
+    agw_server_free(w->srv);
+    agw_server_free(w->admin);
+    agw_relay_set_free(w->relays);
+    for (size_t i = 0; w->agents != NULL && i < cfg->n_agents; i++) {
+        for (size_t j = 0; j < cfg->agents[i].n_upstreams; j++)
+            if (w->agents[i].pools != NULL)
+                agw_upstream_pool_free(w->agents[i].pools[j]);
+        free(w->agents[i].pools);
+        free(w->agents[i].keys);
+    }
+    free(w->agents);
+    if (w->drain_poll != NULL)
+        event_free(w->drain_poll);
+    if (w->dns != NULL)
+        evdns_base_free(w->dns, 0);
+    if (w->base != NULL)
+        event_base_free(w->base);
+}
+
+/* The number of event loops: cfg->workers, or one per core the process may run on. */
+static unsigned worker_count(const struct agw_config *cfg)
+{
+    long n;
+
+    if (cfg->workers > 0)
+        return cfg->workers;
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        n = CPU_COUNT(&set);
+#endif
+    if (n < 1)
+        n = 1;
+    return n > AGW_MAX_WORKERS ? AGW_MAX_WORKERS : (unsigned)n;
+}
+
+/* Binds listener <l> on every worker: the first binds (and learns an ephemeral port), the others
+ * bind the same port with SO_REUSEPORT, and the kernel spreads new connections over them. Returns
+ * the server listener index, or -1 with <err> set. */
+static int listen_everywhere(struct agw_gateway *gw, bool admin, const char *address, uint16_t port,
+                             SSL_CTX *tls, uint16_t *bound, char *err, size_t errlen,
+                             const char *what)
+{
+    int index = -1;
+    unsigned n = admin ? 1 : gw->n_workers;
+
+    *bound = port;
+    for (unsigned k = 0; k < n; k++) {
+        struct agw_worker *w = &gw->workers[k];
+        int ix;
+        if (tls != NULL && k + 1 < n)
+            SSL_CTX_up_ref(tls); /* one reference per server; the last takes ours */
+        ix = agw_server_listen(admin ? w->admin : w->srv, address, *bound, tls, bound);
+        if (ix < 0) {
+            snprintf(err, errlen, "%s: cannot listen on %s port %u: %s", what, address, *bound,
+                     evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+            if (tls != NULL && k + 1 < n)
+                SSL_CTX_free(tls); /* ours: the failed call took the reference made for it */
+            return -1;
+        }
+        if (k == 0)
+            index = ix;
+    }
+    return index;
+}
+
+struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, size_t errlen)
+{
+    struct agw_gateway *gw = agw_xcalloc(1, sizeof(*gw));
+
+    gw->cfg = cfg;
+    gw->n_workers = worker_count(cfg);
+    /* Loops hand work to each other (agw_gw_post): libevent's locks are needed then. */
+    if (gw->n_workers > 1 && evthread_use_pthreads() != 0) {
+        snprintf(err, errlen, "cannot enable libevent's threading support");
+        goto err;
+    }
+    gw->runs = agw_runs_new();
+    gw->metrics = agw_metrics_new(cfg);
+    gw->workers = agw_xcalloc(gw->n_workers, sizeof(*gw->workers));
+    for (unsigned k = 0; k < gw->n_workers; k++) {
+        struct agw_worker *w = &gw->workers[k];
+        *w = (struct agw_worker){
+            .gw = gw, .cfg = cfg, .runs = gw->runs, .metrics = gw->metrics, .index = k};
+        if (worker_init(w, err, errlen) != 0)
+            goto err;
+    }
     for (size_t i = 0; i < cfg->n_listeners; i++) {
         const struct agw_listener_config *l = &cfg->listeners[i];
         SSL_CTX *tls = NULL;
@@ -609,32 +817,30 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
         if (l->tls.cert != NULL &&
             (tls = agw_tls_server_ctx_new(&l->tls, path, err, errlen)) == NULL)
             goto err;
-        index = agw_server_listen(gw->srv, l->address, l->port, tls, &gw->ports[gw->n_ports]);
-        if (index < 0) {
-            snprintf(err, errlen, "listen[%zu]: cannot listen on %s port %u: %s", i, l->address,
-                     l->port, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        snprintf(path, sizeof(path), "listen[%zu]", i);
+        index = listen_everywhere(gw, false, l->address, l->port, tls, &gw->ports[gw->n_ports], err,
+                                  errlen, path);
+        if (index < 0)
             goto err;
-        }
         gw->listener_index[i] = index;
         agw_log_info("listening on %s port %u%s", l->address, gw->ports[gw->n_ports],
                      tls != NULL ? " (TLS)" : "");
         gw->n_ports++;
     }
     if (cfg->admin != NULL) {
-        gw->admin = agw_server_new(gw->base, &so, admin_handler, gw);
-        if (agw_server_listen(gw->admin, cfg->admin->address, cfg->admin->port, NULL,
-                              &gw->ports[gw->n_ports]) < 0) {
-            snprintf(err, errlen, "admin: cannot listen on %s port %u: %s", cfg->admin->address,
-                     cfg->admin->port, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        if (listen_everywhere(gw, true, cfg->admin->address, cfg->admin->port, NULL,
+                              &gw->ports[gw->n_ports], err, errlen, "admin") < 0)
             goto err;
-        }
         agw_log_info("admin listener on %s port %u", cfg->admin->address, gw->ports[gw->n_ports]);
         gw->n_ports++;
     }
-    gw->sig_term = evsignal_new(gw->base, SIGTERM, signal_cb, gw);
-    gw->sig_int = evsignal_new(gw->base, SIGINT, signal_cb, gw);
-    gw->sig_hup = evsignal_new(gw->base, SIGHUP, signal_cb, gw);
-    gw->drain_poll = evtimer_new(gw->base, drain_poll_cb, gw);
+    agw_log_info("%u worker event loop%s", gw->n_workers, gw->n_workers == 1 ? "" : "s");
+    {
+        struct event_base *main_base = gw->workers[0].base;
+        gw->sig_term = evsignal_new(main_base, SIGTERM, signal_cb, gw);
+        gw->sig_int = evsignal_new(main_base, SIGINT, signal_cb, gw);
+        gw->sig_hup = evsignal_new(main_base, SIGHUP, signal_cb, gw);
+    }
     evsignal_add(gw->sig_term, NULL);
     evsignal_add(gw->sig_int, NULL);
     evsignal_add(gw->sig_hup, NULL);
@@ -652,29 +858,17 @@ void agw_gateway_free(struct agw_gateway *gw)
 {
     if (gw == NULL)
         return;
-    /* Servers first: closing their connections ends the relays still attached to them. */
-    agw_server_free(gw->srv);
-    agw_server_free(gw->admin);
-    agw_relay_set_free(gw->relays);
-    agw_runs_free(gw->runs);
-    for (size_t i = 0; gw->agents != NULL && i < gw->cfg->n_agents; i++) {
-        for (size_t j = 0; j < gw->cfg->agents[i].n_upstreams; j++)
-            agw_upstream_pool_free(gw->agents[i].pools[j]);
-        free(gw->agents[i].pools);
-        free(gw->agents[i].keys);
-    }
-    free(gw->agents);
-    agw_metrics_free(gw->metrics);
     if (gw->sig_term != NULL) {
         event_free(gw->sig_term);
         event_free(gw->sig_int);
         event_free(gw->sig_hup);
-        event_free(gw->drain_poll);
     }
-    if (gw->dns != NULL)
-        evdns_base_free(gw->dns, 0);
-    if (gw->base != NULL)
-        event_base_free(gw->base);
+    for (unsigned k = 0; gw->workers != NULL && k < gw->n_workers; k++)
+        if (gw->workers[k].cfg != NULL)
+            worker_free(&gw->workers[k]);
+    free(gw->workers);
+    agw_runs_free(gw->runs);
+    agw_metrics_free(gw->metrics);
     free(gw);
 }
 
@@ -686,8 +880,40 @@ size_t agw_gateway_ports(const struct agw_gateway *gw, uint16_t *ports, size_t m
     return n;
 }
 
+static void *worker_main(void *arg)
+{
+    struct agw_worker *w = arg;
+
+    event_base_dispatch(w->base);
+    __atomic_add_fetch(&w->gw->loops_ended, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
 int agw_gateway_run(struct agw_gateway *gw)
 {
-    event_base_dispatch(gw->base);
+    sigset_t all, old;
+
+    /* Signals go to the main thread (worker 0's loop): the other threads block them. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    for (unsigned k = 1; k < gw->n_workers; k++) {
+        struct agw_worker *w = &gw->workers[k];
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            /* Its listeners would take connections no loop serves: stop them, and drain. */
+            agw_log_error("cannot start worker thread %u: stopping", k);
+            for (; k < gw->n_workers; k++) {
+                agw_server_stop_listening(gw->workers[k].srv);
+                __atomic_add_fetch(&gw->loops_ended, 1, __ATOMIC_RELEASE);
+            }
+            begin_drain(gw, "thread failure");
+            break;
+        }
+        w->thread_started = true;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    event_base_dispatch(gw->workers[0].base);
+    for (unsigned k = 1; k < gw->n_workers; k++)
+        if (gw->workers[k].thread_started)
+            pthread_join(gw->workers[k].thread, NULL);
     return 0;
 }

@@ -4,6 +4,8 @@
 #ifndef AGW_GATEWAY_INTERNAL_H
 #define AGW_GATEWAY_INTERNAL_H
 
+#include <pthread.h>
+
 #include "agw/auth.h"
 #include "agw/config.h"
 #include "agw/gateway.h"
@@ -14,13 +16,14 @@
 #include "agw/runs.h"
 #include "agw/upstream.h"
 
-#define MAX_PORTS (AGW_MAX_LISTENERS + 1) /* the listeners and the admin listener */
+#define MAX_PORTS      (AGW_MAX_LISTENERS + 1) /* the listeners and the admin listener */
+#define AGW_CANCEL_MAX 64 /* runs one cancel request ends (ids are meant to be unique) */
 
 struct event_base;
 struct evdns_base;
 struct event;
 
-/* Per-agent runtime state: its backends' pools on this loop and the round-robin cursor. */
+/* Per-agent runtime state of one loop: its backends' pools and the round-robin cursor. */
 struct agent_rt {
     const struct agw_agent_config *cfg;
     struct agw_upstream_pool **pools;
@@ -28,35 +31,63 @@ struct agent_rt {
     size_t rr;
 };
 
-struct agw_gateway {
-    const struct agw_config *cfg;
+/* One event loop (a worker): its own listeners (the same addresses as every other worker's, bound
+ * with SO_REUSEPORT), DNS, upstream pools and relays. A request, its relay and its upstream
+ * connections live and die on the loop that accepted it; another loop reaches them only through
+ * agw_gw_post(). */
+struct agw_worker {
+    struct agw_gateway *gw;       /* the process: what every loop shares */
+    const struct agw_config *cfg; /* gw->cfg */
+    struct agw_runs *runs;        /* gw->runs: shared, locked (include/agw/runs.h) */
+    struct agw_metrics *metrics;  /* gw->metrics: shared, atomic and locked */
+    unsigned index;
     struct event_base *base;
     struct evdns_base *dns;
     struct agw_server *srv;
-    struct agw_server *admin;
+    struct agw_server *admin; /* worker 0's only */
     struct agw_relay_set *relays;
-    struct agw_runs *runs;   /* the active-run registry (doc/protocol.md#decisions) */
     struct agent_rt *agents; /* parallel to cfg->agents */
+    struct event *drain_poll;
+    bool draining;
+    bool shutdown_sent;
+    bool thread_started;
+    pthread_t thread;
+};
+
+/* The process: the configuration, the shared registry and counters, the workers, the signals
+ * (handled on worker 0, which runs on the main thread) and the drain. */
+struct agw_gateway {
+    const struct agw_config *cfg;
+    struct agw_runs *runs; /* the active-run registry (doc/protocol.md#decisions) */
+    struct agw_metrics *metrics;
+    struct agw_worker *workers;
+    unsigned n_workers;
     uint16_t ports[MAX_PORTS];
     size_t n_ports;
     int listener_index[MAX_PORTS]; /* server listener index of cfg->listeners[i] */
-    struct event *sig_term, *sig_int, *sig_hup, *drain_poll;
-    bool draining;
-    bool shutdown_sent;
-    uint64_t drain_start_ms;
-    struct agw_metrics *metrics;
+    struct event *sig_term, *sig_int, *sig_hup;
+    bool draining;           /* worker 0's thread only */
+    uint64_t drain_start_ms; /* written before the drain is posted to the workers */
+    unsigned loops_ended;    /* workers other than 0 whose loop has ended (atomic) */
 };
+
+/* Runs <fn>(<arg>) on <w>'s loop, on its next turn (from any thread). */
+void agw_gw_post(struct agw_worker *w, void (*fn)(void *arg), void *arg);
+/* The worker whose event loop is <base>, or NULL. */
+struct agw_worker *agw_gw_worker_of(struct agw_gateway *gw, const void *base);
 
 /* What the access log says of a request: borrowed from the request while it is alive
  * (agw_gw_req_info), or copied when the line is written later, after the request may be gone (a
  * detached run, a decision: agw_gw_req_info_copy, then agw_gw_req_info_clear). */
 struct req_info {
     const char *id, *peer, *method, *path;
-    char *copy; /* agw_gw_req_info_copy: the four strings, in one block */
+    unsigned worker; /* the event loop that took the request */
+    char *copy;      /* agw_gw_req_info_copy: the four strings, in one block */
 };
 
-struct req_info agw_gw_req_info(const struct agw_req *req);
-void agw_gw_req_info_copy(struct req_info *ri, const struct agw_req *req);
+struct req_info agw_gw_req_info(const struct agw_worker *w, const struct agw_req *req);
+void agw_gw_req_info_copy(const struct agw_worker *w, struct req_info *ri,
+                          const struct agw_req *req);
 void agw_gw_req_info_clear(struct req_info *ri);
 void agw_gw_access_log(const struct req_info *ri, const char *agent, const char *thread,
                        const char *run, const char *key_id, int status, uint64_t events,
@@ -67,17 +98,17 @@ void agw_gw_access_log(const struct req_info *ri, const char *agent, const char 
 void agw_gw_reply_accepted(struct agw_req *req, const char *status, const char *thread,
                            const char *run);
 /* Answers an error, logs and counts it. */
-void agw_gw_reply_error(struct agw_gateway *gw, struct agw_req *req, const char *agent, int status,
+void agw_gw_reply_error(struct agw_worker *w, struct agw_req *req, const char *agent, int status,
                         const char *msg);
 /* Bearer auth for everything under /v1/. <agent_id> NULL: any valid key will do. Answers 401 or 403
  * itself and returns false; on success *<key> is the matching key (NULL with auth off). */
-bool agw_gw_authorize(struct agw_gateway *gw, struct agw_req *req, const char *agent_id,
+bool agw_gw_authorize(struct agw_worker *w, struct agw_req *req, const char *agent_id,
                       const struct agw_auth_key **key);
 
 /* A run's record until its relay ends: the relay's on_end (agw_gw_run_ended) counts and logs it,
  * then frees this. */
 struct run_ctx {
-    struct agw_gateway *gw;
+    struct agw_worker *w;
     struct req_info ri;
     const char *key_id; /* borrowed from the config */
 };

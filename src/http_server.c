@@ -71,6 +71,7 @@ struct agw_server {
     uint64_t accept_unlogged;   /* failures since */
     struct agw_server_stats stats;
     size_t n_conns, peak_conns; /* open connections now, and their peak since the last trim */
+    bool trim_at_zero;          /* trimmed during a fall: trim once more when none is left */
     struct event *trim_ev;      /* deferred malloc_trim() */
 };
 
@@ -626,7 +627,7 @@ static void count_refusal(struct agw_server *srv, int status)
 
     for (size_t i = 0; i < AGW_ARRAY_LEN(statuses); i++) {
         if (statuses[i] == status) {
-            srv->stats.refused[i]++;
+            __atomic_add_fetch(&srv->stats.refused[i], 1, __ATOMIC_RELAXED);
             return;
         }
     }
@@ -945,6 +946,10 @@ static evhtp_res on_connection_fini(evhtp_connection_t *conn, void *arg)
     TAILQ_REMOVE(&cc->srv->conns, cc, link);
     if (--cc->srv->n_conns <= cc->srv->peak_conns / 4 && cc->srv->peak_conns >= TRIM_PEAK) {
         cc->srv->peak_conns = cc->srv->n_conns;
+        cc->srv->trim_at_zero = cc->srv->n_conns > 0;
+        event_active(cc->srv->trim_ev, EV_TIMEOUT, 0);
+    } else if (cc->srv->n_conns == 0 && cc->srv->trim_at_zero) {
+        cc->srv->trim_at_zero = false;
         event_active(cc->srv->trim_ev, EV_TIMEOUT, 0);
     }
     event_free(cc->timer);
@@ -1023,7 +1028,7 @@ static void accept_error_cb(struct evconnlistener *lev, void *ctx)
     bool pause = err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
     uint64_t now = agw_now_ms();
 
-    srv->stats.accept_errors++;
+    __atomic_add_fetch(&srv->stats.accept_errors, 1, __ATOMIC_RELAXED);
     srv->accept_unlogged++;
     if (pause) {
         struct timeval tv = {.tv_sec = 0, .tv_usec = ACCEPT_PAUSE_MS * 1000};
@@ -1199,9 +1204,12 @@ bool agw_server_draining(const struct agw_server *srv)
     return srv->draining;
 }
 
+/* Read by the metrics from any loop: hence the atomics. */
 void agw_server_get_stats(const struct agw_server *srv, struct agw_server_stats *st)
 {
-    *st = srv->stats;
+    st->accept_errors = __atomic_load_n(&srv->stats.accept_errors, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < AGW_SERVER_N_REFUSALS; i++)
+        st->refused[i] = __atomic_load_n(&srv->stats.refused[i], __ATOMIC_RELAXED);
 }
 
 size_t agw_server_active_requests(const struct agw_server *srv)

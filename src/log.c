@@ -131,8 +131,15 @@ void agw_log_access(const char *json_line)
         buf[len] = '\n';
         write_all(access_fd, buf, len + 1);
     } else {
-        write_all(access_fd, json_line, len);
-        write_all(access_fd, "\n", 1);
+        /* One system call for the line and its newline, so that lines written by several event
+         * loops at once never interleave. */
+        char *whole = malloc(len + 1);
+        if (whole == NULL)
+            return;
+        memcpy(whole, json_line, len);
+        whole[len] = '\n';
+        write_all(access_fd, whole, len + 1);
+        free(whole);
     }
 }
 
@@ -177,6 +184,7 @@ void agw_log_access_record(const struct agw_access_record *r)
         json_object_set_new(o, "outcome", json_string(r->outcome));
     if (r->detached)
         json_object_set_new(o, "detached", json_true());
+    json_object_set_new(o, "worker", json_integer(r->worker));
     line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (line != NULL)
         agw_log_access(line);

@@ -15,12 +15,13 @@
 #include "agw/auth.h"
 #include "agw/config.h"
 #include "agw/gateway.h"
+#include "agw/limits.h"
 #include "agw/log.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: agui-gateway -c FILE [--port-file FILE]\n"
+            "Usage: agui-gateway -c FILE [--port-file FILE] [--workers N]\n"
             "       agui-gateway --check -c FILE\n"
             "       agui-gateway hash-token < token-file\n"
             "       agui-gateway --version | --help\n"
@@ -29,6 +30,8 @@ static void usage(FILE *f)
             "      --check           validate the configuration and exit (0 = valid)\n"
             "      --port-file FILE  once listening, write the bound ports there, one per line\n"
             "                        (listeners in order, then the admin listener)\n"
+            "      --workers N       event loops (threads), instead of the configuration's\n"
+            "                        \"workers\" (0 = one per core)\n"
             "  hash-token            print the SHA-256 hex digest of the token read from stdin,\n"
             "                        for auth.keys[].sha256\n");
 }
@@ -120,6 +123,7 @@ int main(int argc, char **argv)
         {"config", required_argument, NULL, 'c'},
         {"check", no_argument, NULL, 'k'},
         {"port-file", required_argument, NULL, 'p'},
+        {"workers", required_argument, NULL, 'w'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -132,6 +136,8 @@ int main(int argc, char **argv)
     uint16_t ports[32];
     size_t n_ports;
     int c, status = 1;
+    long workers = -1;
+    char *end;
 
     if (argc == 2 && strcmp(argv[1], "hash-token") == 0)
         return hash_token();
@@ -145,6 +151,16 @@ int main(int argc, char **argv)
             break;
         case 'p':
             port_file = optarg;
+            break;
+        case 'w':
+            errno = 0;
+            workers = strtol(optarg, &end, 10);
+            if (errno != 0 || end == optarg || *end != '\0' || workers < 0 ||
+                workers > AGW_MAX_WORKERS) {
+                fprintf(stderr, "agui-gateway: --workers: expected 0 to %d, got '%s'\n",
+                        AGW_MAX_WORKERS, optarg);
+                return 2;
+            }
             break;
         case 'V':
             printf("agui-gateway %s\n", PACKAGE_VERSION);
@@ -167,6 +183,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "agui-gateway: %s: %s\n", config_path, err);
         return 1;
     }
+    if (workers >= 0)
+        cfg->workers = (unsigned)workers;
     if (check) {
         printf("%s: configuration is valid (%zu agents, %zu listeners)\n", config_path,
                cfg->n_agents, cfg->n_listeners);

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,11 @@ struct status_count {
     uint64_t n;
 };
 
+/* Every loop counts into the one object: the counters with relaxed atomics, the (agent, status)
+ * table under a lock. */
 struct agw_metrics {
     const struct agw_config *cfg;
+    pthread_mutex_t lock;          /* for <requests> */
     struct status_count *requests; /* by (agent, status); agents come from the config */
     size_t n_requests, cap_requests;
     uint64_t counters[AGW_N_COUNTERS];
@@ -48,6 +52,7 @@ struct agw_metrics *agw_metrics_new(const struct agw_config *cfg)
     struct agw_metrics *m = agw_xcalloc(1, sizeof(*m));
 
     m->cfg = cfg;
+    pthread_mutex_init(&m->lock, NULL);
     return m;
 }
 
@@ -56,26 +61,29 @@ void agw_metrics_free(struct agw_metrics *m)
     if (m == NULL)
         return;
     free(m->requests);
+    pthread_mutex_destroy(&m->lock);
     free(m);
 }
 
 void agw_metrics_add(struct agw_metrics *m, enum agw_counter c, uint64_t n)
 {
-    m->counters[c] += n;
+    __atomic_add_fetch(&m->counters[c], n, __ATOMIC_RELAXED);
 }
 
 uint64_t agw_metrics_get(const struct agw_metrics *m, enum agw_counter c)
 {
-    return m->counters[c];
+    return __atomic_load_n(&m->counters[c], __ATOMIC_RELAXED);
 }
 
 void agw_metrics_request(struct agw_metrics *m, const char *agent, int status)
 {
     if (agent == NULL || (agent[0] != '\0' && agw_config_find_agent(m->cfg, agent) == NULL))
         agent = "";
+    pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < m->n_requests; i++) {
         if (m->requests[i].status == status && strcmp(m->requests[i].agent, agent) == 0) {
             m->requests[i].n++;
+            pthread_mutex_unlock(&m->lock);
             return;
         }
     }
@@ -87,12 +95,13 @@ void agw_metrics_request(struct agw_metrics *m, const char *agent, int status)
     m->requests[m->n_requests].status = status;
     m->requests[m->n_requests].n = 1;
     m->n_requests++;
+    pthread_mutex_unlock(&m->lock);
 }
 
 void agw_metrics_upstream_failure(struct agw_metrics *m, enum agw_up_failure kind)
 {
     if (kind != AGW_UP_OK && kind < AGW_UP_N_FAILURES)
-        m->upstream_failures[kind]++;
+        __atomic_add_fetch(&m->upstream_failures[kind], 1, __ATOMIC_RELAXED);
 }
 
 static void header(struct evbuffer *out, const char *name, const char *type, const char *help)
@@ -100,13 +109,15 @@ static void header(struct evbuffer *out, const char *name, const char *type, con
     evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-void agw_metrics_write(const struct agw_metrics *m, const struct agw_metrics_gauges *g,
+void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g,
                        struct evbuffer *out)
 {
     header(out, "agw_requests_total", "counter", "Requests answered, by agent and HTTP status.");
+    pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < m->n_requests; i++)
         evbuffer_add_printf(out, "agw_requests_total{agent=\"%s\",status=\"%d\"} %" PRIu64 "\n",
                             m->requests[i].agent, m->requests[i].status, m->requests[i].n);
+    pthread_mutex_unlock(&m->lock);
     header(out, "agw_active_runs", "gauge",
            "Runs in the active-run registry (streaming, attached or detached).");
     evbuffer_add_printf(out, "agw_active_runs %zu\n", g->active_runs);
@@ -115,12 +126,14 @@ void agw_metrics_write(const struct agw_metrics *m, const struct agw_metrics_gau
     evbuffer_add_printf(out, "agw_open_relays %zu\n", g->open_relays);
     for (int c = 0; c < AGW_N_COUNTERS; c++) {
         header(out, counter_info[c].name, "counter", counter_info[c].help);
-        evbuffer_add_printf(out, "%s %" PRIu64 "\n", counter_info[c].name, m->counters[c]);
+        evbuffer_add_printf(out, "%s %" PRIu64 "\n", counter_info[c].name,
+                            agw_metrics_get(m, (enum agw_counter)c));
     }
     header(out, "agw_upstream_failures_total", "counter", "Upstream failures, by kind.");
     for (int k = AGW_UP_OK + 1; k < AGW_UP_N_FAILURES; k++)
         evbuffer_add_printf(out, "agw_upstream_failures_total{kind=\"%s\"} %" PRIu64 "\n",
-                            agw_up_failure_name((enum agw_up_failure)k), m->upstream_failures[k]);
+                            agw_up_failure_name((enum agw_up_failure)k),
+                            __atomic_load_n(&m->upstream_failures[k], __ATOMIC_RELAXED));
     header(out, "agw_requests_refused_total", "counter",
            "Requests refused by the HTTP parser before routing (malformed, too large, "
            "unsupported), by status.");

@@ -416,8 +416,8 @@ static void up_on_head(void *arg, const struct agw_http1_response *resp)
     r->answered = true;
     if (r->runs != NULL) {
         const struct agw_url *u = agw_upstream_pool_url(r->backends[r->attempt]);
-        r->entry = agw_runs_add(r->runs, r->agent_id, r->thread_id, r->run_id, u->text,
-                                r->backends[r->attempt], r);
+        r->entry =
+            agw_runs_add(r->runs, r->agent_id, r->thread_id, r->run_id, u->text, r->set->base, r);
     }
     if (r->state == RL_ST_DETACHED) /* detached before the upstream answered: it goes on alone */
         goto out;
@@ -695,7 +695,7 @@ static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_r
     if (p->run_ms > 0)
         arm(r->run_timer, p->run_ms);
     TAILQ_INSERT_TAIL(&set->relays, r, link);
-    set->count++;
+    __atomic_add_fetch(&set->count, 1, __ATOMIC_RELAXED);
     agw_req_on_close(p->req, client_close, r);
     agw_req_on_half_close(p->req, client_half_close);
     return r;
@@ -744,7 +744,7 @@ static void relay_free(struct agw_relay *r)
     if (r->on_end != NULL)
         r->on_end(r->arg, &s);
     TAILQ_REMOVE(&r->set->relays, r, link);
-    r->set->count--;
+    __atomic_sub_fetch(&r->set->count, 1, __ATOMIC_RELAXED);
     unregister(r);
     agw_upstream_close(r->up);
     event_free(r->heartbeat);
@@ -790,9 +790,10 @@ void agw_relay_cancel(struct agw_relay *r)
     leave(r);
 }
 
+/* Read by the metrics from any loop: hence the atomics. */
 size_t agw_relay_set_count(const struct agw_relay_set *set)
 {
-    return set->count;
+    return __atomic_load_n(&set->count, __ATOMIC_RELAXED);
 }
 
 void agw_relay_set_shutdown(struct agw_relay_set *set)

@@ -3,6 +3,7 @@
  * double when the entries outnumber the buckets. */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@ struct agw_runs {
     size_t n_buckets; /* a power of two, the same for every index */
     size_t count;
     uint64_t seq;
+    pthread_mutex_t lock;
 };
 
 /* FNV-1a over the strings, each followed by a separator byte that no C string contains. */
@@ -96,6 +98,7 @@ struct agw_runs *agw_runs_new(void)
 {
     struct agw_runs *runs = agw_xcalloc(1, sizeof(*runs));
 
+    pthread_mutex_init(&runs->lock, NULL);
     runs->n_buckets = INITIAL_BUCKETS;
     for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)
         runs->buckets[i] = agw_xcalloc(runs->n_buckets, sizeof(*runs->buckets[i]));
@@ -125,17 +128,33 @@ void agw_runs_free(struct agw_runs *runs)
     }
     for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)
         free(runs->buckets[i]);
+    pthread_mutex_destroy(&runs->lock);
     free(runs);
 }
 
-size_t agw_runs_count(const struct agw_runs *runs)
+void agw_runs_lock(struct agw_runs *runs)
 {
-    return runs->count;
+    pthread_mutex_lock(&runs->lock);
+}
+
+void agw_runs_unlock(struct agw_runs *runs)
+{
+    pthread_mutex_unlock(&runs->lock);
+}
+
+size_t agw_runs_count(struct agw_runs *runs)
+{
+    size_t n;
+
+    pthread_mutex_lock(&runs->lock);
+    n = runs->count;
+    pthread_mutex_unlock(&runs->lock);
+    return n;
 }
 
 struct agw_run_entry *agw_runs_add(struct agw_runs *runs, const char *agent_id,
                                    const char *thread_id, const char *run_id,
-                                   const char *backend_url, void *backend, void *owner)
+                                   const char *backend_url, const void *home, void *owner)
 {
     struct agw_run_entry *e = agw_xcalloc(1, sizeof(*e));
     size_t klen = strlen(agent_id) + strlen(thread_id) + strlen(run_id) + 9;
@@ -146,16 +165,18 @@ struct agw_run_entry *agw_runs_add(struct agw_runs *runs, const char *agent_id,
     e->thread_id = agw_xstrdup(thread_id);
     e->run_id = agw_xstrdup(run_id);
     e->backend_url = agw_xstrdup(backend_url != NULL ? backend_url : "");
-    e->backend = backend;
+    e->home = home;
     e->owner = owner;
+    for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)
+        e->hash[i] = hash_for(i, agent_id, thread_id, run_id);
+    pthread_mutex_lock(&runs->lock);
     e->seq = ++runs->seq;
     if (runs->count >= runs->n_buckets)
         grow(runs);
-    for (int i = 0; i < AGW_RUNS_N_INDEXES; i++) {
-        e->hash[i] = hash_for(i, agent_id, thread_id, run_id);
+    for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)
         link_entry(runs, i, e);
-    }
     runs->count++;
+    pthread_mutex_unlock(&runs->lock);
     return e;
 }
 
@@ -163,9 +184,11 @@ void agw_runs_remove(struct agw_runs *runs, struct agw_run_entry *e)
 {
     if (e == NULL)
         return;
+    pthread_mutex_lock(&runs->lock);
     for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)
         unlink_entry(runs, i, e);
     runs->count--;
+    pthread_mutex_unlock(&runs->lock);
     entry_free(e);
 }
 

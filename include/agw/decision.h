@@ -7,7 +7,7 @@
 
 #include "agw/common.h"
 
-struct agw_gateway;
+struct agw_worker;
 struct agw_req;
 struct agw_agent_config;
 struct agw_auth_key;
@@ -19,14 +19,13 @@ struct agw_route;
  * upstream headers <h>) for <agent>. When an active run matches (decisions.match), it is forwarded
  * to that run's backend; with decisions.no_active_run "reject" an unmatched one gets 400. Returns
  * false when the request should start a new run instead (nothing was answered). */
-bool agw_decision_route(struct agw_gateway *gw, struct agw_req *req,
+bool agw_decision_route(struct agw_worker *w, struct agw_req *req,
                         const struct agw_agent_config *agent, const struct agw_auth_key *key,
                         const struct agw_input *in, const struct agw_upstream_header *h, size_t n,
                         const char *body, size_t body_len);
 
 /* POST /v1/ag-ui/agents/{agent}/runs/{run}/cancel: every active run of the agent with that run id
  * ends with RUN_ERROR CANCELLED and its upstream is closed; 202, or 404 when there is none. */
-void agw_decision_cancel(struct agw_gateway *gw, struct agw_req *req,
-                         const struct agw_route *route);
+void agw_decision_cancel(struct agw_worker *w, struct agw_req *req, const struct agw_route *route);
 
 #endif

@@ -4,6 +4,7 @@
 #define AGW_LIMITS_H
 
 #define AGW_MAX_LISTENERS        16 /* listen[] entries (the admin listener comes on top) */
+#define AGW_MAX_WORKERS          64 /* event loops ("workers") */
 #define AGW_MAX_UPSTREAMS        64 /* upstream URLs of one agent */
 #define AGW_MAX_UPSTREAM_HEADERS 64 /* headers of one upstream request, all sources together */
 /* A client's request line, and each of its header field lines, line end excluded: longer ones are

@@ -37,6 +37,7 @@ struct agw_access_record {
     const char *upstream; /* authority of the backend */
     const char *outcome;  /* "RUN_FINISHED", "RUN_ERROR:<code>", "client_closed", "error", … */
     bool detached;
+    int worker; /* the event loop that took the request (0, 1, …) */
 };
 
 /* Writes <r> as one JSON line (no-op when the access log is off). */

@@ -48,7 +48,7 @@ void agw_metrics_request(struct agw_metrics *m, const char *agent, int status);
 void agw_metrics_upstream_failure(struct agw_metrics *m, enum agw_up_failure kind);
 
 /* Appends the whole exposition (Prometheus text format 0.0.4) to <out>. */
-void agw_metrics_write(const struct agw_metrics *m, const struct agw_metrics_gauges *g,
+void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g,
                        struct evbuffer *out);
 
 #endif

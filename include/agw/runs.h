@@ -4,10 +4,16 @@
  * knows the backend that serves the run, so that a decision arriving on a new request can be
  * forwarded to it, and the relay that owns it, so that the run can be cancelled.
  *
- * One registry per event loop, owned by the gateway; entries are owned by the registry and removed
- * by the relay that added them. Lookups are hash-indexed three ways: the exact key, the thread
- * (decisions.match = "thread") and the run id (the cancel endpoint knows no thread). When a client
- * reuses a key while a run with it is active, both are registered and lookups return the newest.
+ * One registry per process, shared by every event loop (workers): entries are owned by the registry
+ * and removed by the relay that added them, on the loop that runs it (the entry's <home>). Lookups
+ * are hash-indexed three ways: the exact key, the thread (decisions.match = "thread") and the run
+ * id (the cancel endpoint knows no thread). When a client reuses a key while a run with it is
+ * active, both are registered and lookups return the newest.
+ *
+ * Threads: agw_runs_add(), agw_runs_remove() and agw_runs_count() take the registry's lock
+ * themselves. The lookups do not: call them between agw_runs_lock() and agw_runs_unlock(), and use
+ * what they return only until the unlock (copy what you need). An entry's <owner> may be touched
+ * only on its <home> loop.
  *
  * (A registry shared by several instances, doc/protocol.md#not-yet, will sit behind this same
  * interface.) */
@@ -24,7 +30,7 @@ struct agw_run_entry {
     char *key; /* "ag_ui:{agent}:{thread}:{run}" */
     char *agent_id, *thread_id, *run_id;
     char *backend_url; /* the backend serving the run, as configured */
-    void *backend;     /* the caller's handle on that backend (its upstream pool) */
+    const void *home;  /* the event loop that runs it: the only one that may touch <owner> */
     void *owner;       /* the caller's handle on the run (its relay) */
     uint64_t seq;      /* registration order: higher is newer */
     /* private: index links */
@@ -35,13 +41,17 @@ struct agw_run_entry {
 struct agw_runs *agw_runs_new(void);
 /* Frees the registry and any entry still in it. */
 void agw_runs_free(struct agw_runs *runs);
-size_t agw_runs_count(const struct agw_runs *runs);
+size_t agw_runs_count(struct agw_runs *runs);
 
 /* Registers a run; the strings are copied. Returns the entry, valid until agw_runs_remove(). */
 struct agw_run_entry *agw_runs_add(struct agw_runs *runs, const char *agent_id,
                                    const char *thread_id, const char *run_id,
-                                   const char *backend_url, void *backend, void *owner);
+                                   const char *backend_url, const void *home, void *owner);
 void agw_runs_remove(struct agw_runs *runs, struct agw_run_entry *e);
+
+/* Holds the registry still for the lookups below. */
+void agw_runs_lock(struct agw_runs *runs);
+void agw_runs_unlock(struct agw_runs *runs);
 
 /* The newest active run with exactly this key, or NULL. */
 struct agw_run_entry *agw_runs_find(const struct agw_runs *runs, const char *agent_id,

@@ -43,7 +43,7 @@ gw_start() {
     rm -f "$T/gw.port"
     GW_LOG="$T/gw.$GW_N.log"
     LOGS="$LOGS $GW_LOG"
-    "$AGW_GATEWAY" -c "$GW_CFG" --port-file "$T/gw.port" >"$GW_LOG" 2>&1 &
+    "$AGW_GATEWAY" "${GW_ARGS[@]}" -c "$GW_CFG" --port-file "$T/gw.port" >"$GW_LOG" 2>&1 &
     GW_PID=$!
     PIDS="$PIDS $GW_PID"
     wait_port_file "$T/gw.port" 2 || { cat "$GW_LOG" >&2; exit 1; }
@@ -434,7 +434,7 @@ cat >"$T/fd.json" <<JSON
   "log": { "level": "info", "access": "off" }
 }
 JSON
-(ulimit -n 256 && exec "$AGW_GATEWAY" -c "$T/fd.json" --port-file "$T/fd.port" >"$T/fd.log" 2>&1) &
+(ulimit -n 256 && exec "$AGW_GATEWAY" "${GW_ARGS[@]}" -c "$T/fd.json" --port-file "$T/fd.port" >"$T/fd.log" 2>&1) &
 FD_PID=$!
 PIDS="$PIDS $FD_PID"
 LOGS="$LOGS $T/fd.log"

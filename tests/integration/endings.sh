@@ -28,7 +28,7 @@ JSON
 # gateway NAME RUN_TIMEOUT: starts a gateway; sets <NAME>_PORT and <NAME>_PID.
 gateway() {
     config "$T/$1.json" "$2"
-    "$AGW_GATEWAY" -c "$T/$1.json" --port-file "$T/$1.port" >"$T/$1.log" 2>&1 &
+    "$AGW_GATEWAY" "${GW_ARGS[@]}" -c "$T/$1.json" --port-file "$T/$1.port" >"$T/$1.log" 2>&1 &
     eval "$1_PID=$!"
     PIDS="$PIDS $!"
     wait_port_file "$T/$1.port" || { cat "$T/$1.log" >&2; exit 1; }

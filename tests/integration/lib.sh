@@ -8,6 +8,10 @@ set -u
 : "${AGW_SRCDIR:?run through make check}"
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/agw-test.XXXXXX")
+# AGW_TEST_WORKERS=N: every gateway a test starts runs N event loops (--workers), whatever the
+# machine's cores; scripts/dev test runs the suite with 2 (plain build) and 1 (sanitized build).
+GW_ARGS=()
+[ -n "${AGW_TEST_WORKERS:-}" ] && GW_ARGS=(--workers "$AGW_TEST_WORKERS")
 PIDS=""
 FAILS=0
 CHECKS=0
@@ -86,7 +90,7 @@ start_gateway() {
     shift
     rm -f "$T/gw.port"
     GW_LOG="$T/gw.log"
-    "$AGW_GATEWAY" -c "$cfg" --port-file "$T/gw.port" "$@" >"$GW_LOG" 2>&1 &
+    "$AGW_GATEWAY" "${GW_ARGS[@]}" -c "$cfg" --port-file "$T/gw.port" "$@" >"$GW_LOG" 2>&1 &
     GW_PID=$!
     PIDS="$PIDS $GW_PID"
     wait_port_file "$T/gw.port" || { cat "$GW_LOG" >&2; return 1; }

@@ -7,11 +7,13 @@
 
 start_demo demo || exit 1
 D=http://127.0.0.1:$DEMO_PORT
+# One event loop: each loop keeps its own pool, and sequential runs must meet the same one.
 cat >"$T/gw.json" <<JSON
 {
   "listen": [ { "address": "127.0.0.1", "port": 0 } ],
   "auth": { "mode": "none" },
   "log": { "level": "debug" },
+  "workers": 1,
   "agents": {
     "keep": { "upstreams": ["$D/agent?events=3"] },
     "hidle": { "upstreams": ["$D/agent?events=3&hangup=idle"] },

@@ -98,7 +98,7 @@ check_contains "drain is logged" "draining" "$(cat "$GW_LOG")"
 if command -v valgrind >/dev/null 2>&1 && [ -z "${AGW_SANITIZED:-}" ]; then
     rm -f "$T/gw.port"
     valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=99 \
-        "$AGW_GATEWAY" -c "$T/gw.json" --port-file "$T/gw.port" >"$T/vg.log" 2>&1 &
+        "$AGW_GATEWAY" "${GW_ARGS[@]}" -c "$T/gw.json" --port-file "$T/gw.port" >"$T/vg.log" 2>&1 &
     VG=$!
     PIDS="$PIDS $VG"
     wait_port_file "$T/gw.port" 2 || { cat "$T/vg.log"; exit 1; }

@@ -40,7 +40,7 @@ gw_start() {
     rm -f "$T/gw.port"
     GW_LOG="$T/gw.$GW_N.log"
     LOGS="$LOGS $GW_LOG"
-    "$AGW_GATEWAY" -c "$T/gw.json" --port-file "$T/gw.port" >"$GW_LOG" 2>&1 &
+    "$AGW_GATEWAY" "${GW_ARGS[@]}" -c "$T/gw.json" --port-file "$T/gw.port" >"$GW_LOG" 2>&1 &
     GW_PID=$!
     PIDS="$PIDS $GW_PID"
     wait_port_file "$T/gw.port" 2 || { cat "$GW_LOG" >&2; exit 1; }

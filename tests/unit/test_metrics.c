@@ -23,7 +23,7 @@ static struct agw_config *config(void)
     return cfg;
 }
 
-static char *expose(const struct agw_metrics *m)
+static char *expose(struct agw_metrics *m)
 {
     static const int statuses[] = {400, 431};
     static const uint64_t refused[] = {3, 1};
