@@ -23,14 +23,23 @@
  * agw/common.h turns into an abort: carrying on with an undefined digest could authenticate
  * someone. */
 /* OpenSSL 3 looks the algorithm up and allocates a context on every EVP_Digest() call: the
- * algorithm is fetched once for the process, and each thread keeps one context, reset per use. */
+ * algorithm is fetched once for the process, and each thread keeps one context, reset per use and
+ * freed when the thread ends (the key's destructor). */
 static EVP_MD *sha256_md;
 static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+static pthread_key_t sha256_key;
 static _Thread_local EVP_MD_CTX *sha256_ctx;
+
+static void sha256_ctx_free(void *ctx)
+{
+    EVP_MD_CTX_free(ctx);
+}
 
 static void sha256_fetch(void)
 {
     sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+    if (pthread_key_create(&sha256_key, sha256_ctx_free) != 0)
+        abort();
 }
 
 static void sha256(const void *data, size_t len, uint8_t md[32])
@@ -38,8 +47,10 @@ static void sha256(const void *data, size_t len, uint8_t md[32])
     unsigned int mdlen = 0;
 
     pthread_once(&sha256_once, sha256_fetch);
-    if (sha256_ctx == NULL)
+    if (sha256_ctx == NULL) {
         sha256_ctx = EVP_MD_CTX_new();
+        pthread_setspecific(sha256_key, sha256_ctx);
+    }
     if (sha256_md == NULL || sha256_ctx == NULL ||
         EVP_DigestInit_ex2(sha256_ctx, sha256_md, NULL) != 1 ||
         EVP_DigestUpdate(sha256_ctx, data, len) != 1 ||

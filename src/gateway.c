@@ -667,7 +667,7 @@ static int worker_init(struct agw_worker *w, char *err, size_t errlen)
     };
 
     w->base = event_base_new();
-    if (w->base == NULL) {
+    if (w->base == NULL || event_base_priority_init(w->base, AGW_N_PRIORITIES) != 0) {
         snprintf(err, errlen, "cannot create the event loop");
         return -1;
     }

@@ -101,6 +101,7 @@ struct agw_relay {
     size_t attempt;      /* index into backends of the current try */
     unsigned tries_left; /* further backends that may be tried */
     bool answered;       /* the upstream's head arrived: no more retries */
+    bool flowing;        /* its first event is out (agw_upstream_set_flowing) */
     size_t stream_buffer_bytes;
     uint32_t heartbeat_ms;
     bool detach;     /* the agent's on_client_disconnect is "detach" */
@@ -485,6 +486,10 @@ static void up_on_body(void *arg, struct evbuffer *body)
         goto out;
     }
     flush_out(r, false);
+    if (!r->flowing && r->up != NULL && agw_agui_events_out(r->agui) > 0) {
+        r->flowing = true;
+        agw_upstream_set_flowing(r->up); /* its first event is out: new runs go first now */
+    }
     /* Backpressure: stop reading the upstream while the client's queue is above the limit; the
      * server's drain callback resumes it. */
     if (r->state == RL_ST_STREAMING && r->up != NULL &&

@@ -586,6 +586,16 @@ static void reader_start(struct agw_upstream *up)
         event_add(c->rd, NULL);
 }
 
+/* The priority of the connection's reads (include/agw/common.h: AGW_PRIO_*). On a loop without
+ * priorities (tests, tools) libevent refuses the level, and nothing changes. */
+static void set_priority(struct up_conn *c, int prio)
+{
+    if (c->rd != NULL)
+        event_priority_set(c->rd, prio);
+    else
+        bufferevent_priority_set(c->bev, prio);
+}
+
 static void reading(struct agw_upstream *up, bool on)
 {
     struct up_conn *c = up->conn;
@@ -819,6 +829,7 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
     up->conn = conn_from_pool(pool, up);
     if (up->conn != NULL) {
         up->reused = true;
+        set_priority(up->conn, AGW_PRIO_NEW); /* it may come from a run whose events flowed */
         set_state(up, UP_ST_WAITING);
         if (up->conn->rd == NULL) { /* TLS: the bufferevent reads and writes */
             bufferevent_enable(up->conn->bev, EV_READ | EV_WRITE);
@@ -833,6 +844,12 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
         fail_later(up, AGW_UP_CONNECT, "cannot create a socket");
     }
     return up;
+}
+
+void agw_upstream_set_flowing(struct agw_upstream *up)
+{
+    if (up->conn != NULL)
+        set_priority(up->conn, AGW_PRIO_FLOWING);
 }
 
 void agw_upstream_set_callbacks(struct agw_upstream *up, const struct agw_upstream_callbacks *cbs,

@@ -21,6 +21,13 @@ enum {
 };
 #define AGW_AGAIN (-1000)
 
+/* Event priorities of every event loop (event_base_priority_init(base, AGW_N_PRIORITIES); an event
+ * runs only when no event of a smaller number is waiting). Everything starts at AGW_PRIO_NEW,
+ * libevent's default for three levels: accepts, request heads and bodies, upstream connects, a
+ * run until its first event is out. A run's upstream reads drop to AGW_PRIO_FLOWING once events
+ * flow, so that streams already flowing cannot starve a new run's first event. */
+enum { AGW_PRIO_NEW = 1, AGW_PRIO_FLOWING = 2, AGW_N_PRIORITIES = 3 };
+
 #define AGW_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #if defined(__GNUC__)

@@ -93,6 +93,10 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
 void agw_upstream_set_callbacks(struct agw_upstream *up, const struct agw_upstream_callbacks *cbs,
                                 void *arg);
 
+/* The response's events flow to the client: its reads yield to new work from now on
+ * (AGW_PRIO_FLOWING, include/agw/common.h), until the connection serves another exchange. */
+void agw_upstream_set_flowing(struct agw_upstream *up);
+
 /* Backpressure: stop / resume reading the response (the idle timer is suspended while paused). */
 void agw_upstream_pause(struct agw_upstream *up);
 void agw_upstream_resume(struct agw_upstream *up);

@@ -145,6 +145,7 @@ t0=$(date +%s%N)
 stop_pid "$GW_PID" >/dev/null
 elapsed=$((($(date +%s%N) - t0) / 1000000))
 check_eq "SIGTERM: the process exits 0" 0 "$STOP_STATUS"
+[ "$STOP_STATUS" = 0 ] || tail -n 60 "$GW_LOG" >&2
 CHECKS=$((CHECKS + 1))
 if [ "$elapsed" -lt 6000 ]; then ok "drained in $elapsed ms"; else fail "drain took $elapsed ms"; fi
 for i in $(seq $N); do

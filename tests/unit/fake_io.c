@@ -184,6 +184,11 @@ void agw_upstream_set_callbacks(struct agw_upstream *up, const struct agw_upstre
     up->arg = arg;
 }
 
+void agw_upstream_set_flowing(struct agw_upstream *up)
+{
+    up->flowing = true;
+}
+
 void agw_upstream_pause(struct agw_upstream *up)
 {
     up->paused = true;

@@ -36,6 +36,7 @@ struct agw_upstream {
     void *arg;
     char *body; /* the request body sent */
     bool closed, released, paused;
+    bool flowing; /* agw_upstream_set_flowing() was called */
 };
 
 #define FAKE_MAX_UPSTREAMS 16

@@ -194,6 +194,25 @@ Test(relay, a_whole_run)
     fake_req_free(req);
 }
 
+/* Once a run's first event is out, its upstream reads yield to new work (AGW_PRIO_FLOWING): not
+ * before (a new run's head and first event go first), and not for a head without events. */
+Test(relay, the_upstream_yields_once_events_flow)
+{
+    struct agw_req *req = fake_req_new();
+    struct opts o = {0};
+
+    start(req, &o);
+    fake_up_head(last_up(), 200, SSE);
+    cr_assert(!last_up()->flowing, "not at the head");
+    fake_up_body(last_up(), ": a comment, no event\n\n");
+    cr_assert(!last_up()->flowing, "not before an event");
+    fake_up_body(last_up(), START);
+    cr_assert(last_up()->flowing, "from the first event on");
+    fake_up_body(last_up(), FIN);
+    fake_req_close(req);
+    fake_req_free(req);
+}
+
 Test(relay, eof_ends_a_clean_run_and_a_cut_message_in_error)
 {
     struct agw_req *req = fake_req_new();
