@@ -51,6 +51,16 @@
 /* Accepting is paused this long when accept() fails for want of descriptors or memory. */
 #define ACCEPT_PAUSE_MS 100
 #define ACCEPT_LOG_MS   1000 /* at most one log line per this period about failed accepts */
+/* A stream on a plain TCP connection that wrote nothing for a whole period of this length (so idle
+ * for one to two periods) gives libevhtp's objects back: the connection, its parser's 8 KiB token
+ * buffer, the request and its header copies (about 11 KiB). The stream goes on, on the bufferevent
+ * alone; its connection then closes after the last chunk (libevhtp cannot adopt a connection again,
+ * so a released connection is not kept alive). See "Releasing an idle stream" below. */
+#define RELEASE_IDLE_MS 500
+/* Released streams give their memory back to the system in batches: a malloc_trim() at most this
+ * long after a release (glibc keeps freed heap pages otherwise, and those freed objects lie between
+ * live ones). */
+#define RELEASE_TRIM_MS 200
 
 struct conn_ctx;
 
@@ -73,6 +83,7 @@ struct agw_server {
     size_t n_conns, peak_conns; /* open connections now, and their peak since the last trim */
     bool trim_at_zero;          /* trimmed during a fall: trim once more when none is left */
     struct event *trim_ev;      /* deferred malloc_trim() */
+    size_t n_released;          /* connections whose libevhtp objects were released */
 };
 
 /* The gate: every byte a client sends goes through our strict parser (src/http1.c) before
@@ -87,19 +98,22 @@ enum gate_state {
 struct conn_ctx {
     struct agw_server *srv;
     TAILQ_ENTRY(conn_ctx) link;
-    evhtp_connection_t *conn;
-    struct bufferevent *bev; /* the connection's (libevhtp's), whose callbacks wrap libevhtp's */
-    struct event *timer; /* request read timeout (slow clients), armed while no request is complete;
-                            the lingering close's limit in GATE_CLOSING */
+    evhtp_connection_t *conn; /* NULL once released (owned) */
+    struct bufferevent *bev;  /* the connection's (libevhtp's, ours once released), whose callbacks
+                                 wrap libevhtp's */
+    struct event
+        *timer; /* request read timeout (slow clients), armed while no request is complete;
+                   the lingering close's limit in GATE_CLOSING; the idle check of a stream */
     struct event *abort_ev; /* deferred agw_req_abort() */
     struct event *gate_ev;  /* deferred gate_run(): the next request after an answer */
     struct agw_req *cur;    /* the request being answered, or NULL */
     enum gate_state gate;
-    struct agw_http1_parser *parser;
-    struct agw_http1_request hreq; /* the head being read, from GATE_BODY on */
-    struct evbuffer *raw;          /* read from the client and not yet handed to libevhtp */
-    struct evbuffer *pass;         /* the request being assembled: its head, then its body */
-    struct evbuffer *body;         /* a chunked body, decoded (allocated for the first one) */
+    struct agw_http1_parser *parser; /* NULL once released */
+    struct agw_http1_request hreq;   /* the head being read, from GATE_BODY on */
+    struct evbuffer *raw;            /* read from the client and not yet handed to libevhtp */
+    struct evbuffer *pass; /* the request being assembled: its head, then its body; NULL once
+                              released */
+    struct evbuffer *body; /* a chunked body, decoded (allocated for the first one) */
     bufferevent_data_cb lib_read, lib_write; /* libevhtp's callbacks */
     bufferevent_event_cb lib_event;
     void *lib_arg;
@@ -108,6 +122,9 @@ struct conn_ctx {
     bool peer_eof;      /* the client closed its sending side */
     bool continue_sent; /* "100 Continue" written for the current request */
     bool shut_wr;       /* GATE_CLOSING: the answer is out and our side is shut */
+    /* The stream's libevhtp connection and request were freed (release()): the bufferevent is ours,
+     * the connection serves this stream only and closes after it. */
+    bool owned;
     size_t linger_bytes;
     char peer[64];
 };
@@ -115,7 +132,7 @@ struct conn_ctx {
 struct agw_req {
     struct agw_server *srv;
     struct conn_ctx *cc;
-    evhtp_request_t *r;
+    evhtp_request_t *r; /* NULL once released */
     char id[REQUEST_ID_MAX + 1];
     uint64_t start_ms;
     int status;     /* 0 until answered */
@@ -131,6 +148,9 @@ struct agw_req {
     struct evbuffer *out_direct;
     evutil_socket_t fd;
     bool head_queued; /* the response head waits in out_direct: the first chunk takes it along */
+    bool finished;    /* the last chunk was written or queued */
+    /* The idle check: chunks written, and their count when the check last ran. */
+    unsigned writes, writes_seen;
 };
 
 /* ---- request ids ---------------------------------------------------------------------------- */
@@ -172,6 +192,16 @@ static void new_request_id(char *out, size_t len)
 
 /* ---- connection timer ----------------------------------------------------------------------- */
 
+static void conn_close(struct conn_ctx *cc);
+static void idle_check(struct conn_ctx *cc);
+
+static void arm_ms(struct event *ev, uint32_t ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+
+    evtimer_add(ev, &tv);
+}
+
 static void arm_request_timer(struct conn_ctx *cc)
 {
     struct timeval tv;
@@ -192,10 +222,14 @@ static void request_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (cc->cur != NULL && cc->cur->complete)
-        return; /* a request is being answered; its own timers govern it */
+    if (cc->cur != NULL && cc->cur->complete) {
+        /* A request is being answered; its own timers govern it. A stream's: the idle check. */
+        if (cc->cur->streaming)
+            idle_check(cc);
+        return;
+    }
     agw_log_debug("conn %s: request read timeout, closing", cc->peer);
-    evhtp_connection_free(cc->conn);
+    conn_close(cc);
 }
 
 static void abort_cb(evutil_socket_t fd, short what, void *arg)
@@ -204,7 +238,7 @@ static void abort_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    evhtp_connection_free(cc->conn);
+    conn_close(cc);
 }
 
 /* ---- replies -------------------------------------------------------------------------------- */
@@ -374,6 +408,9 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
         req->out_direct = bufferevent_get_output(bev);
         req->fd = bufferevent_getfd(bev);
         req->head_queued = evbuffer_get_length(req->out_direct) > 0;
+        /* The request timer is free while a request is answered: it checks whether the stream
+         * idles (see release()). */
+        arm_ms(req->cc->timer, RELEASE_IDLE_MS);
     }
 }
 
@@ -388,6 +425,24 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
  * flush it on the next iteration; over TLS it must, the bytes go through OpenSSL.) */
 
 /* "<hex size>\r\n" into <hdr> (at least 19 bytes); returns its length. */
+static size_t chunk_header(char *hdr, size_t n);
+
+/* A released stream's chunk, queued in <out> as libevhtp would (<buf> emptied), and with <last>
+ * the last chunk. */
+static void queue_chunk(struct evbuffer *out, struct evbuffer *buf, bool last)
+{
+    char hdr[24];
+    size_t n = evbuffer_get_length(buf);
+
+    if (n > 0) {
+        evbuffer_add(out, hdr, chunk_header(hdr, n));
+        evbuffer_add_buffer(out, buf);
+        evbuffer_add(out, "\r\n", 2);
+    }
+    if (last)
+        evbuffer_add(out, "0\r\n\r\n", 5);
+}
+
 static size_t chunk_header(char *hdr, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
@@ -430,10 +485,15 @@ void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
     if (n == 0)
         return;
     req->head_queued = false;
+    req->writes++;
     /* Anything queued but the head: the chunk queues behind it. */
     if (out == NULL || (!head && evbuffer_get_length(out) > 0) ||
-        !write_chunk_now(out, req->fd, buf, n, false))
-        evhtp_send_reply_chunk(req->r, buf);
+        !write_chunk_now(out, req->fd, buf, n, false)) {
+        if (req->r == NULL) /* released */
+            queue_chunk(out, buf, false);
+        else
+            evhtp_send_reply_chunk(req->r, buf);
+    }
 }
 
 /* The end of the body, after <buf>'s bytes (maybe none). When nothing but the response head waits
@@ -449,6 +509,17 @@ void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf)
     bool head = req->head_queued;
 
     req->head_queued = false;
+    req->finished = true;
+    if (req->r == NULL) {
+        /* Released: the last chunk is queued, and the connection closes once it is written (see
+         * gate_write_cb), from the loop. */
+        struct bufferevent *bev = req->cc->bev;
+
+        queue_chunk(out, buf, true);
+        bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
+        bufferevent_enable(bev, EV_WRITE);
+        return;
+    }
     if (n > 0 && out != NULL && (head || evbuffer_get_length(out) == 0) &&
         write_chunk_now(out, req->fd, buf, n, true)) {
         struct bufferevent *bev = evhtp_request_get_bev(req->r);
@@ -494,8 +565,12 @@ void agw_req_abort(struct agw_req *req)
 
 /* ---- accessors ------------------------------------------------------------------------------ */
 
+/* A released request (see release()) has no request line or header fields any more: the accessors
+ * below answer as for an absent one. Its owner read what it needed when the request arrived. */
 enum agw_method agw_req_method(const struct agw_req *req)
 {
+    if (req->r == NULL)
+        return AGW_METHOD_OTHER;
     switch (req->r->method) {
     case htp_method_GET:
         return AGW_METHOD_GET;
@@ -512,26 +587,27 @@ enum agw_method agw_req_method(const struct agw_req *req)
 
 const char *agw_req_method_name(const struct agw_req *req)
 {
-    return htparser_get_methodstr_m(req->r->method);
+    return req->r != NULL ? htparser_get_methodstr_m(req->r->method) : NULL;
 }
 
 const char *agw_req_path(const struct agw_req *req)
 {
-    if (req->r->uri == NULL || req->r->uri->path == NULL || req->r->uri->path->full == NULL)
+    if (req->r == NULL || req->r->uri == NULL || req->r->uri->path == NULL ||
+        req->r->uri->path->full == NULL)
         return "/";
     return req->r->uri->path->full;
 }
 
 const char *agw_req_query(const struct agw_req *req)
 {
-    if (req->r->uri == NULL || req->r->uri->query_raw == NULL)
+    if (req->r == NULL || req->r->uri == NULL || req->r->uri->query_raw == NULL)
         return NULL;
     return (const char *)req->r->uri->query_raw;
 }
 
 const char *agw_req_header(const struct agw_req *req, const char *name)
 {
-    return evhtp_header_find(req->r->headers_in, name);
+    return req->r != NULL ? evhtp_header_find(req->r->headers_in, name) : NULL;
 }
 
 struct foreach_ctx {
@@ -551,12 +627,14 @@ void agw_req_foreach_header(const struct agw_req *req, agw_header_fn *fn, void *
 {
     struct foreach_ctx fc = {fn, arg};
 
+    if (req->r == NULL)
+        return;
     evhtp_kvs_for_each(req->r->headers_in, foreach_cb, &fc);
 }
 
 struct evbuffer *agw_req_body(const struct agw_req *req)
 {
-    return req->r->buffer_in;
+    return req->r != NULL ? req->r->buffer_in : NULL;
 }
 
 const char *agw_req_id(const struct agw_req *req)
@@ -602,7 +680,8 @@ static void conn_ctx_free(struct conn_ctx *cc)
 {
     agw_http1_parser_free(cc->parser);
     evbuffer_free(cc->raw);
-    evbuffer_free(cc->pass);
+    if (cc->pass != NULL)
+        evbuffer_free(cc->pass);
     if (cc->body != NULL)
         evbuffer_free(cc->body);
     free(cc);
@@ -618,7 +697,7 @@ static void conn_leave(struct conn_ctx *cc)
 static void close_now(struct conn_ctx *cc)
 {
     if (!cc->dead)
-        evhtp_connection_free(cc->conn);
+        conn_close(cc);
 }
 
 static void count_refusal(struct agw_server *srv, int status)
@@ -778,6 +857,21 @@ static void gate_write_cb(struct bufferevent *bev, void *arg)
      * event without a request for an error and free the connection. */
     if (cc->cur == NULL)
         return;
+    if (cc->owned) {
+        /* What libevhtp's write callback and on_write hook did: the drain callback, and the end of
+         * the connection once the last chunk is out. */
+        struct agw_req *req = cc->cur;
+
+        conn_enter(cc);
+        if (req->finished) {
+            if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+                conn_close(cc);
+        } else if (req->on_drain != NULL) {
+            req->on_drain(req, req->cb_arg);
+        }
+        conn_leave(cc);
+        return;
+    }
     conn_enter(cc);
     cc->lib_write(bev, cc->lib_arg);
     conn_leave(cc);
@@ -809,7 +903,10 @@ static void gate_event_cb(struct bufferevent *bev, short what, void *arg)
             goto out;
         }
     }
-    cc->lib_event(bev, what, cc->lib_arg);
+    if (cc->owned)
+        conn_close(cc); /* what libevhtp does on an error or a close */
+    else
+        cc->lib_event(bev, what, cc->lib_arg);
 out:
     conn_leave(cc);
 }
@@ -835,6 +932,7 @@ static void gate_ev_cb(evutil_socket_t fd, short what, void *arg)
 /* ---- libevhtp hooks ------------------------------------------------------------------------- */
 
 static void request_complete_cb(evhtp_request_t *r, void *arg);
+static void conn_gone(struct conn_ctx *cc);
 
 /* The request is gone: run its owner's close callback and free it. */
 static void end_request(struct conn_ctx *cc, struct agw_req *req)
@@ -943,6 +1041,14 @@ static evhtp_res on_connection_fini(evhtp_connection_t *conn, void *arg)
         evhtp_request_unset_hook(cc->cur->r, evhtp_hook_on_request_fini);
         end_request(cc, cc->cur);
     }
+    conn_gone(cc);
+    return EVHTP_RES_OK;
+}
+
+/* The connection is closed: forgets it, and frees its context unless our callbacks are on the
+ * stack (then the outermost one does). */
+static void conn_gone(struct conn_ctx *cc)
+{
     TAILQ_REMOVE(&cc->srv->conns, cc, link);
     if (--cc->srv->n_conns <= cc->srv->peak_conns / 4 && cc->srv->peak_conns >= TRIM_PEAK) {
         cc->srv->peak_conns = cc->srv->n_conns;
@@ -959,7 +1065,90 @@ static evhtp_res on_connection_fini(evhtp_connection_t *conn, void *arg)
     cc->dead = true;
     if (cc->depth == 0)
         conn_ctx_free(cc);
-    return EVHTP_RES_OK;
+}
+
+/* ---- releasing an idle stream ----------------------------------------------------------------
+ *
+ * A stream that idles holds, through libevhtp, its connection object with the parser's 8 KiB token
+ * buffer, the request object with a copy of every request header and response header, their
+ * buffers and hooks: about 11 KiB, which the stream no longer needs once its head is out (the gate
+ * parsed the request, the chunks are framed here and written straight to the socket). libevhtp has
+ * one public way to let go of a live connection: evhtp_connection_take_ownership() unsets every
+ * hook of the connection and its request, takes the bufferevent out of the connection, disables its
+ * reading and clears its callbacks; evhtp_connection_free() then frees the connection, its parser
+ * and its request without running a hook and without touching the bufferevent. From then on this
+ * file does what libevhtp did for the stream: chunks (queue_chunk()), the drain callback and the
+ * end (gate_write_cb), errors and closes (gate_event_cb, conn_close()). What it cannot do is give
+ * the connection back to libevhtp for a next request (no public call adopts a socket), so a
+ * released connection closes after its stream's last chunk, which HTTP/1.1 allows (the client
+ * opens another one).
+ *
+ * Only plain TCP streams are released: over TLS, libevhtp's SSL keeps a pointer to the connection
+ * (SSL_set_app_data) for its callbacks. Nor is a stream released while a pipelined request waits
+ * in <raw> or bytes wait in its output. */
+
+static void close_owned(struct conn_ctx *cc)
+{
+    if (cc->cur != NULL)
+        end_request(cc, cc->cur);
+    bufferevent_free(cc->bev); /* closes the socket */
+    cc->bev = NULL;
+    conn_gone(cc);
+}
+
+/* Closes the connection, whoever holds it; runs the close callback of its request. Never from
+ * inside libevhtp's callbacks. */
+static void conn_close(struct conn_ctx *cc)
+{
+    if (cc->owned)
+        close_owned(cc);
+    else
+        evhtp_connection_free(cc->conn);
+}
+
+static bool release(struct conn_ctx *cc)
+{
+    struct agw_req *req = cc->cur;
+    evhtp_connection_t *conn = cc->conn;
+
+    if (cc->owned || cc->dead || cc->gate != GATE_BUSY || req == NULL || req->finished ||
+        req->out_direct == NULL || evbuffer_get_length(cc->raw) > 0 ||
+        evbuffer_get_length(req->out_direct) > 0)
+        return false;
+    evhtp_connection_take_ownership(conn);
+    evhtp_connection_free(conn);
+    cc->conn = NULL;
+    cc->owned = true;
+    req->r = NULL;
+    bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
+    bufferevent_enable(cc->bev, EV_READ | EV_WRITE);
+    /* The gate's own request state is not needed either: no request follows on this connection. */
+    agw_http1_parser_free(cc->parser);
+    cc->parser = NULL;
+    evbuffer_free(cc->pass);
+    cc->pass = NULL;
+    if (cc->body != NULL) {
+        evbuffer_free(cc->body);
+        cc->body = NULL;
+    }
+    cc->srv->n_released++;
+    if (!evtimer_pending(cc->srv->trim_ev, NULL))
+        arm_ms(cc->srv->trim_ev, RELEASE_TRIM_MS);
+    agw_log_debug("conn %s: idle stream released from libevhtp", cc->peer);
+    return true;
+}
+
+/* The request timer of a stream: released once it wrote nothing for a whole period. */
+static void idle_check(struct conn_ctx *cc)
+{
+    struct agw_req *req = cc->cur;
+
+    if (cc->owned || req->finished || req->out_direct == NULL)
+        return;
+    if (req->writes == req->writes_seen && release(cc))
+        return;
+    req->writes_seen = req->writes;
+    arm_ms(cc->timer, RELEASE_IDLE_MS);
 }
 
 static void format_peer(const struct sockaddr *sa, char *out, size_t len)
@@ -1102,7 +1291,7 @@ void agw_server_free(struct agw_server *srv)
         return;
     /* Closing a connection runs its fini hooks (and the close callbacks of its request). */
     while (!TAILQ_EMPTY(&srv->conns))
-        evhtp_connection_free(TAILQ_FIRST(&srv->conns)->conn);
+        conn_close(TAILQ_FIRST(&srv->conns));
     for (size_t i = 0; i < srv->n_htps; i++) {
         evhtp_unbind_socket(srv->htps[i]);
         evhtp_free(srv->htps[i]);
@@ -1195,7 +1384,7 @@ void agw_server_drain(struct agw_server *srv)
     for (cc = TAILQ_FIRST(&srv->conns); cc != NULL; cc = next) {
         next = TAILQ_NEXT(cc, link);
         if (cc->cur == NULL)
-            evhtp_connection_free(cc->conn);
+            conn_close(cc);
     }
 }
 
