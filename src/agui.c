@@ -313,7 +313,7 @@ static bool push_open(struct agw_agui *a, enum item_kind kind, const char *id, s
     if (a->n_open >= AGUI_MAX_OPEN || id_len > AGUI_MAX_OPEN_ID_BYTES - a->open_id_bytes)
         return false;
     if (a->n_open == a->cap_open) {
-        size_t cap = a->cap_open ? a->cap_open * 2 : 8;
+        size_t cap = a->cap_open ? a->cap_open * 2 : 2; /* a run rarely has more open at once */
         if (cap > AGUI_MAX_OPEN)
             cap = AGUI_MAX_OPEN;
         a->open = agw_xrealloc(a->open, cap * sizeof(*a->open));

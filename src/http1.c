@@ -65,10 +65,10 @@ struct agw_http1_parser {
     char *line;
     size_t line_len, line_cap;
     bool line_crlf; /* the last line take_line() returned ended with CR LF */
-    /* Request parsers only (request = true): the limits, the lines of the head seen so far, the
-     * body bytes announced so far (chunked) and whether the last -AGW_ETOOBIG was the body limit.
-     */
-    bool request;
+    bool request;   /* a request parser: the members below exist */
+    /* Request parsers only: the limits, the lines of the head seen so far, the body bytes announced
+     * so far (chunked) and whether the last -AGW_ETOOBIG was the body limit. A response parser
+     * (one per upstream exchange, alive as long as its stream) is allocated without them. */
     struct agw_http1_request_limits lim;
     unsigned lines;
     uint64_t announced;
@@ -76,13 +76,20 @@ struct agw_http1_parser {
     char why[96]; /* a refusal's message that names a limit (agw_http1_request.error points here) */
 };
 
-struct agw_http1_parser *agw_http1_parser_new(size_t max_head)
+#define RESPONSE_PARSER_SIZE offsetof(struct agw_http1_parser, lim)
+
+static struct agw_http1_parser *parser_new(size_t max_head, size_t size)
 {
-    struct agw_http1_parser *p = agw_xcalloc(1, sizeof(*p));
+    struct agw_http1_parser *p = agw_xcalloc(1, size);
 
     assert(max_head > 0);
     p->max_head = max_head;
     return p;
+}
+
+struct agw_http1_parser *agw_http1_parser_new(size_t max_head)
+{
+    return parser_new(max_head, RESPONSE_PARSER_SIZE);
 }
 
 void agw_http1_parser_free(struct agw_http1_parser *p)
@@ -96,7 +103,7 @@ void agw_http1_parser_free(struct agw_http1_parser *p)
 struct agw_http1_parser *agw_http1_request_parser_new(size_t max_head,
                                                       const struct agw_http1_request_limits *lim)
 {
-    struct agw_http1_parser *p = agw_http1_parser_new(max_head);
+    struct agw_http1_parser *p = parser_new(max_head, sizeof(*p));
 
     assert(lim->max_line > 0 && lim->max_fields > 0);
     p->request = true;
@@ -108,13 +115,16 @@ void agw_http1_parser_reset(struct agw_http1_parser *p)
 {
     size_t max_head = p->max_head;
     bool request = p->request;
-    struct agw_http1_request_limits lim = p->lim;
+    struct agw_http1_request_limits lim = {0};
 
+    if (request)
+        lim = p->lim;
     free(p->line);
-    memset(p, 0, sizeof(*p));
+    memset(p, 0, request ? sizeof(*p) : RESPONSE_PARSER_SIZE);
     p->max_head = max_head;
     p->request = request;
-    p->lim = lim;
+    if (request)
+        p->lim = lim;
 }
 
 void agw_http1_response_clear(struct agw_http1_response *resp)

@@ -89,8 +89,11 @@ struct agw_relay {
     struct event *run_timer;
     bool probe;
     uint64_t last_write_ms;
-    /* parameters: copies in one block (<params>, owned), which the pointers below point into */
+    /* parameters: copies in one block (<params>, owned), which the pointers below point into; the
+     * first <params_keep> bytes are kept for the whole run, the rest (headers, body) until the
+     * upstream answers (see copy_params()) */
     char *params;
+    size_t params_keep;
     const char *agent_id, *thread_id, *run_id;
     const char *body;
     size_t body_len;
@@ -124,6 +127,7 @@ struct agw_relay {
 };
 
 static void relay_free(struct agw_relay *r);
+static void drop_retry_params(struct agw_relay *r);
 static void heartbeat_cb(evutil_socket_t fd, short what, void *arg);
 
 static void arm(struct event *ev, uint32_t ms)
@@ -143,7 +147,7 @@ static void set_state(struct agw_relay *r, enum relay_state st)
         evtimer_del(r->heartbeat);
         r->probe = false;
     }
-    if (!(TO(st) & LIVE))
+    if (!(TO(st) & LIVE) && r->run_timer != NULL)
         evtimer_del(r->run_timer);
     if (st == RL_ST_STREAMING && r->state != RL_ST_STREAMING && r->heartbeat_ms > 0)
         arm(r->heartbeat, r->heartbeat_ms);
@@ -415,6 +419,7 @@ static void up_on_head(void *arg, const struct agw_http1_response *resp)
         goto out;
     }
     r->answered = true;
+    drop_retry_params(r);
     if (r->runs != NULL) {
         const struct agw_url *u = agw_upstream_pool_url(r->backends[r->attempt]);
         r->entry =
@@ -627,25 +632,28 @@ static void run_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- life ------------------------------------------------------------------------------ */
 
-/* Copies what the relay keeps of <p> into one block: the arrays first (pointers, aligned), then the
- * strings. One allocation per run instead of one per string. */
+/* Copies what the relay keeps of <p> into one block, in two parts: first what it keeps for the
+ * whole run (the backends, then the ids), then, from an aligned offset, what only another attempt
+ * needs (the header array, the header strings, the body). One allocation per run instead of one per
+ * string; once the upstream answered, no attempt follows and the block shrinks to its first part
+ * (drop_retry_params()). */
 static void copy_params(struct agw_relay *r, const struct agw_relay_params *p)
 {
-    size_t n = p->n_headers, total, la = strlen(p->agent_id) + 1, lt = strlen(p->thread_id) + 1,
-           lr = strlen(p->run_id) + 1;
-    size_t arrays = n * sizeof(*r->headers) + p->n_backends * sizeof(*r->backends);
+    size_t n = p->n_headers, keep, total, la = strlen(p->agent_id) + 1,
+           lt = strlen(p->thread_id) + 1, lr = strlen(p->run_id) + 1;
     char *at;
 
-    total = arrays + la + lt + lr + p->body_len + 1;
+    keep = p->n_backends * sizeof(*r->backends) + la + lt + lr;
+    keep = (keep + sizeof(void *) - 1) & ~(sizeof(void *) - 1);
+    total = keep + n * sizeof(*r->headers) + p->body_len + 1;
     for (size_t i = 0; i < n; i++)
         total += strlen(p->headers[i].name) + strlen(p->headers[i].value) + 2;
     r->params = agw_xmalloc(total);
-    r->headers = (struct agw_upstream_header *)(void *)r->params;
-    r->backends = (struct agw_upstream_pool **)(void *)(r->params + n * sizeof(*r->headers));
+    r->params_keep = keep;
+    r->backends = (struct agw_upstream_pool **)(void *)r->params;
     memcpy(r->backends, p->backends, p->n_backends * sizeof(*r->backends));
-    r->n_headers = n;
     r->n_backends = p->n_backends;
-    at = r->params + arrays;
+    at = r->params + p->n_backends * sizeof(*r->backends);
 #define COPY(dst, src, len)                                                                        \
     do {                                                                                           \
         memcpy(at, (src), (len));                                                                  \
@@ -655,15 +663,41 @@ static void copy_params(struct agw_relay *r, const struct agw_relay_params *p)
     COPY(r->agent_id, p->agent_id, la);
     COPY(r->thread_id, p->thread_id, lt);
     COPY(r->run_id, p->run_id, lr);
-    COPY(r->body, p->body, p->body_len);
-    *at++ = '\0';
-    r->body_len = p->body_len;
+    at = r->params + keep;
+    r->headers = (struct agw_upstream_header *)(void *)at;
+    r->n_headers = n;
+    at += n * sizeof(*r->headers);
     for (size_t i = 0; i < n; i++) {
         COPY(r->headers[i].name, p->headers[i].name, strlen(p->headers[i].name) + 1);
         COPY(r->headers[i].value, p->headers[i].value, strlen(p->headers[i].value) + 1);
     }
+    COPY(r->body, p->body, p->body_len);
+    *at++ = '\0';
+    r->body_len = p->body_len;
 #undef COPY
     assert(at == r->params + total);
+}
+
+/* The upstream answered: no other attempt will be made, so the request's headers and body go (a
+ * run may stream for hours). The block keeps the backends and the ids. */
+static void drop_retry_params(struct agw_relay *r)
+{
+    char *old = r->params, *p;
+
+    if (r->headers == NULL)
+        return;
+    r->headers = NULL;
+    r->n_headers = 0;
+    r->body = NULL;
+    r->body_len = 0;
+    p = realloc(old, r->params_keep);
+    if (p == NULL || p == old)
+        return; /* shrunk in place (or not at all: the block stays as it is) */
+    r->params = p;
+    r->backends = (struct agw_upstream_pool **)(void *)p;
+    r->agent_id = p + (r->agent_id - old);
+    r->thread_id = p + (r->thread_id - old);
+    r->run_id = p + (r->run_id - old);
 }
 
 static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_relay_params *p)
@@ -696,9 +730,10 @@ static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_r
     r->out = evbuffer_new();
     r->sink = (struct agw_agui_sink){relay_emit, r};
     r->heartbeat = evtimer_new(set->base, heartbeat_cb, r);
-    r->run_timer = evtimer_new(set->base, run_timer_cb, r);
-    if (p->run_ms > 0)
+    if (p->run_ms > 0) { /* no timer without timeouts.run */
+        r->run_timer = evtimer_new(set->base, run_timer_cb, r);
         arm(r->run_timer, p->run_ms);
+    }
     TAILQ_INSERT_TAIL(&set->relays, r, link);
     __atomic_add_fetch(&set->count, 1, __ATOMIC_RELAXED);
     agw_req_on_close(p->req, client_close, r);
@@ -753,7 +788,8 @@ static void relay_free(struct agw_relay *r)
     unregister(r);
     agw_upstream_close(r->up);
     event_free(r->heartbeat);
-    event_free(r->run_timer);
+    if (r->run_timer != NULL)
+        event_free(r->run_timer);
     evbuffer_free(r->out);
     agw_agui_free(r->agui);
     agw_sse_parser_free(r->sse);

@@ -57,7 +57,8 @@ struct up_conn {
     struct bufferevent *bev;
     struct event *rd; /* plain TCP, once connected: our read event (see "Reading"); NULL over TLS */
     struct agw_upstream *owner; /* the exchange it serves, or NULL while idle in the pool */
-    struct event *idle_timer;   /* while idle: closes it after keepalive_ms */
+    struct event *idle_timer;   /* while idle: closes it after keepalive_ms (made the first time the
+                                   connection goes to the pool) */
     bool idle;                  /* in pool->idle (owner NULL) */
     TAILQ_ENTRY(up_conn) link;  /* in pool->idle while idle */
 };
@@ -100,11 +101,13 @@ struct agw_upstream {
     struct up_conn *conn; /* owned while the exchange runs; NULL before a connection exists */
     enum up_state state;
     struct event *timer; /* the current state's timeout */
-    struct event *kick;  /* deferred work: reported failure, input left while paused */
+    struct event *kick;  /* deferred work: reported failure, input left while paused (made when
+                            first needed) */
     struct agw_http1_parser *parser;
     struct agw_http1_response resp;
-    struct evbuffer
-        *request;          /* the whole request, kept for one retry on a stale pooled connection */
+    /* The whole request, kept for one retry on a stale pooled connection until the response head
+     * arrives; freed then (a stream that runs for hours does not hold it). */
+    struct evbuffer *request;
     struct evbuffer *body; /* decoded body bytes handed to on_body */
     struct agw_upstream_callbacks cbs;
     void *arg;
@@ -171,7 +174,6 @@ static struct up_conn *conn_new(struct agw_upstream_pool *pool, struct buffereve
     c->pool = pool;
     c->bev = bev;
     c->owner = owner;
-    c->idle_timer = evtimer_new(pool->base, idle_timer_cb, c);
     return c;
 }
 
@@ -184,7 +186,8 @@ static void conn_free(struct up_conn *c)
         TAILQ_REMOVE(&c->pool->idle, c, link);
         c->pool->n_idle--;
     }
-    event_free(c->idle_timer);
+    if (c->idle_timer != NULL)
+        event_free(c->idle_timer);
     if (c->rd != NULL)
         event_free(c->rd);
     bufferevent_free(c->bev);
@@ -259,6 +262,8 @@ static void conn_to_pool(struct up_conn *c)
         event_add(c->rd, NULL);
     tv.tv_sec = pool->opts.keepalive_ms / 1000;
     tv.tv_usec = (pool->opts.keepalive_ms % 1000) * 1000;
+    if (c->idle_timer == NULL)
+        c->idle_timer = evtimer_new(pool->base, idle_timer_cb, c);
     evtimer_add(c->idle_timer, &tv);
     TAILQ_INSERT_HEAD(&pool->idle, c, link);
     c->idle = true;
@@ -366,12 +371,22 @@ static void fail(struct agw_upstream *up, enum agw_up_failure kind, const char *
     call_end(up);
 }
 
+static void kick_cb(evutil_socket_t fd, short what, void *arg);
+
+/* Runs kick_cb from the loop. */
+static void kick(struct agw_upstream *up)
+{
+    if (up->kick == NULL)
+        up->kick = evtimer_new(up->pool->base, kick_cb, up);
+    event_active(up->kick, EV_TIMEOUT, 0);
+}
+
 /* Reports a failure from the loop rather than from the current call stack. */
 static void fail_later(struct agw_upstream *up, enum agw_up_failure kind, const char *detail)
 {
     up->pending_kind = kind;
     snprintf(up->pending_detail, sizeof(up->pending_detail), "%s", detail);
-    event_active(up->kick, EV_TIMEOUT, 0);
+    kick(up);
 }
 
 static void timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -471,6 +486,10 @@ static bool process_input(struct agw_upstream *up)
             return false;
         }
         set_state(up, UP_ST_BODY);
+        /* The backend answered: no retry will send the request again. What the output still
+         * references of it stays alive until written (the chains are shared). */
+        evbuffer_free(up->request);
+        up->request = NULL;
         call_begin(up);
         up->cbs.on_head(up->arg, &up->resp);
         if (!call_end(up) || up->state != UP_ST_BODY)
@@ -820,7 +839,6 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
     up->arg = arg;
     up->start_ms = agw_now_ms();
     up->timer = evtimer_new(pool->base, timer_cb, up);
-    up->kick = evtimer_new(pool->base, kick_cb, up);
     up->parser = agw_http1_parser_new(pool->opts.max_header_bytes);
     up->body = evbuffer_new();
     up->request = evbuffer_new();
@@ -881,7 +899,7 @@ void agw_upstream_resume(struct agw_upstream *up)
         arm_timer(up, up->pool->opts.idle_ms);
         /* Bytes read before the pause may still wait in the input: handle them from the loop. */
         if (evbuffer_get_length(bufferevent_get_input(up->conn->bev)) > 0)
-            event_active(up->kick, EV_TIMEOUT, 0);
+            kick(up);
     }
 }
 
@@ -900,11 +918,13 @@ static void destroy(struct agw_upstream *up)
         up->conn = NULL;
     }
     event_free(up->timer);
-    event_free(up->kick);
+    if (up->kick != NULL)
+        event_free(up->kick);
     agw_http1_parser_free(up->parser);
     agw_http1_response_clear(&up->resp);
     evbuffer_free(up->body);
-    evbuffer_free(up->request);
+    if (up->request != NULL)
+        evbuffer_free(up->request);
     free(up);
 }
 
@@ -966,7 +986,7 @@ void agw_upstream_release(struct agw_upstream *up)
         reading(up, true);
     }
     if (evbuffer_get_length(bufferevent_get_input(up->conn->bev)) > 0)
-        event_active(up->kick, EV_TIMEOUT, 0);
+        kick(up);
 }
 
 uint64_t agw_upstream_connect_ms(const struct agw_upstream *up)
