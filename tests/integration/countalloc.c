@@ -1,13 +1,17 @@
-/* An LD_PRELOAD library for tests/integration/alloc.sh: counts malloc, calloc and realloc calls of
- * the process it is loaded into, and writes the counts to stderr on SIGUSR2. */
+/* An LD_PRELOAD library for tests/integration/alloc.sh and idle_mem.sh: counts malloc, calloc and
+ * realloc calls of the process it is loaded into, and the bytes its heap blocks hold (glibc's
+ * malloc_usable_size() of every live block), and writes both to stderr on SIGUSR2:
+ * "ALLOCATIONS <calls> LIVE <bytes>". */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 static unsigned long n_alloc;
+static long live_bytes;
 static void *(*real_malloc)(size_t);
 static void *(*real_calloc)(size_t, size_t);
 static void *(*real_realloc)(void *, size_t);
@@ -26,7 +30,10 @@ void *malloc(size_t n)
     if (real_malloc == NULL)
         init();
     __atomic_fetch_add(&n_alloc, 1, __ATOMIC_RELAXED);
-    return real_malloc(n);
+    void *p = real_malloc(n);
+    if (p != NULL)
+        __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
+    return p;
 }
 
 void *calloc(size_t a, size_t b)
@@ -37,7 +44,10 @@ void *calloc(size_t a, size_t b)
         return p; /* static storage is zeroed */
     }
     __atomic_fetch_add(&n_alloc, 1, __ATOMIC_RELAXED);
-    return real_calloc(a, b);
+    void *p = real_calloc(a, b);
+    if (p != NULL)
+        __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
+    return p;
 }
 
 void *realloc(void *p, size_t n)
@@ -45,7 +55,41 @@ void *realloc(void *p, size_t n)
     if (real_realloc == NULL)
         init();
     __atomic_fetch_add(&n_alloc, 1, __ATOMIC_RELAXED);
-    return real_realloc(p, n);
+    if (p != NULL)
+        __atomic_fetch_sub(&live_bytes, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
+    void *q = real_realloc(p, n);
+    if (q != NULL)
+        __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(q), __ATOMIC_RELAXED);
+    else if (p != NULL && n > 0) /* failed: the old block stays */
+        __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
+    return q;
+}
+
+/* Aligned allocations are counted too, so that their frees balance. */
+int posix_memalign(void **out, size_t align, size_t n)
+{
+    static int (*real)(void **, size_t, size_t);
+    int rc;
+
+    if (real == NULL)
+        real = dlsym(RTLD_NEXT, "posix_memalign");
+    __atomic_fetch_add(&n_alloc, 1, __ATOMIC_RELAXED);
+    rc = real(out, align, n);
+    if (rc == 0)
+        __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(*out), __ATOMIC_RELAXED);
+    return rc;
+}
+
+void *aligned_alloc(size_t align, size_t n)
+{
+    void *p = NULL;
+
+    return posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, n) == 0 ? p : NULL;
+}
+
+void *memalign(size_t align, size_t n)
+{
+    return aligned_alloc(align, n);
 }
 
 void free(void *p)
@@ -56,13 +100,15 @@ void free(void *p)
         return;
     if (real_free == NULL)
         real_free = dlsym(RTLD_NEXT, "free");
+    if (p != NULL)
+        __atomic_fetch_sub(&live_bytes, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
     real_free(p);
 }
 
 static void dump(int sig)
 {
-    char b[64];
-    int k = snprintf(b, sizeof(b), "ALLOCATIONS %lu\n", n_alloc);
+    char b[96];
+    int k = snprintf(b, sizeof(b), "ALLOCATIONS %lu LIVE %ld\n", n_alloc, live_bytes);
 
     (void)sig;
     if (write(2, b, (size_t)k) < 0)

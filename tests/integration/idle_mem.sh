@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Memory per idle stream (a mechanism, not a timing): a stream that idles gives libevhtp's connection,
+# parser and request back, and the per-run buffers that only the start of a run needs (src/http_server.c,
+# "Releasing an idle stream"; doc/benchmarks.md). The gateway runs with an LD_PRELOAD library that counts
+# the bytes of every live heap block (countalloc.c). N streams are held open on a stalled upstream; once they
+# have idled past the release period, the live heap they add must be at most LIVE_PER_STREAM_MAX bytes each
+# (about 20 KiB before the release, about 6 KiB with it). Then: a stream that idles, is released, and goes on
+# (a heartbeat, more events) ends cleanly; and the clients' going away closes the released streams' upstreams.
+. "$AGW_SRCDIR/tests/integration/lib.sh"
+
+N=200
+LIVE_PER_STREAM_MAX=8192
+if [ -n "${AGW_SANITIZED:-}" ]; then
+    echo "sanitized build: ASan owns malloc, nothing to count"
+    exit 77
+fi
+CC=${CC:-cc}
+"$CC" -shared -fPIC -O2 -o "$T/countalloc.so" "$AGW_SRCDIR/tests/integration/countalloc.c" -ldl ||
+    { echo "cannot build the counting library"; exit 1; }
+
+start_demo demo || exit 1
+TOKEN=idle-token
+cat >"$T/gw.json" <<JSON
+{
+  "listen": [ { "address": "127.0.0.1", "port": 0 } ],
+  "auth": { "keys": [ { "id": "k", "sha256": "$(printf %s $TOKEN | "$AGW_GATEWAY" hash-token)", "agents": ["*"] } ] },
+  "log": { "level": "warn", "access": "off" },
+  "timeouts": { "heartbeat": "1500ms" },
+  "agents": {
+    "short": { "upstreams": ["http://127.0.0.1:$DEMO_PORT/agent?events=10&size=100"] },
+    "idle": { "upstreams": ["http://127.0.0.1:$DEMO_PORT/agent?stall=1"] },
+    "slow": { "upstreams": ["http://127.0.0.1:$DEMO_PORT/agent?events=3&delay_ms=2500"] }
+  }
+}
+JSON
+LD_PRELOAD="$T/countalloc.so" start_gateway "$T/gw.json" || exit 1
+LOAD=$AGW_BUILDDIR/bench/agw-load
+AUTH="Authorization: Bearer $TOKEN"
+live() { # N-th report's live bytes
+    kill -USR2 "$GW_PID"
+    for _ in $(seq 50); do
+        [ "$(grep -c '^ALLOCATIONS' "$GW_LOG")" -ge "$1" ] && break
+        sleep 0.1
+    done
+    grep '^ALLOCATIONS' "$GW_LOG" | sed -n "${1}p" | awk '{print $4}'
+}
+demo_active() {
+    curl -s -m 5 "http://127.0.0.1:$DEMO_PORT/_demo/stats" | sed -n 's/.*"active_streams":\([0-9]*\).*/\1/p'
+}
+
+# 1. Live heap per idle stream.
+"$LOAD" --url "http://127.0.0.1:$GW_PORT/v1/ag-ui/agents/short/runs" --header "$AUTH" --concurrency 10 \
+    --runs 200 >/dev/null || fail "warm-up runs"
+sleep 0.5
+l0=$(live 1)
+"$LOAD" --url "http://127.0.0.1:$GW_PORT/v1/ag-ui/agents/idle/runs" --header "$AUTH" --concurrency $N --hold \
+    --duration 60 >"$T/hold.json" 2>"$T/hold.err" &
+HOLD=$!
+PIDS="$PIDS $HOLD"
+for _ in $(seq 300); do grep -q '^ready' "$T/hold.err" && break; sleep 0.1; done
+CHECKS=$((CHECKS + 1))
+if grep -q '^ready' "$T/hold.err"; then ok "$N idle streams open"; else fail "$N idle streams did not open: $(head -c 300 "$T/hold.err")"; fi
+sleep 2 # idle past the release period (0.5 to 1 s)
+l1=$(live 2)
+per=$(( (l1 - l0) / N ))
+CHECKS=$((CHECKS + 1))
+if [ "$per" -le "$LIVE_PER_STREAM_MAX" ]; then
+    ok "live heap per idle stream: $per bytes (at most $LIVE_PER_STREAM_MAX)"
+else
+    fail "live heap per idle stream: $per bytes, more than $LIVE_PER_STREAM_MAX (idle streams not released?)"
+fi
+
+# 2. A stream that idles (released), then gets a heartbeat and more events, and ends cleanly: every event,
+# RUN_FINISHED, the chunked body's end (curl exits 0), and the connection closed after it.
+body='{"threadId":"t1","runId":"r1","messages":[{"id":"m1","role":"user","content":"hi"}]}'
+curl -sS -N -m 30 -H "$AUTH" -H 'Content-Type: application/json' -d "$body" \
+    "http://127.0.0.1:$GW_PORT/v1/ag-ui/agents/slow/runs" >"$T/slow.out" 2>"$T/slow.err"
+check_eq "a released stream ends cleanly (curl status)" 0 "$?"
+out=$(cat "$T/slow.out")
+check_contains "the heartbeat after the release" ": ping" "$out"
+check_contains "the events after the release" '"RUN_FINISHED"' "$out"
+check_eq "every content event" 3 "$(grep -c TEXT_MESSAGE_CONTENT "$T/slow.out")"
+
+# 3. The clients go: the released streams' upstream connections close.
+kill -TERM "$HOLD" 2>/dev/null
+wait "$HOLD" 2>/dev/null
+left=""
+for _ in $(seq 100); do
+    left=$(demo_active)
+    [ "$left" = 0 ] && break
+    sleep 0.1
+done
+check_eq "upstream streams left once the clients went" 0 "$left"
+kill -0 "$GW_PID" 2>/dev/null
+check_eq "the gateway is alive" 0 "$?"
+finish
