@@ -683,10 +683,7 @@ static void copy_params(struct agw_relay *r, const struct agw_relay_params *p)
  * run may stream for hours). The block keeps the backends and the ids. */
 static void drop_retry_params(struct agw_relay *r)
 {
-    char *p;
-    /* Offsets, taken before the block moves (the old pointer is dead after realloc). */
-    ptrdiff_t agent = r->agent_id - r->params, thread = r->thread_id - r->params,
-              run = r->run_id - r->params;
+    char *old = r->params, *p;
 
     if (r->headers == NULL)
         return;
@@ -694,14 +691,17 @@ static void drop_retry_params(struct agw_relay *r)
     r->n_headers = 0;
     r->body = NULL;
     r->body_len = 0;
-    p = realloc(r->params, r->params_keep);
+    /* A new block with the kept prefix (the backends and the ids), then the old one freed. */
+    p = malloc(r->params_keep);
     if (p == NULL)
-        return; /* not shrunk: the block stays as it is */
+        return; /* the block stays as it is */
+    memcpy(p, old, r->params_keep);
     r->params = p;
     r->backends = (struct agw_upstream_pool **)(void *)p;
-    r->agent_id = p + agent;
-    r->thread_id = p + thread;
-    r->run_id = p + run;
+    r->agent_id = p + (r->agent_id - old);
+    r->thread_id = p + (r->thread_id - old);
+    r->run_id = p + (r->run_id - old);
+    free(old);
 }
 
 static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_relay_params *p)
