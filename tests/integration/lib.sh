@@ -29,9 +29,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
+FAILED=""
 fail() {
     echo "FAIL: $*" >&2
     FAILS=$((FAILS + 1))
+    FAILED="$FAILED
+FAIL: $*"
 }
 
 ok() {
@@ -124,6 +127,8 @@ http() {
 }
 
 finish() {
+    # The failures again at the end, where a log's tail (CI prints the last lines) shows them.
+    [ -n "$FAILED" ] && echo "failed checks:$FAILED"
     echo "$((CHECKS - FAILS)) passed, $FAILS failed"
     [ "$FAILS" -eq 0 ]
 }
