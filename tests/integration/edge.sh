@@ -8,6 +8,12 @@
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 RAWHTTP="$AGW_SRCDIR/tests/integration/rawhttp.py"
+# Time scale: every timeout and "at once" bound below is S times longer in sanitized builds, whose daemon
+# runs several times slower (timeouts.request 3 s → 6 s there, the clients' waits and the bounds alike).
+S=1
+[ -n "${AGW_SANITIZED:-}" ] && S=2
+REQ_S=$((3 * S))
+t() { awk -v x="$1" -v s="$S" 'BEGIN { print x * s }'; } # t SECONDS: the scaled time
 SAN_RE='ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|SUMMARY: (Address|Undefined|Leak)Sanitizer'
 # 5,000 idle connections need descriptors: raise the soft limit for the daemon and the tools (hard: 20,000 here).
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n 20000 2>/dev/null || true
@@ -26,7 +32,7 @@ cat >"$T/gw.json" <<JSON
     "big":  { "upstreams": ["$D/agent?events=20000&size=1000"] }
   },
   "limits": { "max_body_bytes": 1024, "stream_buffer_bytes": "64KiB" },
-  "timeouts": { "request": "3s", "heartbeat": "10s" },
+  "timeouts": { "request": "${REQ_S}s", "heartbeat": "10s" },
   "log": { "level": "info", "access": "$T/access.log" }
 }
 JSON
@@ -115,7 +121,7 @@ refuse() {
     local name=$1
     R_NAME+=("$1") R_ST+=("$2") R_PHRASE+=("$3") R_RST+=("${REFUSE_RST:-0}")
     shift 3
-    case_ "$name" --read-timeout 2.5 "$@"
+    case_ "$name" --read-timeout "$(t 2.5)" "$@"
 }
 ERROR_RE='^\{[[:space:]]*"error"[[:space:]]*:[[:space:]]*"([^"\\]|\\.)*"[[:space:]]*\}$' # {"error":"..."}
 check_refusal() {
@@ -160,7 +166,7 @@ HEXLEN=$(printf %x "$LEN")
 HZ='GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'
 SMUG='GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n' # sent behind each smuggling shape, in the same write
 
-PROMPT=2000 # ms: "at once", i.e. well before timeouts.request (3 s), with room for a loaded machine
+PROMPT=$((2000 * S)) # ms: "at once", i.e. well before timeouts.request (3 s × S), with room for a loaded machine
 
 # ---- 1. smuggling shapes: one answer, then the connection is closed (the smuggled GET never answered) ----
 group "smuggling shapes"
@@ -171,9 +177,9 @@ refuse te-chunked-identity-runs 501 "Transfer-Encoding" \
 refuse te-gzip 501 "Transfer-Encoding" \
     --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A${J}Transfer-Encoding: gzip\r\n\r\n0\r\n\r\n$SMUG"
 # Legal spellings of chunked: the body is decoded as chunked, so the GET behind it is a second request.
-case_ te-CHUNKED --read-timeout 4 --max-responses 2 --linger 1 \
+case_ te-CHUNKED --read-timeout "$(t 4)" --max-responses 2 --linger 1 \
     --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A${J}Transfer-Encoding: CHUNKED\r\n\r\n$HEXLEN\r\n$(body 01)\r\n0\r\n\r\n$SMUG"
-case_ te-chunked-trailing-space --read-timeout 4 --max-responses 2 --linger 1 \
+case_ te-chunked-trailing-space --read-timeout "$(t 4)" --max-responses 2 --linger 1 \
     --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A${J}Transfer-Encoding: chunked \r\n\r\n$HEXLEN\r\n$(body 02)\r\n0\r\n\r\n$SMUG"
 refuse cl-space-before-colon 400 "invalid header field name" \
     --send "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length : 43\r\n\r\n$SMUG"
@@ -205,7 +211,7 @@ REFUSE_RST=1 refuse header-token-1m 431 "request header fields too large" \
     --send 'GET /healthz HTTP/1.1\r\nHost: x\r\n' --send-repeat 1048576 t --send ': 1\r\n\r\n'
 refuse fields-101 431 "more than 100 header fields" \
     --send 'GET /healthz HTTP/1.1\r\nHost: x\r\n' --send-repeat 100 'X-F: 1\r\n' --send '\r\n'
-case_ fields-100 --read-timeout 3 --max-responses 1 \
+case_ fields-100 --read-timeout "$(t 3)" --max-responses 1 \
     --send 'GET /healthz HTTP/1.1\r\nHost: x\r\n' --send-repeat 99 'X-F: 1\r\n' --send '\r\n'
 send_batch
 check_ms "fields-30000-unterminated: answered well before timeouts.request" "$(v fields-30000-unterminated r1.ms)" $PROMPT
@@ -215,7 +221,7 @@ check_eq "fields-100: a head of exactly 100 fields is fine" 200 "$(v fields-100 
 gw_fresh
 rss() { awk '/^VmRSS/ { print $2 }' /proc/"$1"/status 2>/dev/null || echo 0; }
 rss0=$(rss "$GW_PID")
-timeout 60 python3 "$RAWHTTP" --port "$GW_PORT" --conns 100 --read-timeout 4 --out "$T/many.out" \
+timeout 60 python3 "$RAWHTTP" --port "$GW_PORT" --conns 100 --read-timeout "$(t 4)" --out "$T/many.out" \
     --send 'GET /healthz HTTP/1.1\r\nHost: x\r\n' --send-repeat 30000 'a:\r\n' 2>"$T/many.err" &
 many=$!
 PIDS="$PIDS $many"
@@ -242,7 +248,7 @@ refuse chunk-size-negative 400 "chunk" \
     --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A${J}Transfer-Encoding: chunked\r\n\r\n-1\r\n{\r\n0\r\n\r\n"
 # Chunk extensions are legal (RFC 9112 §7.1.1): the body spread over three chunks, each with an extension.
 BODY=$(body 03)
-case_ chunk-extensions --read-timeout 5 --max-responses 1 \
+case_ chunk-extensions --read-timeout "$(t 5)" --max-responses 1 \
     --send "POST $RUNS HTTP/1.1\r\nHost: x\r\n$A${J}Transfer-Encoding: chunked\r\n\r\n" \
     --send "1;ext=1\r\n${BODY:0:1}\r\n" \
     --send "$(printf %x $((LEN - 11)));a=\"quoted; value\"\r\n${BODY:1:$((LEN - 11))}\r\n" \
@@ -288,16 +294,16 @@ gw_alive "versions"
 # ---- 6-8. pipelining, half-close, slow loris (sent together) ----
 group "pipelining, half-close, slow loris"
 # Pipelining: every request of one write answered, in order, at once.
-case_ pipe-2 --read-timeout 3 --max-responses 2 --send "${HZ}GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
-case_ pipe-10 --read-timeout 3 --max-responses 10 --send-repeat 10 "$HZ"
-case_ pipe-run-healthz --read-timeout 5 --max-responses 2 --send "$(run_req 06)$HZ"
+case_ pipe-2 --read-timeout "$(t 3)" --max-responses 2 --send "${HZ}GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+case_ pipe-10 --read-timeout "$(t 3)" --max-responses 10 --send-repeat 10 "$HZ"
+case_ pipe-run-healthz --read-timeout "$(t 5)" --max-responses 2 --send "$(run_req 06)$HZ"
 # Half-close: a complete request then shutdown(SHUT_WR) is still answered in full.
 for i in 1 2 3 4 5; do
-    case_ "half-run-$i" --read-timeout 5 --send "$(run_req "1$i")" --shutdown-wr
+    case_ "half-run-$i" --read-timeout "$(t 5)" --send "$(run_req "1$i")" --shutdown-wr
 done
-case_ half-healthz --read-timeout 3 --send "$HZ" --shutdown-wr
+case_ half-healthz --read-timeout "$(t 3)" --send "$HZ" --shutdown-wr
 # Slow loris: one header byte per second is cut by timeouts.request (3 s).
-case_ loris --read-timeout 12 --drip 1 --send 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: abcdefghijklmnopqrstuvwxyz'
+case_ loris --read-timeout "$(t 12)" --drip 1 --send 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: abcdefghijklmnopqrstuvwxyz'
 send_batch
 check_eq "pipe-2: two answers in order" "200,404" "$(v pipe-2 statuses)"
 check_ms "pipe-2: the second answered at once" "$(v pipe-2 r2.ms)" $PROMPT
@@ -316,7 +322,7 @@ check_eq "half-close after GET /healthz: answered" 200 "$(v half-healthz statuse
 CHECKS=$((CHECKS + 1))
 case "$(v loris end)" in eof | reset) ok "loris: the server ended the connection ($(v loris end))" ;;
 *) fail "loris: not ended by the server after 12 s ($(v loris end))" ;; esac
-check_ms "loris: ended within timeouts.request + 1.5 s" "$(v loris end_ms)" 4500
+check_ms "loris: ended within timeouts.request + 1.5 s" "$(v loris end_ms)" $((4500 * S))
 gw_alive "pipelining, half-close, slow loris"
 
 # ---- 9. a client that never reads a large stream: bounded memory, and the run is gone once it leaves ----
@@ -354,7 +360,7 @@ gw_alive "a client that never reads"
 group "5,000 idle connections"
 fds() { ls /proc/"$1"/fd 2>/dev/null | wc -l; }
 # (timeouts.request 30 s here: the daemon must hold the idle connections while they are counted.)
-sed 's/"request": "3s"/"request": "30s"/' "$T/gw.json" >"$T/gw-idle.json"
+sed 's/"request": "'"$REQ_S"'s"/"request": "30s"/' "$T/gw.json" >"$T/gw-idle.json"
 GW_CFG="$T/gw-idle.json"
 gw_fresh
 rss0=$(rss "$GW_PID")
