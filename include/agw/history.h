@@ -1,0 +1,71 @@
+/* Thread history (doc/protocol.md#history): the messages of one thread, rebuilt the way the
+ * official client (@ag-ui/client 1.0.0) rebuilds them, so that the gateway can hand a conversation
+ * back to any frontend. Pure: no I/O, no event loop, no logging; the rules are in
+ * doc/internals/history.md.
+ *
+ * A thread is an ordered list of AG-UI messages, each a JSON object exactly as the client holds it
+ * ({id, role, content, toolCalls: [{id, type, function: {name, arguments}}], toolCallId, ...}),
+ * and, beside each message (never inside it), the id of the run that produced it. Two things change
+ * it:
+ * - agw_history_merge_input(): the `messages` of a run's RunAgentInput, deduplicated by id (clients
+ * resend their whole history on every run);
+ * - agw_history_apply(): the run's relayed events, in order (text messages, tool calls, tool
+ * results, message snapshots). It never holds more than <max_messages>: the oldest are dropped.
+ *
+ * Ownership: one struct agw_history per thread, owned by its creator; not thread-safe (the owner
+ * serialises calls). Unlike elsewhere (a json_t never outlives its function), the thread holds its
+ * messages as jansson values for its whole life: they are the data, edited in place event by event.
+ * Every json_t it holds is its own (deep copies of what it was given); what it hands out is
+ * borrowed, valid until the next call that changes the thread. */
+#ifndef AGW_HISTORY_H
+#define AGW_HISTORY_H
+
+#include <jansson.h>
+
+#include "agw/common.h"
+
+struct agw_history;
+
+/* A new, empty thread that keeps at most <max_messages> (>= 1, asserted) messages. */
+struct agw_history *agw_history_new(size_t max_messages);
+/* Frees the thread and every message in it; NULL is a no-op. */
+void agw_history_free(struct agw_history *h);
+
+/* Merges <messages> (a RunAgentInput's `messages`, borrowed) sent by the client for run <run_id>
+ * (copied; may be NULL). A message whose id the thread knows replaces the stored one in place when
+ * it differs (it keeps the run id it had); a new id is added with <run_id>: at the end, in the
+ * order given, except new messages given before the first known one, which go just before it
+ * (history older than what the thread holds). Elements that are not an object with a string "id"
+ * are skipped and counted as malformed. Returns the number of messages added or replaced, or
+ * -AGW_EINVAL when <messages> is not an array (nothing changes, counted as malformed). */
+int agw_history_merge_input(struct agw_history *h, const char *run_id, const json_t *messages);
+
+/* Applies one relayed event (<event>, borrowed) of run <run_id> (copied when a message is made;
+ * may be NULL). Returns 1 when the messages changed, 0 when the event leaves them as they are (a
+ * type that makes no message, an end event, an id the thread does not know: the client ignores
+ * those too), or -AGW_EINVAL when the event is malformed (not an object with a string "type", or a
+ * field the rule needs missing or of the wrong type): nothing changes and it is counted. */
+int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *event);
+
+/* Number of messages held. */
+size_t agw_history_count(const struct agw_history *h);
+/* The <i>-th message, oldest first (borrowed, do not change it), or NULL when <i> is out of range.
+ */
+const json_t *agw_history_message(const struct agw_history *h, size_t i);
+/* The id of the run that produced the <i>-th message (borrowed), or NULL when it has none or <i> is
+ * out of range. */
+const char *agw_history_run_id(const struct agw_history *h, size_t i);
+/* Messages dropped so far (oldest first) to stay within <max_messages>. */
+uint64_t agw_history_dropped(const struct agw_history *h);
+/* Malformed events and input messages ignored so far (not saved by agw_history_dump()). */
+uint64_t agw_history_malformed(const struct agw_history *h);
+
+/* The thread as one compact JSON text, NUL-terminated, for a store:
+ * {"v":1,"dropped":N,"messages":[{"run_id":"r1"|null,"message":{...}},...]}. The caller frees it
+ * with free(). */
+char *agw_history_dump(const struct agw_history *h);
+/* A thread read back from what agw_history_dump() wrote (<len> bytes at <data>), keeping at most
+ * <max_messages> (the newest when the dump holds more). NULL when the text is not such a dump. */
+struct agw_history *agw_history_load(const char *data, size_t len, size_t max_messages);
+
+#endif

@@ -1,0 +1,543 @@
+/* Thread history: a thread's messages rebuilt from run inputs and relayed events, the way
+ * @ag-ui/client rebuilds them (include/agw/history.h, doc/internals/history.md). */
+#include "config.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agw/history.h"
+
+#define DUMP_VERSION 1
+
+struct item {
+    json_t *msg;  /* owned; an object with a string "id" */
+    char *run_id; /* owned; NULL = no run known */
+};
+
+struct agw_history {
+    struct item *items; /* oldest first */
+    size_t n, alloc;
+    size_t max; /* >= 1: at most this many items */
+    uint64_t dropped, malformed;
+};
+
+/* The out-of-memory policy (include/agw/common.h): abort. jansson's constructors fail only on
+ * allocation when their strings are known to be valid UTF-8 (they all come from parsed JSON). */
+static json_t *must(json_t *v)
+{
+    if (v == NULL)
+        abort();
+    return v;
+}
+
+static void must_ok(int rc)
+{
+    if (rc != 0)
+        abort();
+}
+
+static const char *str_field(const json_t *o, const char *key)
+{
+    return json_string_value(json_object_get(o, key));
+}
+
+/* An optional string field: 0 with *<out> NULL when absent (or null), 0 with the string, or
+ * -AGW_EINVAL when present with another type. */
+static int opt_str_field(const json_t *o, const char *key, const char **out)
+{
+    const json_t *v = json_object_get(o, key);
+
+    *out = NULL;
+    if (v == NULL || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return -AGW_EINVAL;
+    *out = json_string_value(v);
+    return 0;
+}
+
+static bool str_eq(const json_t *s, const char *v)
+{
+    const char *a = json_string_value(s);
+    return a != NULL && strcmp(a, v) == 0;
+}
+
+static const char *msg_id(const json_t *m)
+{
+    return str_field(m, "id");
+}
+
+static bool is_assistant(const json_t *m)
+{
+    return str_eq(json_object_get(m, "role"), "assistant");
+}
+
+/* The first message with id <id> (the client's messages.find), or SIZE_MAX. */
+static size_t find_msg(const struct agw_history *h, const char *id)
+{
+    for (size_t i = 0; i < h->n; i++)
+        if (strcmp(msg_id(h->items[i].msg), id) == 0)
+            return i;
+    return SIZE_MAX;
+}
+
+/* The tool call with id <tc_id> in the first message whose toolCalls hold one, or NULL; its
+ * message's index in *<at> (when <at> is not NULL). With <assistant_only>, only assistant messages
+ * count. */
+static json_t *find_tool_call(const struct agw_history *h, const char *tc_id, bool assistant_only,
+                              size_t *at)
+{
+    for (size_t i = 0; i < h->n; i++) {
+        const json_t *m = h->items[i].msg;
+        const json_t *calls = json_object_get(m, "toolCalls");
+        size_t k;
+        json_t *tc;
+
+        if (!json_is_array(calls) || (assistant_only && !is_assistant(m)))
+            continue;
+        json_array_foreach(calls, k, tc)
+        {
+            if (str_eq(json_object_get(tc, "id"), tc_id)) {
+                if (at != NULL)
+                    *at = i;
+                return tc;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Takes <msg> (owned) and a copy of <run_id> into position <at> (<= h->n). May leave more than
+ * h->max items: callers trim() once their operation is done, so that indices they hold stay valid.
+ */
+static void insert_at(struct agw_history *h, size_t at, json_t *msg, const char *run_id)
+{
+    assert(at <= h->n);
+    if (h->n == h->alloc) {
+        h->alloc = h->alloc ? h->alloc * 2 : 8;
+        h->items = agw_xrealloc(h->items, h->alloc * sizeof(*h->items));
+    }
+    memmove(&h->items[at + 1], &h->items[at], (h->n - at) * sizeof(*h->items));
+    h->items[at].msg = msg;
+    h->items[at].run_id = run_id != NULL ? agw_xstrdup(run_id) : NULL;
+    h->n++;
+}
+
+static void append(struct agw_history *h, json_t *msg, const char *run_id)
+{
+    insert_at(h, h->n, msg, run_id);
+}
+
+/* Drops the oldest items beyond h->max. */
+static void trim(struct agw_history *h)
+{
+    size_t k;
+
+    if (h->n <= h->max)
+        return;
+    k = h->n - h->max;
+    for (size_t i = 0; i < k; i++) {
+        json_decref(h->items[i].msg);
+        free(h->items[i].run_id);
+    }
+    memmove(&h->items[0], &h->items[k], h->max * sizeof(*h->items));
+    h->n = h->max;
+    h->dropped += k;
+}
+
+/* Replaces the message at <i> with <msg> (owned); the item keeps its run id. */
+static void replace_at(struct agw_history *h, size_t i, json_t *msg)
+{
+    json_decref(h->items[i].msg);
+    h->items[i].msg = msg;
+}
+
+/* Appends <delta> to the string <key> of <o>; a missing or non-string value counts as "" (the
+ * client's `${typeof c.content == "string" ? c.content : ""}${delta}`). */
+static void append_str(json_t *o, const char *key, const json_t *delta)
+{
+    const json_t *cur = json_object_get(o, key);
+    size_t dlen = json_string_length(delta);
+    size_t clen = json_is_string(cur) ? json_string_length(cur) : 0;
+    char *buf;
+
+    if (clen == 0) {
+        must_ok(json_object_set_new(o, key,
+                                    must(json_stringn_nocheck(json_string_value(delta), dlen))));
+        return;
+    }
+    buf = agw_xmalloc(clen + dlen);
+    memcpy(buf, json_string_value(cur), clen);
+    memcpy(buf + clen, json_string_value(delta), dlen);
+    /* both halves are valid UTF-8 (they were parsed), so is their concatenation */
+    must_ok(json_object_set_new(o, key, must(json_stringn_nocheck(buf, clen + dlen))));
+    free(buf);
+}
+
+struct agw_history *agw_history_new(size_t max_messages)
+{
+    struct agw_history *h = agw_xcalloc(1, sizeof(*h));
+
+    assert(max_messages >= 1);
+    h->max = max_messages;
+    return h;
+}
+
+void agw_history_free(struct agw_history *h)
+{
+    if (h == NULL)
+        return;
+    for (size_t i = 0; i < h->n; i++) {
+        json_decref(h->items[i].msg);
+        free(h->items[i].run_id);
+    }
+    free(h->items);
+    free(h);
+}
+
+/* A message worth storing: an object with a string id. */
+static bool valid_msg(const json_t *m)
+{
+    return json_is_object(m) && msg_id(m) != NULL;
+}
+
+/* Stores a copy of <m> under its id: replaces a known one that differs (returns 1, or 0 when equal)
+ * or inserts it at <at> (SIZE_MAX = at the end; returns 1). The index it ended at goes to *<where>.
+ */
+static int put(struct agw_history *h, const json_t *m, const char *run_id, size_t at, size_t *where)
+{
+    size_t i = find_msg(h, msg_id(m));
+
+    if (i != SIZE_MAX) {
+        *where = i;
+        if (json_equal(h->items[i].msg, m))
+            return 0;
+        replace_at(h, i, must(json_deep_copy(m)));
+        return 1;
+    }
+    if (at == SIZE_MAX)
+        at = h->n;
+    insert_at(h, at, must(json_deep_copy(m)), run_id);
+    *where = at;
+    return 1;
+}
+
+int agw_history_merge_input(struct agw_history *h, const char *run_id, const json_t *messages)
+{
+    size_t n, first_new = SIZE_MAX, where;
+    bool anchored = false;
+    int changed = 0;
+
+    if (!json_is_array(messages)) {
+        h->malformed++;
+        return -AGW_EINVAL;
+    }
+    n = json_array_size(messages);
+    for (size_t k = 0; k < n; k++) {
+        const json_t *m = json_array_get(messages, k);
+        size_t at;
+
+        if (!valid_msg(m)) {
+            h->malformed++;
+            continue;
+        }
+        if (anchored) {
+            changed += put(h, m, run_id, SIZE_MAX, &where);
+            continue;
+        }
+        at = find_msg(h, msg_id(m));
+        if (at == SIZE_MAX) {
+            /* new, before any known message: placed once the first known one is found */
+            if (first_new == SIZE_MAX)
+                first_new = k;
+            continue;
+        }
+        /* the first known message: the new ones given before it go just before it */
+        anchored = true;
+        for (size_t j = first_new; j < k; j++) {
+            const json_t *p = json_array_get(messages, j);
+            if (valid_msg(p)) {
+                changed += put(h, p, run_id, at, &where);
+                at = where + 1;
+            }
+        }
+        changed += put(h, m, run_id, SIZE_MAX, &where);
+    }
+    if (!anchored && first_new != SIZE_MAX) {
+        for (size_t j = first_new; j < n; j++) {
+            const json_t *p = json_array_get(messages, j);
+            if (valid_msg(p))
+                changed += put(h, p, run_id, SIZE_MAX, &where);
+        }
+    }
+    trim(h);
+    return changed;
+}
+
+/* TEXT_MESSAGE_START: {id, role (default "assistant"), content: ""} unless the id exists. */
+static int on_text_start(struct agw_history *h, const char *run_id, const json_t *ev)
+{
+    const char *id = str_field(ev, "messageId"), *role;
+
+    if (id == NULL || opt_str_field(ev, "role", &role) < 0)
+        return -AGW_EINVAL;
+    if (find_msg(h, id) != SIZE_MAX)
+        return 0;
+    append(h,
+           must(json_pack("{s:s, s:s, s:s}", "id", id, "role", role ? role : "assistant", "content",
+                          "")),
+           run_id);
+    return 1;
+}
+
+/* TEXT_MESSAGE_CONTENT: appends the delta to the message's content. */
+static int on_text_content(struct agw_history *h, const json_t *ev)
+{
+    const char *id = str_field(ev, "messageId");
+    const json_t *delta = json_object_get(ev, "delta");
+    size_t i;
+
+    if (id == NULL || !json_is_string(delta))
+        return -AGW_EINVAL;
+    i = find_msg(h, id);
+    if (i == SIZE_MAX)
+        return 0;
+    append_str(h->items[i].msg, "content", delta);
+    return 1;
+}
+
+/* TOOL_CALL_START: {id, type: "function", function: {name, arguments: ""}} added to the assistant
+ * message named by parentMessageId; else to a new assistant message whose id is parentMessageId
+ * when given and unknown, or the tool call's id (no parent, or a parent that is not an assistant).
+ */
+static int on_tool_start(struct agw_history *h, const char *run_id, const json_t *ev)
+{
+    const char *tc_id = str_field(ev, "toolCallId"), *name = str_field(ev, "toolCallName");
+    const char *parent;
+    json_t *target = NULL, *calls;
+    size_t i = SIZE_MAX;
+
+    if (tc_id == NULL || name == NULL || opt_str_field(ev, "parentMessageId", &parent) < 0)
+        return -AGW_EINVAL;
+    if (parent != NULL) {
+        i = find_msg(h, parent);
+        if (i != SIZE_MAX && is_assistant(h->items[i].msg))
+            target = h->items[i].msg;
+    }
+    if (target == NULL) {
+        const char *id = parent != NULL && i == SIZE_MAX ? parent : tc_id;
+        target = must(json_pack("{s:s, s:s, s:[]}", "id", id, "role", "assistant", "toolCalls"));
+        append(h, target, run_id);
+    }
+    calls = json_object_get(target, "toolCalls");
+    if (!json_is_array(calls)) {
+        calls = must(json_array());
+        must_ok(json_object_set_new(target, "toolCalls", calls));
+    }
+    must_ok(json_array_append_new(
+        calls, must(json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", tc_id, "type", "function",
+                              "function", "name", name, "arguments", ""))));
+    return 1;
+}
+
+/* TOOL_CALL_ARGS: appends the delta to the call's function.arguments. */
+static int on_tool_args(struct agw_history *h, const json_t *ev)
+{
+    const char *tc_id = str_field(ev, "toolCallId");
+    const json_t *delta = json_object_get(ev, "delta");
+    json_t *tc, *fn;
+
+    if (tc_id == NULL || !json_is_string(delta))
+        return -AGW_EINVAL;
+    tc = find_tool_call(h, tc_id, false, NULL);
+    fn = json_object_get(tc, "function");
+    if (!json_is_object(fn))
+        return 0;
+    append_str(fn, "arguments", delta);
+    return 1;
+}
+
+/* TOOL_CALL_RESULT: {id: messageId, role: "tool", toolCallId, content} right after the assistant
+ * message that owns the call and the tool messages already after it; at the end when none owns it.
+ */
+static int on_tool_result(struct agw_history *h, const char *run_id, const json_t *ev)
+{
+    const char *id = str_field(ev, "messageId"), *tc_id = str_field(ev, "toolCallId");
+    const char *content = str_field(ev, "content");
+    json_t *msg;
+    size_t at;
+
+    if (id == NULL || tc_id == NULL || content == NULL)
+        return -AGW_EINVAL;
+    msg = must(json_pack("{s:s, s:s, s:s, s:s}", "id", id, "role", "tool", "toolCallId", tc_id,
+                         "content", content));
+    if (find_tool_call(h, tc_id, true, &at) == NULL) {
+        append(h, msg, run_id);
+        return 1;
+    }
+    at++;
+    while (at < h->n && str_eq(json_object_get(h->items[at].msg, "role"), "tool"))
+        at++;
+    insert_at(h, at, msg, run_id);
+    return 1;
+}
+
+/* The last element of <snap> with id <id>, or NULL (the client's Map keeps the last). */
+static const json_t *snapshot_get(const json_t *snap, const char *id)
+{
+    for (size_t k = json_array_size(snap); k-- > 0;) {
+        const json_t *m = json_array_get(snap, k);
+        if (strcmp(msg_id(m), id) == 0)
+            return m;
+    }
+    return NULL;
+}
+
+/* MESSAGES_SNAPSHOT: known messages are replaced by the snapshot's version (keeping their place and
+ * run id), those missing from it are dropped, the snapshot's new ones are appended in its order. */
+static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *ev)
+{
+    const json_t *snap = json_object_get(ev, "messages"), *m;
+    size_t k, kept = 0, known;
+
+    if (!json_is_array(snap))
+        return -AGW_EINVAL;
+    json_array_foreach(snap, k, m)
+    {
+        if (!valid_msg(m))
+            return -AGW_EINVAL;
+    }
+    for (size_t i = 0; i < h->n; i++) {
+        const json_t *s = snapshot_get(snap, msg_id(h->items[i].msg));
+        if (s == NULL) {
+            json_decref(h->items[i].msg);
+            free(h->items[i].run_id);
+            continue;
+        }
+        h->items[kept] = h->items[i];
+        if (!json_equal(h->items[kept].msg, s))
+            replace_at(h, kept, must(json_deep_copy(s)));
+        kept++;
+    }
+    h->n = kept;
+    /* the ids known before the appends: a new id given twice is appended twice, as the client does
+     */
+    known = h->n;
+    json_array_foreach(snap, k, m)
+    {
+        bool have = false;
+        for (size_t i = 0; i < known && !have; i++)
+            have = strcmp(msg_id(h->items[i].msg), msg_id(m)) == 0;
+        if (!have)
+            append(h, must(json_deep_copy(m)), run_id);
+    }
+    return 1;
+}
+
+int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *event)
+{
+    const char *type = str_field(event, "type");
+    int rc = 0;
+
+    if (type == NULL) {
+        rc = -AGW_EINVAL;
+    } else if (strcmp(type, "TEXT_MESSAGE_START") == 0) {
+        rc = on_text_start(h, run_id, event);
+    } else if (strcmp(type, "TEXT_MESSAGE_CONTENT") == 0) {
+        rc = on_text_content(h, event);
+    } else if (strcmp(type, "TEXT_MESSAGE_END") == 0) {
+        rc = str_field(event, "messageId") != NULL ? 0 : -AGW_EINVAL;
+    } else if (strcmp(type, "TOOL_CALL_START") == 0) {
+        rc = on_tool_start(h, run_id, event);
+    } else if (strcmp(type, "TOOL_CALL_ARGS") == 0) {
+        rc = on_tool_args(h, event);
+    } else if (strcmp(type, "TOOL_CALL_END") == 0) {
+        rc = str_field(event, "toolCallId") != NULL ? 0 : -AGW_EINVAL;
+    } else if (strcmp(type, "TOOL_CALL_RESULT") == 0) {
+        rc = on_tool_result(h, run_id, event);
+    } else if (strcmp(type, "MESSAGES_SNAPSHOT") == 0) {
+        rc = on_snapshot(h, run_id, event);
+    }
+    if (rc < 0)
+        h->malformed++;
+    else
+        trim(h);
+    return rc;
+}
+
+size_t agw_history_count(const struct agw_history *h)
+{
+    return h->n;
+}
+
+const json_t *agw_history_message(const struct agw_history *h, size_t i)
+{
+    return i < h->n ? h->items[i].msg : NULL;
+}
+
+const char *agw_history_run_id(const struct agw_history *h, size_t i)
+{
+    return i < h->n ? h->items[i].run_id : NULL;
+}
+
+uint64_t agw_history_dropped(const struct agw_history *h)
+{
+    return h->dropped;
+}
+
+uint64_t agw_history_malformed(const struct agw_history *h)
+{
+    return h->malformed;
+}
+
+char *agw_history_dump(const struct agw_history *h)
+{
+    json_t *msgs = must(json_array()), *doc;
+    char *s;
+
+    for (size_t i = 0; i < h->n; i++)
+        must_ok(
+            json_array_append_new(msgs, must(json_pack("{s:s?, s:O}", "run_id", h->items[i].run_id,
+                                                       "message", h->items[i].msg))));
+    doc = must(json_pack("{s:i, s:I, s:o}", "v", DUMP_VERSION, "dropped", (json_int_t)h->dropped,
+                         "messages", msgs));
+    s = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(doc);
+    if (s == NULL)
+        abort(); /* the tree holds only valid values: only allocation can fail */
+    return s;
+}
+
+struct agw_history *agw_history_load(const char *data, size_t len, size_t max_messages)
+{
+    struct agw_history *h = NULL;
+    json_t *doc = json_loadb(data, len, JSON_ALLOW_NUL, NULL), *msgs, *e;
+    json_int_t dropped;
+    size_t k;
+
+    if (!json_is_object(doc) || json_integer_value(json_object_get(doc, "v")) != DUMP_VERSION ||
+        !json_is_integer(json_object_get(doc, "dropped")))
+        goto out;
+    dropped = json_integer_value(json_object_get(doc, "dropped"));
+    msgs = json_object_get(doc, "messages");
+    if (dropped < 0 || !json_is_array(msgs))
+        goto out;
+    json_array_foreach(msgs, k, e)
+    {
+        const json_t *run = json_object_get(e, "run_id");
+        if (!json_is_object(e) || !valid_msg(json_object_get(e, "message")) ||
+            (run != NULL && !json_is_null(run) && !json_is_string(run)))
+            goto out;
+    }
+    h = agw_history_new(max_messages);
+    h->dropped = (uint64_t)dropped;
+    json_array_foreach(msgs, k, e)
+    {
+        append(h, json_incref(json_object_get(e, "message")), str_field(e, "run_id"));
+    }
+    trim(h);
+out:
+    json_decref(doc);
+    return h;
+}
