@@ -1,0 +1,766 @@
+/* Unit tests for src/history.c: each rule by which @ag-ui/client turns events into messages (text,
+ * tool calls with and without parentMessageId, tool results, message snapshots), merging run inputs
+ * (dedup by id, replace in place), the cap, the dump/load round trip and malformed input. */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agw/history.h"
+
+static json_t *parse(const char *text)
+{
+    json_error_t err;
+    json_t *v = json_loads(text, JSON_DECODE_ANY, &err);
+    cr_assert_not_null(v, "bad JSON in the test: %s: %s", err.text, text);
+    return v;
+}
+
+/* Applies one event given as JSON text; returns what agw_history_apply() returned. */
+static int ev(struct agw_history *h, const char *run_id, const char *text)
+{
+    json_t *e = parse(text);
+    int rc = agw_history_apply(h, run_id, e);
+    json_decref(e);
+    return rc;
+}
+
+static int merge(struct agw_history *h, const char *run_id, const char *messages)
+{
+    json_t *m = parse(messages);
+    int rc = agw_history_merge_input(h, run_id, m);
+    json_decref(m);
+    return rc;
+}
+
+/* The thread's messages equal the JSON array <expected>. */
+static void expect(const struct agw_history *h, const char *expected)
+{
+    json_t *want = parse(expected), *got = json_array();
+    char *g;
+
+    for (size_t i = 0; i < agw_history_count(h); i++)
+        json_array_append_new(got, json_deep_copy(agw_history_message(h, i)));
+    g = json_dumps(got, JSON_COMPACT);
+    cr_assert(json_equal(want, got), "messages:\n  got  %s\n  want %s", g, expected);
+    free(g);
+    json_decref(want);
+    json_decref(got);
+}
+
+static void expect_runs(const struct agw_history *h, const char *const *runs, size_t n)
+{
+    cr_assert_eq(agw_history_count(h), n);
+    for (size_t i = 0; i < n; i++) {
+        const char *r = agw_history_run_id(h, i);
+        if (runs[i] == NULL)
+            cr_assert_null(r, "message %zu", i);
+        else
+            cr_assert_str_eq(r, runs[i], "message %zu", i);
+    }
+}
+
+/* ---- text messages ----------------------------------------------------------------------------
+ */
+
+Test(history, text_start_creates_an_assistant_message_by_default)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}"), 1);
+    expect(h, "[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"\"}]");
+    cr_assert_str_eq(agw_history_run_id(h, 0), "r1");
+    agw_history_free(h);
+}
+
+Test(history, text_start_keeps_the_given_role)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"s\",\"role\":\"system\"}"),
+        1);
+    expect(h, "[{\"id\":\"s\",\"role\":\"system\",\"content\":\"\"}]");
+    agw_history_free(h);
+}
+
+Test(history, text_start_for_a_known_id_changes_nothing)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    merge(h, "r1", "[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"kept\"}]");
+    cr_assert_eq(
+        ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\",\"role\":\"user\"}"), 0);
+    expect(h, "[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"kept\"}]");
+    cr_assert_str_eq(agw_history_run_id(h, 0), "r1");
+    agw_history_free(h);
+}
+
+Test(history, text_content_appends_and_end_changes_nothing)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\",\"role\":\"assistant\"}");
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"Hel\"}"),
+        1);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"lo, \"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"\"}");
+    ev(h, "r1",
+       "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"w\\u00f6rld "
+       "\\ud83d\\ude00\"}");
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\"}"), 0);
+    expect(h, "[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello, w\\u00f6rld "
+              "\\ud83d\\ude00\"}]");
+    cr_assert_eq(agw_history_malformed(h), 0);
+    agw_history_free(h);
+}
+
+Test(history, text_content_for_an_unknown_id_is_ignored)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"x\",\"delta\":\"a\"}"), 0);
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"x\"}"), 0);
+    cr_assert_eq(agw_history_count(h), 0);
+    cr_assert_eq(agw_history_malformed(h), 0); /* well formed, only unknown: the client warns */
+    agw_history_free(h);
+}
+
+Test(history, text_content_replaces_a_content_that_is_not_a_string)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    merge(h, "r1",
+          "[{\"id\":\"u1\",\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}]}]");
+    ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"u1\",\"delta\":\"y\"}");
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"y\"}]");
+    agw_history_free(h);
+}
+
+/* ---- tool calls ---------------------------------------------------------------------------------
+ */
+
+Test(history, tool_call_attaches_to_the_assistant_parent)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    ev(h, "r1",
+       "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"Let me check.\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\"}");
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"weather\","
+           "\"parentMessageId\":\"a1\"}"),
+        1);
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{\\\"city\\\":\"}");
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"\\\"Paris\\\"}\"}");
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c1\"}"), 0);
+    expect(h, "[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Let me check.\",\"toolCalls\":["
+              "{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"weather\","
+              "\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]}]");
+    agw_history_free(h);
+}
+
+Test(history, tool_call_with_an_unknown_parent_makes_an_assistant_message_with_the_parent_id)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"p1\"}");
+    /* a second call naming the same parent joins the message the first one made */
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c2\",\"toolCallName\":\"g\","
+       "\"parentMessageId\":\"p1\"}");
+    expect(h,
+           "[{\"id\":\"p1\",\"role\":\"assistant\",\"toolCalls\":["
+           "{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}},"
+           "{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"\"}}]"
+           "}]");
+    cr_assert_str_eq(agw_history_run_id(h, 0), "r1");
+    agw_history_free(h);
+}
+
+Test(history, tool_call_without_parent_makes_an_assistant_message_with_the_call_id)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\"}");
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c2\",\"toolCallName\":\"g\"}");
+    /* never the last assistant message: each call without a parent gets its own */
+    expect(
+        h,
+        "[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"\"},"
+        "{\"id\":\"c1\",\"role\":\"assistant\",\"toolCalls\":["
+        "{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]},"
+        "{\"id\":\"c2\",\"role\":\"assistant\",\"toolCalls\":["
+        "{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"\"}}]}"
+        "]");
+    agw_history_free(h);
+}
+
+Test(history, tool_call_whose_parent_is_not_an_assistant_uses_the_call_id)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"hi\"}]");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"u1\"}");
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"hi\"},"
+              "{\"id\":\"c1\",\"role\":\"assistant\",\"toolCalls\":["
+              "{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+              "\"\"}}]}]");
+    agw_history_free(h);
+}
+
+Test(history, tool_call_parent_then_text_of_the_same_id_share_one_message)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"m1\"}");
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\"}"), 0);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"ok\"}");
+    expect(
+        h,
+        "[{\"id\":\"m1\",\"role\":\"assistant\",\"toolCalls\":["
+        "{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}}],"
+        "\"content\":\"ok\"}]");
+    agw_history_free(h);
+}
+
+Test(history, tool_call_args_assemble_each_call_apart)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"a\"}");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c2\",\"toolCallName\":\"g\","
+       "\"parentMessageId\":\"a\"}");
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c2\",\"delta\":\"[1,\"}");
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{}\"}");
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c2\",\"delta\":\"2]\"}");
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"zz\",\"delta\":\"x\"}"),
+                 0);
+    expect(
+        h,
+        "[{\"id\":\"a\",\"role\":\"assistant\",\"toolCalls\":["
+        "{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}},"
+        "{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"[1,2]\"}"
+        "}]}]");
+    cr_assert_eq(agw_history_malformed(h), 0);
+    agw_history_free(h);
+}
+
+Test(history, tool_call_args_reach_a_call_from_the_input)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    merge(
+        h, "r1",
+        "[{\"id\":\"a\",\"role\":\"assistant\",\"toolCalls\":[{\"id\":\"c1\",\"type\":\"function\","
+        "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\"\"}}]}]");
+    cr_assert_eq(
+        ev(h, "r2", "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\":1}\"}"), 1);
+    expect(
+        h,
+        "[{\"id\":\"a\",\"role\":\"assistant\",\"toolCalls\":[{\"id\":\"c1\",\"type\":\"function\","
+        "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]}]");
+    agw_history_free(h);
+}
+
+/* ---- tool results -------------------------------------------------------------------------------
+ */
+
+Test(history, tool_result_goes_right_after_its_owner)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"hi\"}]");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"a1\"}");
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c1\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a2\",\"delta\":\"done\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a2\"}");
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"t1\",\"toolCallId\":\"c1\","
+                    "\"content\":\"42\"}"),
+                 1);
+    expect(
+        h,
+        "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"hi\"},"
+        "{\"id\":\"a1\",\"role\":\"assistant\",\"toolCalls\":["
+        "{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]},"
+        "{\"id\":\"t1\",\"role\":\"tool\",\"toolCallId\":\"c1\",\"content\":\"42\"},"
+        "{\"id\":\"a2\",\"role\":\"assistant\",\"content\":\"done\"}]");
+    const char *runs[] = {"r1", "r1", "r1", "r1"};
+    expect_runs(h, runs, 4);
+    agw_history_free(h);
+}
+
+Test(history, tool_results_of_parallel_calls_keep_their_order)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"a1\"}");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c2\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"a1\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\"}");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"t1\",\"toolCallId\":\"c1\",\"content\":"
+       "\"1\"}");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"t2\",\"toolCallId\":\"c2\",\"content\":"
+       "\"2\"}");
+    cr_assert_eq(agw_history_count(h), 4);
+    cr_assert_str_eq(json_string_value(json_object_get(agw_history_message(h, 0), "id")), "a1");
+    cr_assert_str_eq(json_string_value(json_object_get(agw_history_message(h, 1), "id")), "t1");
+    cr_assert_str_eq(json_string_value(json_object_get(agw_history_message(h, 2), "id")), "t2");
+    cr_assert_str_eq(json_string_value(json_object_get(agw_history_message(h, 3), "id")), "a2");
+    agw_history_free(h);
+}
+
+Test(history, tool_result_without_an_owner_is_appended)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"hi\"}]");
+    /* a non-assistant message holding the call does not own it */
+    merge(h, "r1",
+          "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"hi\"},{\"id\":\"x\",\"role\":\"user\","
+          "\"toolCalls\":[{\"id\":\"c9\"}]}]");
+    cr_assert_eq(ev(h, "r2",
+                    "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"t1\",\"toolCallId\":\"c9\","
+                    "\"content\":\"true\"}"),
+                 1);
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"hi\"},"
+              "{\"id\":\"x\",\"role\":\"user\",\"toolCalls\":[{\"id\":\"c9\"}]},"
+              "{\"id\":\"t1\",\"role\":\"tool\",\"toolCallId\":\"c9\",\"content\":\"true\"}]");
+    const char *runs[] = {"r1", "r1", "r2"};
+    expect_runs(h, runs, 3);
+    agw_history_free(h);
+}
+
+/* ---- snapshots ----------------------------------------------------------------------------------
+ */
+
+Test(history, messages_snapshot_replaces_drops_and_appends)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    merge(h, "r1",
+          "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"a\"},"
+          "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"b\"},"
+          "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"c\"}]");
+    cr_assert_eq(ev(h, "r2",
+                    "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":["
+                    "{\"id\":\"n1\",\"role\":\"assistant\",\"content\":\"new\"},"
+                    "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"c2\"},"
+                    "{\"id\":\"u1\",\"role\":\"user\",\"content\":\"a\"}]}"),
+                 1);
+    /* known ones keep their place and run, a1 (missing) is gone, n1 comes last */
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"a\"},"
+              "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"c2\"},"
+              "{\"id\":\"n1\",\"role\":\"assistant\",\"content\":\"new\"}]");
+    const char *runs[] = {"r1", "r1", "r2"};
+    expect_runs(h, runs, 3);
+    agw_history_free(h);
+}
+
+Test(history, empty_messages_snapshot_empties_the_thread)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"a\"}]");
+    cr_assert_eq(ev(h, "r2", "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[]}"), 1);
+    cr_assert_eq(agw_history_count(h), 0);
+    agw_history_free(h);
+}
+
+/* ---- merging run inputs -------------------------------------------------------------------------
+ */
+
+Test(history, merge_dedups_by_id_and_replaces_changed_messages_in_place)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    cr_assert_eq(merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"hi\"}]"), 1);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"hello\"}");
+    /* the whole history again, unchanged, plus a new message */
+    cr_assert_eq(merge(h, "r2",
+                       "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"hi\"},"
+                       "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"hello\"},"
+                       "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"more\"}]"),
+                 1);
+    /* an edited first message replaces the stored one where it stands, with its run */
+    cr_assert_eq(merge(h, "r3",
+                       "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"hi, edited\"},"
+                       "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"hello\"},"
+                       "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"more\"},"
+                       "{\"id\":\"u3\",\"role\":\"user\",\"content\":\"x\"},"
+                       "{\"id\":\"u4\",\"role\":\"user\",\"content\":\"y\"}]"),
+                 3);
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"hi, edited\"},"
+              "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"hello\"},"
+              "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"more\"},"
+              "{\"id\":\"u3\",\"role\":\"user\",\"content\":\"x\"},"
+              "{\"id\":\"u4\",\"role\":\"user\",\"content\":\"y\"}]");
+    const char *runs[] = {"r1", "r1", "r2", "r3", "r3"};
+    expect_runs(h, runs, 5);
+    agw_history_free(h);
+}
+
+Test(history, merge_appends_new_messages_in_the_order_given)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    merge(h, "r1", "[{\"id\":\"a\",\"role\":\"user\",\"content\":\"1\"}]");
+    /* the known one first: the new ones after it go to the end in order, whatever lies between */
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"b\"}");
+    merge(h, "r2",
+          "[{\"id\":\"a\",\"role\":\"user\",\"content\":\"1\"},{\"id\":\"c\",\"role\":\"user\","
+          "\"content\":\"3\"},{\"id\":\"d\",\"role\":\"user\",\"content\":\"4\"}]");
+    expect(h, "[{\"id\":\"a\",\"role\":\"user\",\"content\":\"1\"},"
+              "{\"id\":\"b\",\"role\":\"assistant\",\"content\":\"\"},"
+              "{\"id\":\"c\",\"role\":\"user\",\"content\":\"3\"},"
+              "{\"id\":\"d\",\"role\":\"user\",\"content\":\"4\"}]");
+    agw_history_free(h);
+}
+
+Test(history, merge_puts_new_messages_given_before_the_known_ones_before_them)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    merge(h, "r2", "[{\"id\":\"c\",\"role\":\"user\",\"content\":\"3\"}]");
+    merge(h, "r3",
+          "[{\"id\":\"a\",\"role\":\"user\",\"content\":\"1\"},{\"id\":\"b\",\"role\":\"user\","
+          "\"content\":\"2\"},{\"id\":\"c\",\"role\":\"user\",\"content\":\"3\"},{\"id\":\"d\","
+          "\"role\":\"user\",\"content\":\"4\"}]");
+    expect(h, "[{\"id\":\"a\",\"role\":\"user\",\"content\":\"1\"},"
+              "{\"id\":\"b\",\"role\":\"user\",\"content\":\"2\"},"
+              "{\"id\":\"c\",\"role\":\"user\",\"content\":\"3\"},"
+              "{\"id\":\"d\",\"role\":\"user\",\"content\":\"4\"}]");
+    const char *runs[] = {"r3", "r3", "r2", "r3"};
+    expect_runs(h, runs, 4);
+    agw_history_free(h);
+}
+
+Test(history, merge_of_a_duplicated_new_id_keeps_one_message)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    cr_assert_eq(merge(h, "r1",
+                       "[{\"id\":\"a\",\"role\":\"user\",\"content\":\"1\"},"
+                       "{\"id\":\"a\",\"role\":\"user\",\"content\":\"2\"}]"),
+                 2);
+    expect(h, "[{\"id\":\"a\",\"role\":\"user\",\"content\":\"2\"}]");
+    agw_history_free(h);
+}
+
+Test(history, merge_skips_malformed_messages)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    cr_assert_eq(merge(h, "r1",
+                       "[1,null,\"x\",{\"role\":\"user\"},{\"id\":7},"
+                       "{\"id\":\"ok\",\"role\":\"user\",\"content\":\"\"}]"),
+                 1);
+    cr_assert_eq(agw_history_malformed(h), 5);
+    cr_assert_eq(merge(h, "r1", "{\"id\":\"a\"}"), -AGW_EINVAL);
+    cr_assert_eq(agw_history_malformed(h), 6);
+    expect(h, "[{\"id\":\"ok\",\"role\":\"user\",\"content\":\"\"}]");
+    agw_history_free(h);
+}
+
+Test(history, merge_copies_what_it_is_given)
+{
+    struct agw_history *h = agw_history_new(100);
+    json_t *in = parse("[{\"id\":\"a\",\"role\":\"user\",\"content\":\"1\"}]");
+
+    agw_history_merge_input(h, NULL, in);
+    json_object_set_new(json_array_get(in, 0), "content", json_string("changed"));
+    json_decref(in);
+    expect(h, "[{\"id\":\"a\",\"role\":\"user\",\"content\":\"1\"}]");
+    cr_assert_null(agw_history_run_id(h, 0));
+    agw_history_free(h);
+}
+
+/* ---- the cap ------------------------------------------------------------------------------------
+ */
+
+Test(history, cap_drops_the_oldest)
+{
+    struct agw_history *h = agw_history_new(3);
+
+    merge(h, "r1",
+          "[{\"id\":\"1\",\"role\":\"user\",\"content\":\"\"},{\"id\":\"2\",\"role\":\"user\","
+          "\"content\":\"\"},{\"id\":\"3\",\"role\":\"user\",\"content\":\"\"},{\"id\":\"4\","
+          "\"role\":\"user\",\"content\":\"\"}]");
+    expect(h, "[{\"id\":\"2\",\"role\":\"user\",\"content\":\"\"},"
+              "{\"id\":\"3\",\"role\":\"user\",\"content\":\"\"},"
+              "{\"id\":\"4\",\"role\":\"user\",\"content\":\"\"}]");
+    cr_assert_eq(agw_history_dropped(h), 1);
+    ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"5\"}");
+    cr_assert_eq(agw_history_count(h), 3);
+    cr_assert_eq(agw_history_dropped(h), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(agw_history_message(h, 0), "id")), "3");
+    cr_assert_str_eq(agw_history_run_id(h, 2), "r2");
+    agw_history_free(h);
+}
+
+Test(history, cap_keeps_the_newest_when_the_client_resends_its_whole_history)
+{
+    struct agw_history *h = agw_history_new(2);
+    const char *all = "[{\"id\":\"1\",\"role\":\"user\",\"content\":\"\"},"
+                      "{\"id\":\"2\",\"role\":\"user\",\"content\":\"\"},"
+                      "{\"id\":\"3\",\"role\":\"user\",\"content\":\"\"}]";
+
+    merge(h, "r1", all);
+    /* 1 was dropped; resent before the known 2 and 3, it goes in front and out again */
+    merge(h, "r2",
+          "[{\"id\":\"1\",\"role\":\"user\",\"content\":\"\"},"
+          "{\"id\":\"2\",\"role\":\"user\",\"content\":\"\"},"
+          "{\"id\":\"3\",\"role\":\"user\",\"content\":\"\"},"
+          "{\"id\":\"4\",\"role\":\"user\",\"content\":\"\"}]");
+    expect(h, "[{\"id\":\"3\",\"role\":\"user\",\"content\":\"\"},"
+              "{\"id\":\"4\",\"role\":\"user\",\"content\":\"\"}]");
+    agw_history_free(h);
+}
+
+Test(history, cap_applies_to_a_snapshot)
+{
+    struct agw_history *h = agw_history_new(1);
+
+    ev(h, "r1",
+       "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"a\",\"role\":\"user\"},"
+       "{\"id\":\"b\",\"role\":\"user\"}]}");
+    expect(h, "[{\"id\":\"b\",\"role\":\"user\"}]");
+    agw_history_free(h);
+}
+
+/* ---- dump and load ------------------------------------------------------------------------------
+ */
+
+Test(history, dump_and_load_round_trip)
+{
+    struct agw_history *h = agw_history_new(4), *back;
+    char *s, *s2;
+
+    merge(h, NULL, "[{\"id\":\"u0\",\"role\":\"user\",\"content\":\"dropped\"}]");
+    merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"caf\\u00e9 \\\"q\\\"\\n\"}]");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"a1\"}");
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{}\"}");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"t1\",\"toolCallId\":\"c1\",\"content\":"
+       "\"x\"}");
+    merge(h, NULL, "[{\"id\":\"u2\",\"role\":\"user\",\"content\":\"\"}]");
+    cr_assert_eq(agw_history_dropped(h), 1);
+
+    s = agw_history_dump(h);
+    cr_assert_null(strchr(s, '\n'), "compact: %s", s);
+    back = agw_history_load(s, strlen(s), 4);
+    cr_assert_not_null(back, "%s", s);
+    cr_assert_eq(agw_history_count(back), agw_history_count(h));
+    for (size_t i = 0; i < agw_history_count(h); i++) {
+        const char *r1 = agw_history_run_id(h, i), *r2 = agw_history_run_id(back, i);
+        cr_assert(json_equal(agw_history_message(h, i), agw_history_message(back, i)));
+        cr_assert((r1 == NULL && r2 == NULL) || (r1 != NULL && r2 != NULL && !strcmp(r1, r2)));
+    }
+    cr_assert_eq(agw_history_dropped(back), 1);
+    s2 = agw_history_dump(back);
+    cr_assert_str_eq(s, s2);
+    /* the loaded thread goes on as the first would */
+    ev(back, "r2", "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"!\"}");
+    cr_assert_str_eq(
+        json_string_value(json_object_get(
+            json_object_get(
+                json_array_get(json_object_get(agw_history_message(back, 1), "toolCalls"), 0),
+                "function"),
+            "arguments")),
+        "{}!");
+    free(s2);
+    agw_history_free(back);
+
+    /* a smaller cap keeps the newest */
+    back = agw_history_load(s, strlen(s), 2);
+    cr_assert_eq(agw_history_count(back), 2);
+    cr_assert_eq(agw_history_dropped(back), 3);
+    cr_assert_str_eq(json_string_value(json_object_get(agw_history_message(back, 0), "id")), "t1");
+    agw_history_free(back);
+    free(s);
+    agw_history_free(h);
+}
+
+Test(history, empty_thread_dump)
+{
+    struct agw_history *h = agw_history_new(1), *back;
+    char *s = agw_history_dump(h);
+
+    cr_assert_str_eq(s, "{\"v\":1,\"dropped\":0,\"messages\":[]}");
+    back = agw_history_load(s, strlen(s), 1);
+    cr_assert_not_null(back);
+    cr_assert_eq(agw_history_count(back), 0);
+    free(s);
+    agw_history_free(back);
+    agw_history_free(h);
+}
+
+Test(history, load_refuses_what_is_not_a_dump)
+{
+    static const char *const bad[] = {
+        "",
+        "nope",
+        "[]",
+        "{}",
+        "{\"v\":2,\"dropped\":0,\"messages\":[]}",
+        "{\"v\":1,\"messages\":[]}",
+        "{\"v\":1,\"dropped\":-1,\"messages\":[]}",
+        "{\"v\":1,\"dropped\":0}",
+        "{\"v\":1,\"dropped\":0,\"messages\":{}}",
+        "{\"v\":1,\"dropped\":0,\"messages\":[1]}",
+        "{\"v\":1,\"dropped\":0,\"messages\":[{\"run_id\":\"r\"}]}",
+        "{\"v\":1,\"dropped\":0,\"messages\":[{\"run_id\":\"r\",\"message\":{\"role\":\"user\"}}]}",
+        "{\"v\":1,\"dropped\":0,\"messages\":[{\"run_id\":3,\"message\":{\"id\":\"a\"}}]}",
+        "{\"v\":1,\"dropped\":0,\"messages\":[]} trailing",
+    };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_assert_null(agw_history_load(bad[i], strlen(bad[i]), 10), "accepted: %s", bad[i]);
+}
+
+/* ---- what is ignored ----------------------------------------------------------------------------
+ */
+
+Test(history, malformed_events_are_ignored_and_counted)
+{
+    static const char *const bad[] = {
+        "[]",
+        "\"TEXT_MESSAGE_START\"",
+        "{}",
+        "{\"type\":7}",
+        "{\"type\":\"TEXT_MESSAGE_START\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":1}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":5}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a\",\"delta\":1}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"delta\":\"x\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\"}",
+        "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\"}",
+        "{\"type\":\"TOOL_CALL_START\",\"toolCallName\":\"f\"}",
+        "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c\",\"toolCallName\":\"f\","
+        "\"parentMessageId\":{}}",
+        "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c\"}",
+        "{\"type\":\"TOOL_CALL_ARGS\",\"delta\":\"x\"}",
+        "{\"type\":\"TOOL_CALL_END\"}",
+        "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"t\",\"toolCallId\":\"c\"}",
+        "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"t\",\"content\":\"x\"}",
+        "{\"type\":\"TOOL_CALL_RESULT\",\"toolCallId\":\"c\",\"content\":\"x\"}",
+        "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"t\",\"toolCallId\":\"c\",\"content\":{}}",
+        "{\"type\":\"MESSAGES_SNAPSHOT\"}",
+        "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":{}}",
+        "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"a\"},{\"role\":\"user\"}]}",
+        "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"a\"},3]}",
+    };
+    struct agw_history *h = agw_history_new(10);
+    size_t n = sizeof(bad) / sizeof(bad[0]);
+
+    merge(h, "r1",
+          "[{\"id\":\"a\",\"role\":\"assistant\",\"content\":\"x\",\"toolCalls\":[{\"id\":\"c\","
+          "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]}]");
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ev(h, "r2", bad[i]), -AGW_EINVAL, "accepted: %s", bad[i]);
+    cr_assert_eq(agw_history_malformed(h), n);
+    cr_assert_eq(agw_history_apply(h, "r2", NULL), -AGW_EINVAL);
+    cr_assert_eq(agw_history_malformed(h), n + 1);
+    expect(h,
+           "[{\"id\":\"a\",\"role\":\"assistant\",\"content\":\"x\",\"toolCalls\":[{\"id\":\"c\","
+           "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]}]");
+    agw_history_free(h);
+}
+
+Test(history, events_that_make_no_message_are_ignored)
+{
+    static const char *const other[] = {
+        "{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}",
+        "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t\",\"runId\":\"r\"}",
+        "{\"type\":\"RUN_ERROR\",\"message\":\"x\"}",
+        "{\"type\":\"STEP_STARTED\",\"stepName\":\"s\"}",
+        "{\"type\":\"STATE_SNAPSHOT\",\"snapshot\":{}}",
+        "{\"type\":\"STATE_DELTA\",\"delta\":[]}",
+        "{\"type\":\"CUSTOM\",\"name\":\"n\",\"value\":1}",
+        "{\"type\":\"RAW\",\"event\":{}}",
+        "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"r\",\"role\":\"reasoning\"}",
+        "{\"type\":\"SOMETHING_NEW\",\"messages\":7}",
+        "{\"type\":\"\"}",
+    };
+    struct agw_history *h = agw_history_new(10);
+
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
+        cr_assert_eq(ev(h, "r1", other[i]), 0, "%s", other[i]);
+    cr_assert_eq(agw_history_count(h), 0);
+    cr_assert_eq(agw_history_malformed(h), 0);
+    cr_assert_null(agw_history_message(h, 0));
+    cr_assert_null(agw_history_run_id(h, 0));
+    agw_history_free(h);
+}
+
+/* ---- a whole run --------------------------------------------------------------------------------
+ */
+
+Test(history, two_runs_of_a_tool_round_trip)
+{
+    struct agw_history *h = agw_history_new(100);
+    static const char *const run1[] = {
+        "{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r1\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\",\"role\":\"assistant\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"Checking\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\"}",
+        "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"confirm\","
+        "\"parentMessageId\":\"a1\"}",
+        "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{\\\"ok\\\":\"}",
+        "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"true}\"}",
+        "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c1\"}",
+        "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t\",\"runId\":\"r1\"}",
+    };
+
+    merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Delete the logs\"}]");
+    for (size_t i = 0; i < sizeof(run1) / sizeof(run1[0]); i++)
+        cr_assert_geq(ev(h, "r1", run1[i]), 0);
+    /* the client answers the call in the next run, resending everything it holds */
+    merge(h, "r2",
+          "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Delete the logs\"},"
+          "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Checking\",\"toolCalls\":["
+          "{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"confirm\","
+          "\"arguments\":\"{\\\"ok\\\":true}\"}}]},"
+          "{\"id\":\"d1\",\"role\":\"tool\",\"toolCallId\":\"c1\",\"content\":\"true\"}]");
+    ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\"}");
+    ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a2\",\"delta\":\"Deleted.\"}");
+    ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a2\"}");
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Delete the logs\"},"
+              "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Checking\",\"toolCalls\":["
+              "{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"confirm\","
+              "\"arguments\":\"{\\\"ok\\\":true}\"}}]},"
+              "{\"id\":\"d1\",\"role\":\"tool\",\"toolCallId\":\"c1\",\"content\":\"true\"},"
+              "{\"id\":\"a2\",\"role\":\"assistant\",\"content\":\"Deleted.\"}]");
+    const char *runs[] = {"r1", "r1", "r2", "r2"};
+    expect_runs(h, runs, 4);
+    cr_assert_eq(agw_history_malformed(h), 0);
+    agw_history_free(h);
+}
