@@ -3,6 +3,8 @@
 #include "config.h"
 
 #include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -540,4 +542,248 @@ struct agw_history *agw_history_load(const char *data, size_t len, size_t max_me
 out:
     json_decref(doc);
     return h;
+}
+
+/* ---- paging ------------------------------------------------------------------------------------
+ */
+
+#define NAME_MAX_LEN 16 /* decoded bytes of a parameter name: longer ones are unknown anyway */
+
+/* Percent-decodes <in> (<len> bytes; '+' = space) into <out> (<outlen> bytes with the NUL). Returns
+ * the decoded length, -AGW_EINVAL for a bad escape or a NUL byte, -AGW_ETOOBIG when it does not
+ * fit. */
+static int query_decode(const char *in, size_t len, char *out, size_t outlen)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        char c = in[i];
+        if (c == '%') {
+            int hi, lo;
+            if (len - i < 3 || (hi = agw_hexval(in[i + 1])) < 0 || (lo = agw_hexval(in[i + 2])) < 0)
+                return -AGW_EINVAL;
+            c = (char)(hi << 4 | lo);
+            i += 2;
+        } else if (c == '+') {
+            c = ' ';
+        }
+        if (c == '\0')
+            return -AGW_EINVAL;
+        if (n + 1 >= outlen)
+            return -AGW_ETOOBIG;
+        out[n++] = c;
+    }
+    out[n] = '\0';
+    return (int)n;
+}
+
+/* Parses the decimal <s> (an optional '-' when <allow_minus>, then at least one digit, nothing
+ * else) into *<v>, saturating at SIZE_MAX; a negative number gives 0 with *<neg> set. */
+static bool parse_size(const char *s, bool allow_minus, size_t *v, bool *neg)
+{
+    size_t x = 0;
+
+    *neg = false;
+    if (allow_minus && *s == '-') {
+        *neg = true;
+        s++;
+    }
+    if (*s == '\0')
+        return false;
+    for (; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9')
+            return false;
+        x = x > (SIZE_MAX - 9) / 10 ? SIZE_MAX : x * 10 + (size_t)(*s - '0');
+    }
+    *v = *neg ? 0 : x;
+    return true;
+}
+
+static void query_defaults(struct agw_history_query *q)
+{
+    memset(q, 0, sizeof(*q));
+    q->limit = AGW_HISTORY_LIMIT_DEFAULT;
+}
+
+/* Formats a parse error into <err> and returns -AGW_EINVAL. */
+static int AGW_PRINTF(3, 4) query_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err != NULL && errlen > 0) {
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -AGW_EINVAL;
+}
+
+/* Applies one name=value pair (<name> decoded, <raw_name> as sent for messages) to <q>. */
+static int query_param(struct agw_history_query *q, const char *raw_name, size_t raw_len,
+                       const char *name, const char *value, size_t value_len, unsigned *seen,
+                       char *err, size_t errlen)
+{
+    static const char *const names[] = {"limit", "after", "before", "order", "run_id"};
+    char buf[AGW_ID_MAX + 1];
+    size_t k, v;
+    bool neg;
+    int n;
+
+    for (k = 0; k < AGW_ARRAY_LEN(names); k++)
+        if (strcmp(name, names[k]) == 0)
+            break;
+    if (k == AGW_ARRAY_LEN(names))
+        return query_fail(err, errlen, "bad request: unknown query parameter '%.*s'",
+                          raw_len > 64 ? 64 : (int)raw_len, raw_name);
+    if (*seen & (1u << k))
+        return query_fail(err, errlen, "bad request: %s is given more than once", names[k]);
+    *seen |= 1u << k;
+    n = query_decode(value, value_len, buf, sizeof(buf));
+    if (n == -AGW_ETOOBIG)
+        return query_fail(err, errlen, "bad request: %s is longer than %d bytes", names[k],
+                          AGW_ID_MAX);
+    if (n < 0)
+        return query_fail(err, errlen, "bad request: %s is not validly percent-encoded", names[k]);
+    switch (k) {
+    case 0:
+        if (!parse_size(buf, true, &v, &neg))
+            return query_fail(err, errlen, "bad request: limit must be an integer");
+        q->limit = v < 1 ? 1 : v > AGW_HISTORY_LIMIT_MAX ? AGW_HISTORY_LIMIT_MAX : v;
+        break;
+    case 1:
+    case 2:
+        if (!parse_size(buf, false, &v, &neg))
+            return query_fail(err, errlen, "bad request: %s must be a non-negative integer",
+                              names[k]);
+        if (k == 1) {
+            q->has_after = true;
+            q->after = v;
+        } else {
+            q->has_before = true;
+            q->before = v;
+        }
+        break;
+    case 3:
+        if (strcmp(buf, "asc") != 0 && strcmp(buf, "desc") != 0)
+            return query_fail(err, errlen, "bad request: order must be asc or desc");
+        q->desc = buf[0] == 'd';
+        break;
+    default:
+        if (n == 0)
+            return query_fail(err, errlen, "bad request: run_id cannot be empty");
+        memcpy(q->run_id, buf, (size_t)n + 1);
+        break;
+    }
+    return 0;
+}
+
+int agw_history_query_parse(const char *query_string, struct agw_history_query *q, char *err,
+                            size_t errlen)
+{
+    const char *p = query_string != NULL ? query_string : "";
+    unsigned seen = 0;
+
+    assert(q != NULL);
+    query_defaults(q);
+    while (*p != '\0') {
+        size_t len = strcspn(p, "&"), nlen = strcspn(p, "=&");
+        char name[NAME_MAX_LEN + 1];
+        int rc;
+
+        if (len > 0) {
+            rc = query_decode(p, nlen, name, sizeof(name));
+            if (rc == -AGW_EINVAL) {
+                rc = query_fail(err, errlen,
+                                "bad request: a query parameter name is not validly "
+                                "percent-encoded");
+                goto out;
+            }
+            if (rc < 0)
+                name[0] = '\0'; /* too long: unknown */
+            if (rc == 0) {
+                rc = query_fail(err, errlen, "bad request: a query parameter has no name");
+                goto out;
+            }
+            rc = query_param(q, p, nlen, name, nlen < len ? p + nlen + 1 : p + len,
+                             nlen < len ? len - nlen - 1 : 0, &seen, err, errlen);
+            if (rc < 0)
+                goto out;
+        }
+        p += len;
+        if (*p == '&')
+            p++;
+    }
+    return 0;
+out:
+    query_defaults(q);
+    return -AGW_EINVAL;
+}
+
+static bool page_match(const struct agw_history *h, const struct agw_history_query *q, size_t i)
+{
+    return q->run_id[0] == '\0' ||
+           (h->items[i].run_id != NULL && strcmp(h->items[i].run_id, q->run_id) == 0);
+}
+
+/* Whether a message of <q->run_id> lies in [<from>, <to>). */
+static bool page_any(const struct agw_history *h, const struct agw_history_query *q, size_t from,
+                     size_t to)
+{
+    for (size_t i = from; i < to; i++)
+        if (page_match(h, q, i))
+            return true;
+    return false;
+}
+
+json_t *agw_history_page(const struct agw_history *h, const struct agw_history_query *q)
+{
+    size_t idx[AGW_HISTORY_LIMIT_MAX], n = 0, lo, hi, first, last;
+    bool from_high, has_more = false;
+    json_t *msgs, *page;
+
+    assert(h != NULL && q != NULL);
+    assert(q->limit >= 1 && q->limit <= AGW_HISTORY_LIMIT_MAX);
+    /* the candidates' window: [lo, hi) */
+    lo = !q->has_after ? 0 : q->after >= h->n ? h->n : q->after + 1;
+    hi = q->has_before && q->before < h->n ? q->before : h->n;
+    /* the end the page is taken from: the reading start, unless only the other cursor is given */
+    from_high = q->desc ? !(q->has_after && !q->has_before) : (q->has_before && !q->has_after);
+    if (from_high) {
+        for (size_t i = hi; i > lo; i--) {
+            if (!page_match(h, q, i - 1))
+                continue;
+            if (n == q->limit) {
+                has_more = q->desc; /* reading downwards: a candidate remains below the page */
+                break;
+            }
+            idx[n++] = i - 1;
+        }
+    } else {
+        for (size_t i = lo; i < hi; i++) {
+            if (!page_match(h, q, i))
+                continue;
+            if (n == q->limit) {
+                has_more = !q->desc;
+                break;
+            }
+            idx[n++] = i;
+        }
+    }
+    msgs = must(json_array());
+    /* idx is ascending when taken from the low end, descending from the high end */
+    for (size_t k = 0; k < n; k++) {
+        size_t i = from_high == q->desc ? idx[k] : idx[n - 1 - k];
+        must_ok(json_array_append_new(msgs, must(json_deep_copy(h->items[i].msg))));
+    }
+    page = must(json_pack("{s:o, s:b, s:n, s:n}", "messages", msgs, "has_more", has_more,
+                          "next_cursor", "prev_cursor"));
+    if (n == 0)
+        return page;
+    first = from_high == q->desc ? idx[0] : idx[n - 1]; /* in reading order */
+    last = from_high == q->desc ? idx[n - 1] : idx[0];
+    if (q->desc ? page_any(h, q, 0, last) : page_any(h, q, last + 1, h->n))
+        must_ok(json_object_set_new(page, "next_cursor", must(json_integer((json_int_t)last))));
+    if (q->desc ? page_any(h, q, first + 1, h->n) : page_any(h, q, 0, first))
+        must_ok(json_object_set_new(page, "prev_cursor", must(json_integer((json_int_t)first))));
+    return page;
 }

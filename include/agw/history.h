@@ -23,6 +23,7 @@
 #include <jansson.h>
 
 #include "agw/common.h"
+#include "agw/router.h" /* AGW_ID_MAX */
 
 struct agw_history;
 
@@ -67,5 +68,53 @@ char *agw_history_dump(const struct agw_history *h);
 /* A thread read back from what agw_history_dump() wrote (<len> bytes at <data>), keeping at most
  * <max_messages> (the newest when the dump holds more). NULL when the text is not such a dump. */
 struct agw_history *agw_history_load(const char *data, size_t len, size_t max_messages);
+
+/* ---- paging (GET /v1/ag-ui/threads/{id}/messages, doc/internals/history.md#paging) ---------- */
+
+#define AGW_HISTORY_LIMIT_DEFAULT 50
+#define AGW_HISTORY_LIMIT_MAX     200
+
+/* One page request, parsed from the query string by agw_history_query_parse(). Cursors are
+ * exclusive message indices in the thread (0 = oldest). No pointer inside: it may be copied. */
+struct agw_history_query {
+    size_t limit;                /* 1..AGW_HISTORY_LIMIT_MAX */
+    bool has_after;              /* only messages with index > after */
+    bool has_before;             /* only messages with index < before */
+    size_t after, before;        /* meaningful when has_after / has_before */
+    bool desc;                   /* newest first; false = oldest first (the default) */
+    char run_id[AGW_ID_MAX + 1]; /* "" = every run; else only messages of this run */
+};
+
+/* Parses <query_string> (the raw query of the request target, without the '?'; NULL or "" = all
+ * defaults) into <q>: '&'-separated name=value pairs, names and values percent-decoded (%XX in
+ * either case, '+' is a space as in application/x-www-form-urlencoded), empty pairs skipped.
+ * Parameters: limit (an integer, default AGW_HISTORY_LIMIT_DEFAULT, clamped to
+ * 1..AGW_HISTORY_LIMIT_MAX, so 0 and negative numbers mean 1), after and before (non-negative
+ * integers; values past SIZE_MAX saturate), order (asc or desc), run_id (1..AGW_ID_MAX bytes, no
+ * NUL). Returns 0, or -AGW_EINVAL with a message for a 400 answer in <err> (may be NULL) and <q>
+ * reset to the defaults, for: an unknown parameter (named), a parameter given twice, a bad %
+ * escape, a value that is not what its parameter takes. after >= before is not an error: the page
+ * is empty. */
+int agw_history_query_parse(const char *query_string, struct agw_history_query *q, char *err,
+                            size_t errlen);
+
+/* One page of the thread, as the endpoint's body (the caller owns it, json_decref()):
+ * {"messages":[...],"has_more":bool,"next_cursor":int|null,"prev_cursor":int|null}.
+ * The candidates are the messages with after < index < before (each bound when given) whose run is
+ * <q->run_id> (when given; a message with no run never matches). The page is the <q->limit>
+ * candidates nearest the cursor the client reads away from: in asc order the lowest ones, except
+ * with only `before` given, where it is the highest ones (the page just before that cursor); in
+ * desc order the highest ones, except with only `after` given, where it is the lowest ones (the
+ * page just after that cursor). Messages come in the order asked, as deep copies (the page never
+ * shares a json_t with the thread, so it outlives later changes to it).
+ * - has_more: candidates remain beyond the page in the reading direction (inside the bounds).
+ * - next_cursor: the index of the page's last message, to pass as `after` (asc) or `before` (desc)
+ *   for the next page, when the thread holds a message of <q->run_id> beyond it (even past the
+ *   bounds given); else null. Never null when has_more is true.
+ * - prev_cursor: the index of the page's first message, to pass as `before` (asc) or `after`
+ *   (desc) for the page before, when the thread holds a message of <q->run_id> before it in the
+ *   reading direction; else null (the page starts the thread).
+ * An empty page has both cursors null. <q->limit> must be 1..AGW_HISTORY_LIMIT_MAX (asserted). */
+json_t *agw_history_page(const struct agw_history *h, const struct agw_history_query *q);
 
 #endif
