@@ -16,11 +16,11 @@ static struct agw_history *thread(size_t n, const char *(*runs)(size_t))
     struct agw_history *h = agw_history_new(1000);
 
     for (size_t i = 0; i < n; i++) {
-        json_t *m = json_pack("[{s:s+, s:s, s:s}]", "id", "m", "", "role", "user", "content", "x");
         char id[32];
+        json_t *m;
 
         snprintf(id, sizeof(id), "m%zu", i);
-        json_object_set_new(json_array_get(m, 0), "id", json_string(id));
+        m = json_pack("[{s:s, s:s, s:s}]", "id", id, "role", "user", "content", "x");
         cr_assert_eq(agw_history_merge_input(h, runs != NULL ? runs(i) : "r", m), 1);
         json_decref(m);
     }
