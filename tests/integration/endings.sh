@@ -48,22 +48,6 @@ stream() {
     ) &
     eval "$1_PID=$!"
 }
-# wait_grep FILE TEXT: up to 10 s for TEXT to appear in FILE.
-wait_grep() {
-    for _ in $(seq 100); do
-        grep -qF -- "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    return 1
-}
-# wait_done PID: up to 10 s for a background stream to end.
-wait_done() {
-    for _ in $(seq 100); do
-        kill -0 "$1" 2>/dev/null || return 0
-        sleep 0.1
-    done
-    return 1
-}
 # check_ending NAME CODE: the stream NAME ends with TEXT_MESSAGE_END (of the open message msg_2), then
 # RUN_ERROR with CODE, then nothing, and the body ended cleanly.
 check_ending() {

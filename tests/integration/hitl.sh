@@ -54,18 +54,6 @@ gateway TH '{ "match": "thread" }'
 
 J='Content-Type: application/json'
 AUTH='Authorization: Bearer web-token'
-TOOLS='[{"name":"confirmAction","description":"Ask the user to confirm","parameters":{"type":"object","properties":{"action":{"type":"string"}}}}]'
-# run_body THREAD RUN: the user asks for something that needs a confirmation.
-run_body() {
-    printf '{"threadId":"%s","runId":"%s","messages":[{"id":"m1","role":"user","content":"Please delete the temporary files"}],"tools":%s}' \
-        "$1" "$2" "$TOOLS"
-}
-# decision_body THREAD RUN CONTENT: decision-only (no user input, one tool message); CONTENT is a JSON string.
-decision_body() {
-    printf '{"threadId":"%s","runId":"%s","messages":[{"id":"a1","role":"assistant","content":"","toolCalls":[{"id":"call_003","type":"function","function":{"name":"confirmAction","arguments":"{\\"action\\":\\"delete temporary files\\",\\"count\\":15}"}}]},{"id":"d1","role":"tool","toolCallId":"call_003","content":%s}],"tools":%s}' \
-        "$1" "$2" "$3" "$TOOLS"
-}
-APPROVE='"{\"approved\":true}"'
 DENY='"false"'
 
 # stream NAME PORT AGENT BODY: a run in the background, its stream in $T/NAME.s; sets <NAME>_PID.
@@ -73,22 +61,6 @@ stream() {
     curl -sS -N -m 30 -o "$T/$1.s" -H "$J" -H "$AUTH" -d "$4" "http://127.0.0.1:$2/v1/ag-ui/agents/$3/runs" \
         2>"$T/$1.err" &
     eval "$1_PID=$!"
-}
-# wait_grep FILE TEXT: up to 10 s for TEXT to appear in FILE.
-wait_grep() {
-    for _ in $(seq 100); do
-        grep -qF -- "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    return 1
-}
-# wait_done PID: up to 10 s for a background curl to end.
-wait_done() {
-    for _ in $(seq 100); do
-        kill -0 "$1" 2>/dev/null || return 0
-        sleep 0.1
-    done
-    return 1
 }
 types() { grep -o '"type":"[A-Z_]*"' "$1" | cut -d'"' -f4 | tr '\n' ' '; }
 metric() { curl -s -m 5 "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }

@@ -126,6 +126,38 @@ http() {
     BODY=$(cat "$T/body" 2>/dev/null)
 }
 
+# wait_grep FILE TEXT: up to 10 s for TEXT to appear in FILE.
+wait_grep() {
+    for _ in $(seq 100); do
+        grep -qF -- "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+# wait_done PID: up to 10 s for a background process to end.
+wait_done() {
+    for _ in $(seq 100); do
+        kill -0 "$1" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# A human-in-the-loop conversation (the demo agent's wait_decision knob): the run body asks for something
+# that needs a confirmation; the decision body is decision-only (no user input, one tool message).
+TOOLS='[{"name":"confirmAction","description":"Ask the user to confirm","parameters":{"type":"object","properties":{"action":{"type":"string"}}}}]'
+# run_body THREAD RUN
+run_body() {
+    printf '{"threadId":"%s","runId":"%s","messages":[{"id":"m1","role":"user","content":"Please delete the temporary files"}],"tools":%s}' \
+        "$1" "$2" "$TOOLS"
+}
+# decision_body THREAD RUN CONTENT: CONTENT is a JSON string.
+decision_body() {
+    printf '{"threadId":"%s","runId":"%s","messages":[{"id":"a1","role":"assistant","content":"","toolCalls":[{"id":"call_003","type":"function","function":{"name":"confirmAction","arguments":"{\\"action\\":\\"delete temporary files\\",\\"count\\":15}"}}]},{"id":"d1","role":"tool","toolCallId":"call_003","content":%s}],"tools":%s}' \
+        "$1" "$2" "$3" "$TOOLS"
+}
+APPROVE='"{\"approved\":true}"'
+
 finish() {
     # The failures again at the end, where a log's tail (CI prints the last lines) shows them.
     [ -n "$FAILED" ] && echo "failed checks:$FAILED"

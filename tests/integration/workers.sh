@@ -27,33 +27,10 @@ check_contains "two event loops" "2 worker event loops" "$(cat "$GW_LOG")"
 U=http://127.0.0.1:$GW_PORT/v1/ag-ui/agents
 J='Content-Type: application/json'
 AUTH='Authorization: Bearer web-token'
-TOOLS='[{"name":"confirmAction","description":"Ask the user to confirm","parameters":{"type":"object","properties":{"action":{"type":"string"}}}}]'
-run_body() {
-    printf '{"threadId":"%s","runId":"%s","messages":[{"id":"m1","role":"user","content":"Please delete the temporary files"}],"tools":%s}' \
-        "$1" "$2" "$TOOLS"
-}
-decision_body() {
-    printf '{"threadId":"%s","runId":"%s","messages":[{"id":"a1","role":"assistant","content":"","toolCalls":[{"id":"call_003","type":"function","function":{"name":"confirmAction","arguments":"{\\"action\\":\\"delete temporary files\\",\\"count\\":15}"}}]},{"id":"d1","role":"tool","toolCallId":"call_003","content":"{\\"approved\\":true}"}],"tools":%s}' \
-        "$1" "$2" "$TOOLS"
-}
 # stream NAME AGENT BODY: a run in the background (its own connection), its stream in $T/NAME.s
 stream() {
     curl -sS -N -m 30 -o "$T/$1.s" -H "$J" -H "$AUTH" -d "$3" "$U/$2/runs" 2>"$T/$1.err" &
     eval "$1_PID=$!"
-}
-wait_grep() { # FILE TEXT: up to 10 s
-    for _ in $(seq 100); do
-        grep -qF -- "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    return 1
-}
-wait_done() { # PID: up to 10 s
-    for _ in $(seq 100); do
-        kill -0 "$1" 2>/dev/null || return 0
-        sleep 0.1
-    done
-    return 1
 }
 metric() { curl -s -m 5 "http://127.0.0.1:$GW_PORT/metrics" | awk -v n="$1" '$1 == n { print $2 }'; }
 wait_metric() { # NAME VALUE: up to 5 s; prints the last value
@@ -105,7 +82,7 @@ while [ "$batch" -lt 4 ] && { [ "$cross_d" -eq 0 ] || [ "$cross_c" -eq 0 ]; }; d
     done
     check_eq "batch $batch: /metrics counts the runs of both loops" $((2 * N)) "$(wait_metric agw_active_runs $((2 * N)))"
     for i in $(seq $N); do
-        http POST "$U/hitl/runs" -H "$J" -H "$AUTH" -d "$(decision_body "td$batch-$i" "rd$batch-$i")"
+        http POST "$U/hitl/runs" -H "$J" -H "$AUTH" -d "$(decision_body "td$batch-$i" "rd$batch-$i" "$APPROVE")"
         check_eq "batch $batch: decision $i forwarded" 202 "$STATUS"
         http POST "$U/hitl/runs/rc$batch-$i/cancel" -H "$AUTH"
         check_eq "batch $batch: cancel $i accepted" 202 "$STATUS"
