@@ -62,20 +62,24 @@ static void check_error(const char *text, const char *err)
 
     if (err[0] == '\0')
         fatal("refused without a message", NULL);
-    if (strncmp(err, "invalid JSON at line ", 21) == 0) {
-        if (json_loads(text, JSON_REJECT_DUPLICATES, NULL) != NULL)
-            fatal("\"invalid JSON\" for a text jansson accepts", err);
+    /* jansson's verdict decides which kind of message is due: a key may itself read "invalid JSON
+     * at line ", so the message's start cannot. */
+    root = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
+    if (root == NULL) {
+        if (strncmp(err, "invalid JSON at line ", 21) != 0)
+            fatal("a text jansson refuses, without \"invalid JSON at line …\"", err);
         return;
     }
-    if (strstr(err, ": ") == NULL || strstr(err, ": ")[2] == '\0')
+    if (strstr(err, ": ") == NULL || strstr(err, ": ")[2] == '\0') {
+        json_decref(root);
         fatal("an error that is not \"<path>: <reason>\"", err);
-    if (strncmp(err, "(top level): ", 13) == 0)
+    }
+    if (strncmp(err, "(top level): ", 13) == 0) {
+        json_decref(root);
         return;
+    }
     for (size_t i = 0; top_keys[i] != NULL && !named; i++)
         named = names(err, top_keys[i]);
-    root = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
-    if (root == NULL)
-        fatal("a key path for a text jansson refuses", err);
     if (!named && json_is_object(root)) {
         const char *key;
         json_t *v;
