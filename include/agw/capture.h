@@ -1,0 +1,51 @@
+/* A run's events, kept for thread history (doc/internals/history.md#capture). The relay hands the
+ * capture every event the client gets; on the event loop, cheaply (one pass over the bytes, no
+ * jansson, no allocation beyond the amortised growth of one buffer), it keeps only what can change
+ * the thread's messages, and hands that over as JSON Lines for the store's thread, which parses
+ * them and applies them with agw_history_apply(). Pure: no I/O, no event loop, no logging.
+ *
+ * What it keeps, by the event's top-level "type":
+ * - TEXT_MESSAGE_START/END, TOOL_CALL_START/END/RESULT, MESSAGES_SNAPSHOT, TEXT_MESSAGE_CHUNK and
+ * TOOL_CALL_CHUNK: copied byte for byte;
+ * - TEXT_MESSAGE_CONTENT (TOOL_CALL_ARGS): consecutive ones of one messageId (toolCallId), ids
+ * compared by their raw bytes, become one event {"type":…,"messageId":<id>,"delta":"<deltas>"}
+ * whose delta is the raw bytes of theirs, escapes and all, concatenated: that is the JSON string of
+ * the concatenated text, so nothing is decoded. Their other members are dropped. Events of dropped
+ * types in between do not break a run of deltas; any kept event does;
+ * - every other type: dropped.
+ * An event the scanner cannot judge (not one valid JSON object with a plain string "type", an
+ * escaped key, "type", "messageId", "toolCallId" or "delta" given twice, a content event whose id
+ * or delta is not a string...) is kept byte for byte too: the store's full parse decides, so the
+ * thread the kept lines rebuild is the one the events would have rebuilt, whatever the bytes.
+ * Events are one line each (the data of one SSE event): a raw CR or LF in a kept event becomes a
+ * tab, which JSON reads as whitespace between tokens and refuses inside a string, as it does CR/LF.
+ *
+ * Ownership: one struct agw_capture per run, owned by the relay; not thread-safe (one thread at a
+ * time). It holds what it kept until agw_capture_take() hands it over; it sets no ceiling itself:
+ * the caller takes when agw_capture_size() passes its own. */
+#ifndef AGW_CAPTURE_H
+#define AGW_CAPTURE_H
+
+#include "agw/common.h"
+
+struct agw_capture;
+
+/* A new, empty capture. */
+struct agw_capture *agw_capture_new(void);
+/* Frees the capture and what it holds; NULL is a no-op. */
+void agw_capture_free(struct agw_capture *c);
+
+/* Records one event: <len> bytes at <json> (borrowed for the call; need not be NUL-terminated;
+ * any bytes). Aborts on out-of-memory, as agw_xmalloc() does. */
+void agw_capture_event(struct agw_capture *c, const char *json, size_t len);
+
+/* Bytes held, the open coalesced event included (without the 3 bytes that close it). */
+size_t agw_capture_size(const struct agw_capture *c);
+
+/* Hands over everything kept so far as JSON Lines (each kept or coalesced event, then '\n'), the
+ * open coalesced event closed first; *<len> gets their length. The caller frees them with free().
+ * NULL (and *<len> 0) when nothing is held. The capture is empty then and goes on: a later delta of
+ * the same message starts a new coalesced event. */
+char *agw_capture_take(struct agw_capture *c, size_t *len);
+
+#endif

@@ -1,0 +1,487 @@
+/* A run's events for thread history: a one-pass scan of each event's top-level members, no JSON
+ * values built (include/agw/capture.h, doc/internals/history.md#capture). */
+#include "config.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agw/capture.h"
+
+/* Nesting the scanner follows below the event's own object; deeper events are kept as they are
+ * (jansson's own limit is 2048). */
+#define SCAN_MAX_DEPTH 32
+/* Digits of a number's integer part the scanner accepts: 18 always fit jansson's json_int_t and
+ * keep a real far from overflow (jansson refuses both overflows). */
+#define SCAN_MAX_INT_DIGITS 18
+/* Digits of an exponent: 2 keep a real far from overflow. */
+#define SCAN_MAX_EXP_DIGITS 2
+
+enum kind {
+    KIND_DROP = 0,
+    KIND_KEEP, /* copied byte for byte */
+    KIND_TEXT, /* TEXT_MESSAGE_CONTENT: coalesced by messageId */
+    KIND_ARGS, /* TOOL_CALL_ARGS: coalesced by toolCallId */
+};
+
+struct agw_capture {
+    char *buf;       /* JSON Lines; an open coalesced event at the end, without its '"}\n' */
+    size_t len, cap; /* bytes used and allocated in buf */
+    enum kind open;  /* KIND_TEXT or KIND_ARGS while a coalesced event is open; else KIND_DROP */
+    size_t id_at, id_len; /* the open event's id token (quotes included) at buf + id_at */
+};
+
+/* One top-level member of an event: its value's bytes (a string's with its quotes). */
+struct member {
+    const char *p; /* NULL: absent */
+    size_t n;
+    bool string;  /* the value is a string */
+    bool escaped; /* a string holding a backslash escape */
+};
+
+struct event {
+    struct member type, message_id, tool_call_id, delta;
+};
+
+/* ---- the scanner: one valid JSON object, as jansson reads it, or false ----------------------- */
+
+/* Bytes a JSON string holds as they are: printable ASCII but '"' and '\\'. */
+static const bool plain[256] = {
+    [0x20] = 1,
+    [0x21] = 1,
+    [0x23 ... 0x5b] = 1,
+    [0x5d ... 0x7f] = 1,
+};
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* The length of the UTF-8 sequence at <p> (a byte >= 0x80), or 0 when it is not one jansson takes:
+ * truncated, overlong, a surrogate or past U+10FFFF. */
+static size_t utf8_seq(const unsigned char *p, const unsigned char *end)
+{
+    size_t n;
+    unsigned long v;
+
+    if (*p >= 0xc2 && *p <= 0xdf) {
+        n = 2;
+        v = *p & 0x1f;
+    } else if (*p >= 0xe0 && *p <= 0xef) {
+        n = 3;
+        v = *p & 0x0f;
+    } else if (*p >= 0xf0 && *p <= 0xf4) {
+        n = 4;
+        v = *p & 0x07;
+    } else {
+        return 0;
+    }
+    if ((size_t)(end - p) < n)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        v = v << 6 | (p[i] & 0x3f);
+    }
+    if ((n == 3 && v < 0x800) || (n == 4 && v < 0x10000) || v > 0x10ffff ||
+        (v >= 0xd800 && v <= 0xdfff))
+        return 0;
+    return n;
+}
+
+/* The value of the 4 hex digits at <p> (4 bytes are there), or -1. */
+static long hex4(const char *p)
+{
+    long v = 0;
+
+    for (int i = 0; i < 4; i++) {
+        int h = agw_hexval(p[i]);
+        if (h < 0)
+            return -1;
+        v = v << 4 | h;
+    }
+    return v;
+}
+
+/* A string at <p> (its opening quote) that jansson takes with the store's flags: valid UTF-8, no
+ * control byte, escapes among \" \\ \/ \b \f \n \r \t \uXXXX, surrogates only in pairs, no \u0000.
+ * *<escaped> (may be NULL) tells whether it holds an escape. Returns the byte after the closing
+ * quote, or NULL. So the raw bytes between the quotes are whole characters and whole escapes: two
+ * such strings concatenated are one such string. */
+static const char *scan_string(const char *s, const char *end, bool *escaped)
+{
+    const unsigned char *p = (const unsigned char *)s + 1, *e = (const unsigned char *)end;
+    bool esc = false;
+
+    for (;;) {
+        while (p < e && plain[*p])
+            p++;
+        if (p == e)
+            return NULL;
+        if (*p == '"')
+            break;
+        if (*p == '\\') {
+            long v;
+            esc = true;
+            if (e - p < 2)
+                return NULL;
+            if (p[1] != 'u') {
+                if (strchr("\"\\/bfnrt", p[1]) == NULL || p[1] == '\0')
+                    return NULL;
+                p += 2;
+                continue;
+            }
+            if (e - p < 6 || (v = hex4((const char *)p + 2)) <= 0 || (v >= 0xdc00 && v <= 0xdfff))
+                return NULL; /* short, not hex, \u0000 or a lone low surrogate */
+            p += 6;
+            if (v >= 0xd800 && v <= 0xdbff) {
+                if (e - p < 6 || p[0] != '\\' || p[1] != 'u' ||
+                    (v = hex4((const char *)p + 2)) < 0xdc00 || v > 0xdfff)
+                    return NULL; /* a high surrogate without its low one */
+                p += 6;
+            }
+            continue;
+        }
+        if (*p < 0x20)
+            return NULL;
+        {
+            size_t n = utf8_seq(p, e);
+            if (n == 0)
+                return NULL;
+            p += n;
+        }
+    }
+    if (escaped != NULL)
+        *escaped = esc;
+    return (const char *)p + 1;
+}
+
+/* A number jansson takes (-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?), within the limits
+ * above. Returns the byte after it, or NULL. */
+static const char *scan_number(const char *p, const char *end)
+{
+    const char *d;
+
+    if (p < end && *p == '-')
+        p++;
+    d = p;
+    if (p < end && *p == '0')
+        p++;
+    else
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    if (p == d || p - d > SCAN_MAX_INT_DIGITS || (p < end && *p >= '0' && *p <= '9'))
+        return NULL; /* no digit, too many, or a leading zero */
+    if (p < end && *p == '.') {
+        d = ++p;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+        if (p == d)
+            return NULL;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        d = p;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+        if (p == d || p - d > SCAN_MAX_EXP_DIGITS)
+            return NULL;
+    }
+    return p;
+}
+
+static const char *scan_value(const char *p, const char *end, unsigned depth);
+
+/* The members of an object after its '{', <depth> levels still allowed below it. Returns the byte
+ * after its '}', or NULL. */
+static const char *scan_object(const char *p, const char *end, unsigned depth)
+{
+    p = skip_ws(p, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    for (;;) {
+        if (p == end || *p != '"' || (p = scan_string(p, end, NULL)) == NULL)
+            return NULL;
+        p = skip_ws(p, end);
+        if (p == end || *p++ != ':')
+            return NULL;
+        if ((p = scan_value(skip_ws(p, end), end, depth)) == NULL)
+            return NULL;
+        p = skip_ws(p, end);
+        if (p == end)
+            return NULL;
+        if (*p == '}')
+            return p + 1;
+        if (*p++ != ',')
+            return NULL;
+        p = skip_ws(p, end);
+    }
+}
+
+/* The elements of an array after its '['. Returns the byte after its ']', or NULL. */
+static const char *scan_array(const char *p, const char *end, unsigned depth)
+{
+    p = skip_ws(p, end);
+    if (p < end && *p == ']')
+        return p + 1;
+    for (;;) {
+        if ((p = scan_value(p, end, depth)) == NULL)
+            return NULL;
+        p = skip_ws(p, end);
+        if (p == end)
+            return NULL;
+        if (*p == ']')
+            return p + 1;
+        if (*p++ != ',')
+            return NULL;
+        p = skip_ws(p, end);
+    }
+}
+
+/* Any value at <p> (no whitespace before it). Returns the byte after it, or NULL. */
+static const char *scan_value(const char *p, const char *end, unsigned depth)
+{
+    if (p == end)
+        return NULL;
+    switch (*p) {
+    case '"':
+        return scan_string(p, end, NULL);
+    case '{':
+        return depth > 0 ? scan_object(p + 1, end, depth - 1) : NULL;
+    case '[':
+        return depth > 0 ? scan_array(p + 1, end, depth - 1) : NULL;
+    case 't':
+        return end - p >= 4 && memcmp(p, "true", 4) == 0 ? p + 4 : NULL;
+    case 'f':
+        return end - p >= 5 && memcmp(p, "false", 5) == 0 ? p + 5 : NULL;
+    case 'n':
+        return end - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+    default:
+        return scan_number(p, end);
+    }
+}
+
+static bool span_is(const char *p, size_t n, const char *name, size_t name_len)
+{
+    return n == name_len && memcmp(p, name, n) == 0;
+}
+
+/* The member of <ev> a key (its bytes between the quotes) names, or NULL. */
+static struct member *member_of(struct event *ev, const char *k, size_t n)
+{
+    if (span_is(k, n, "type", 4))
+        return &ev->type;
+    if (span_is(k, n, "messageId", 9))
+        return &ev->message_id;
+    if (span_is(k, n, "toolCallId", 10))
+        return &ev->tool_call_id;
+    if (span_is(k, n, "delta", 5))
+        return &ev->delta;
+    return NULL;
+}
+
+/* Reads <json> as one JSON object and finds its top-level members of interest. False when the
+ * event is not one jansson would read as the scanner does: not valid JSON (or past the limits
+ * above), not an object, an escaped key (it may spell one of ours), one of ours given twice
+ * (jansson keeps the last). Never reads past <len>. */
+static bool scan_event(const char *json, size_t len, struct event *ev)
+{
+    const char *p = json, *end = json + len;
+
+    memset(ev, 0, sizeof(*ev));
+    p = skip_ws(p, end);
+    if (p == end || *p++ != '{')
+        return false;
+    p = skip_ws(p, end);
+    if (p < end && *p == '}')
+        return skip_ws(p + 1, end) == end;
+    for (;;) {
+        const char *k = p, *v;
+        struct member *m;
+        bool escaped = false;
+
+        if (p == end || *p != '"' || (p = scan_string(p, end, &escaped)) == NULL || escaped)
+            return false;
+        m = member_of(ev, k + 1, (size_t)(p - k) - 2);
+        p = skip_ws(p, end);
+        if (p == end || *p++ != ':')
+            return false;
+        v = p = skip_ws(p, end);
+        if (p < end && *p == '"')
+            p = scan_string(p, end, &escaped);
+        else
+            p = scan_value(p, end, SCAN_MAX_DEPTH);
+        if (p == NULL)
+            return false;
+        if (m != NULL) {
+            if (m->p != NULL)
+                return false;
+            m->p = v;
+            m->n = (size_t)(p - v);
+            m->string = *v == '"';
+            m->escaped = m->string && escaped;
+        }
+        p = skip_ws(p, end);
+        if (p == end)
+            return false;
+        if (*p == '}')
+            return skip_ws(p + 1, end) == end;
+        if (*p++ != ',')
+            return false;
+        p = skip_ws(p, end);
+    }
+}
+
+/* What becomes of an event of type <t> (<n> bytes, unescaped). */
+static enum kind classify(const char *t, size_t n)
+{
+    static const struct {
+        const char *name;
+        size_t len;
+        enum kind kind;
+    } types[] = {
+        {"TEXT_MESSAGE_CONTENT", 20, KIND_TEXT}, {"TOOL_CALL_ARGS", 14, KIND_ARGS},
+        {"TEXT_MESSAGE_START", 18, KIND_KEEP},   {"TEXT_MESSAGE_END", 16, KIND_KEEP},
+        {"TOOL_CALL_START", 15, KIND_KEEP},      {"TOOL_CALL_END", 13, KIND_KEEP},
+        {"TOOL_CALL_RESULT", 16, KIND_KEEP},     {"MESSAGES_SNAPSHOT", 17, KIND_KEEP},
+        {"TEXT_MESSAGE_CHUNK", 18, KIND_KEEP},   {"TOOL_CALL_CHUNK", 15, KIND_KEEP},
+    };
+
+    for (size_t i = 0; i < AGW_ARRAY_LEN(types); i++)
+        if (span_is(t, n, types[i].name, types[i].len))
+            return types[i].kind;
+    return KIND_DROP;
+}
+
+/* ---- the buffer ------------------------------------------------------------------------------ */
+
+/* Makes room for <n> more bytes; returns where they go. */
+static char *room(struct agw_capture *c, size_t n)
+{
+    assert(n < SIZE_MAX / 4 &&
+           c->len < SIZE_MAX / 4); /* events are bounded by the SSE frame limit */
+    if (c->cap - c->len < n) {
+        size_t cap = c->cap > 0 ? c->cap : 1024;
+        while (cap - c->len < n)
+            cap *= 2;
+        c->buf = agw_xrealloc(c->buf, cap);
+        c->cap = cap;
+    }
+    return c->buf + c->len;
+}
+
+static void put(struct agw_capture *c, const char *p, size_t n)
+{
+    memcpy(room(c, n), p, n);
+    c->len += n;
+}
+
+static void close_open(struct agw_capture *c)
+{
+    if (c->open == KIND_DROP)
+        return;
+    put(c, "\"}\n", 3);
+    c->open = KIND_DROP;
+}
+
+/* Copies an event as it is, any raw CR or LF made a tab (see the header), and a '\n'. */
+static void keep(struct agw_capture *c, const char *json, size_t len)
+{
+    char *d;
+
+    close_open(c);
+    d = room(c, len + 1);
+    memcpy(d, json, len);
+    for (size_t i = 0; i < len; i++)
+        if (d[i] == '\n' || d[i] == '\r')
+            d[i] = '\t';
+    d[len] = '\n';
+    c->len += len + 1;
+}
+
+/* Appends a content event's delta to the open coalesced event, opening one first unless the open
+ * one is of the same kind and id. <id> and <delta> are scanned strings: no raw line break. */
+static void coalesce(struct agw_capture *c, enum kind kind, const struct member *id,
+                     const struct member *delta)
+{
+    static const char text[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":";
+    static const char args[] = "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":";
+
+    if (c->open != kind || c->id_len != id->n || memcmp(c->buf + c->id_at, id->p, id->n) != 0) {
+        close_open(c);
+        if (kind == KIND_TEXT)
+            put(c, text, sizeof(text) - 1);
+        else
+            put(c, args, sizeof(args) - 1);
+        c->id_at = c->len;
+        c->id_len = id->n;
+        put(c, id->p, id->n);
+        put(c, ",\"delta\":\"", 10);
+        c->open = kind;
+    }
+    put(c, delta->p + 1, delta->n - 2);
+}
+
+/* ---- the interface --------------------------------------------------------------------------- */
+
+struct agw_capture *agw_capture_new(void)
+{
+    return agw_xcalloc(1, sizeof(struct agw_capture));
+}
+
+void agw_capture_free(struct agw_capture *c)
+{
+    if (c == NULL)
+        return;
+    free(c->buf);
+    free(c);
+}
+
+void agw_capture_event(struct agw_capture *c, const char *json, size_t len)
+{
+    struct event ev;
+    const struct member *id;
+    enum kind kind;
+
+    if (!scan_event(json, len, &ev) || !ev.type.string || ev.type.escaped) {
+        keep(c, json, len); /* the store's full parse decides */
+        return;
+    }
+    kind = classify(ev.type.p + 1, ev.type.n - 2);
+    if (kind == KIND_DROP)
+        return; /* makes no message: a coalesced event stays open across it */
+    if (kind == KIND_KEEP) {
+        keep(c, json, len);
+        return;
+    }
+    id = kind == KIND_TEXT ? &ev.message_id : &ev.tool_call_id;
+    if (!id->string || !ev.delta.string) {
+        keep(c, json, len); /* malformed for history: it says so */
+        return;
+    }
+    coalesce(c, kind, id, &ev.delta);
+}
+
+size_t agw_capture_size(const struct agw_capture *c)
+{
+    return c->len;
+}
+
+char *agw_capture_take(struct agw_capture *c, size_t *len)
+{
+    char *out;
+
+    close_open(c);
+    *len = c->len;
+    if (c->len == 0)
+        return NULL; /* (then there is no buffer: one is only made to hold something) */
+    out = c->buf;
+    c->buf = NULL;
+    c->len = c->cap = 0;
+    return out;
+}

@@ -1,0 +1,761 @@
+/* Unit tests for src/capture.c: which events are kept, the coalescing of text and tool-call deltas
+ * (and what breaks it), escapes concatenated raw, the scanner's reading of whitespace, extra and
+ * nested members and escaped keys, malformed events kept as they are, take() mid-run, and the
+ * property the store relies on: the kept lines rebuild the thread the events would have rebuilt.
+ * Every event is fed from a heap buffer of exactly its length, so that the sanitized build catches
+ * a read past it. */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "agw/capture.h"
+#include "agw/history.h"
+
+/* <text> with every ' made a " (the events read better so), in a buffer of exactly its length. */
+static char *dq(const char *text, size_t *len)
+{
+    size_t n = strlen(text);
+    char *b = malloc(n > 0 ? n : 1);
+
+    cr_assert_not_null(b);
+    for (size_t i = 0; i < n; i++)
+        b[i] = text[i] == '\'' ? '"' : text[i];
+    *len = n;
+    return b;
+}
+
+/* Feeds <len> bytes from a copy of exactly that size. */
+static void feed_raw(struct agw_capture *c, const char *bytes, size_t len)
+{
+    char *b = malloc(len > 0 ? len : 1);
+
+    cr_assert_not_null(b);
+    memcpy(b, bytes, len);
+    agw_capture_event(c, b, len);
+    free(b);
+}
+
+static void feed(struct agw_capture *c, const char *text)
+{
+    size_t len;
+    char *b = dq(text, &len);
+
+    agw_capture_event(c, b, len);
+    free(b);
+}
+
+/* What take() hands over, NUL-terminated ("" for nothing). */
+static char *take_str(struct agw_capture *c)
+{
+    size_t len = 12345;
+    char *lines = agw_capture_take(c, &len), *s;
+
+    if (lines == NULL) {
+        cr_assert_eq(len, 0);
+        return calloc(1, 1);
+    }
+    cr_assert_gt(len, 0);
+    cr_assert_eq(lines[len - 1], '\n', "JSON Lines end with a line break");
+    s = malloc(len + 1);
+    memcpy(s, lines, len);
+    s[len] = '\0';
+    free(lines);
+    cr_assert_eq(agw_capture_size(c), 0, "empty after take");
+    return s;
+}
+
+/* take() hands over <want> (with ' made "). */
+static void expect_out(struct agw_capture *c, const char *want)
+{
+    size_t n;
+    char *w = dq(want, &n), *got = take_str(c), *ws = malloc(n + 1);
+
+    memcpy(ws, w, n);
+    ws[n] = '\0';
+    cr_assert_str_eq(got, ws);
+    free(w);
+    free(ws);
+    free(got);
+}
+
+/* Feeds each event of <events> to a new capture and expects <want>. */
+static void expect_capture(const char *const *events, size_t n, const char *want)
+{
+    struct agw_capture *c = agw_capture_new();
+
+    for (size_t i = 0; i < n; i++)
+        feed(c, events[i]);
+    expect_out(c, want);
+    agw_capture_free(c);
+}
+
+#define EXPECT_CAPTURE(want, ...)                                                                  \
+    do {                                                                                           \
+        static const char *const evs_[] = {__VA_ARGS__};                                           \
+        expect_capture(evs_, AGW_ARRAY_LEN(evs_), want);                                           \
+    } while (0)
+
+/* Each event is kept byte for byte, alone. */
+static void expect_verbatim(const char *text)
+{
+    struct agw_capture *c = agw_capture_new();
+    size_t n;
+    char *b = dq(text, &n), *got, *want = malloc(n + 2);
+
+    agw_capture_event(c, b, n);
+    memcpy(want, b, n);
+    want[n] = '\n';
+    want[n + 1] = '\0';
+    got = take_str(c);
+    cr_assert_str_eq(got, want, "kept as it is: %s", want);
+    free(b);
+    free(want);
+    free(got);
+    agw_capture_free(c);
+}
+
+/* ---- which events are kept ------------------------------------------------------------------- */
+
+Test(capture, keeps_the_types_history_reads_byte_for_byte)
+{
+    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_START','messageId':'m1','role':'assistant'}\n"
+                   "{'type':'TEXT_MESSAGE_END','messageId':'m1','timestamp':1}\n"
+                   "{'type':'TOOL_CALL_START','toolCallId':'t1','toolCallName':'f'}\n"
+                   "{'type':'TOOL_CALL_END','toolCallId':'t1'}\n"
+                   "{'type':'TOOL_CALL_RESULT','messageId':'r1','toolCallId':'t1','content':'ok'}\n"
+                   "{'type':'MESSAGES_SNAPSHOT','messages':[{'id':'u1','role':'user'}]}\n"
+                   "{'type':'TEXT_MESSAGE_CHUNK','messageId':'m2','delta':'x'}\n"
+                   "{'type':'TOOL_CALL_CHUNK','toolCallId':'t2','delta':'{}'}\n",
+                   "{'type':'TEXT_MESSAGE_START','messageId':'m1','role':'assistant'}",
+                   "{'type':'TEXT_MESSAGE_END','messageId':'m1','timestamp':1}",
+                   "{'type':'TOOL_CALL_START','toolCallId':'t1','toolCallName':'f'}",
+                   "{'type':'TOOL_CALL_END','toolCallId':'t1'}",
+                   "{'type':'TOOL_CALL_RESULT','messageId':'r1','toolCallId':'t1','content':'ok'}",
+                   "{'type':'MESSAGES_SNAPSHOT','messages':[{'id':'u1','role':'user'}]}",
+                   "{'type':'TEXT_MESSAGE_CHUNK','messageId':'m2','delta':'x'}",
+                   "{'type':'TOOL_CALL_CHUNK','toolCallId':'t2','delta':'{}'}");
+}
+
+Test(capture, drops_every_other_type)
+{
+    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_END','messageId':'m1'}\n",
+                   "{'type':'RUN_STARTED','threadId':'t','runId':'r'}",
+                   "{'type':'STEP_STARTED','stepName':'s'}",
+                   "{'type':'STEP_FINISHED','stepName':'s'}",
+                   "{'type':'STATE_SNAPSHOT','snapshot':{'a':1}}",
+                   "{'type':'STATE_DELTA','delta':[{'op':'add','path':'/a','value':1}]}",
+                   "{'type':'REASONING_START','messageId':'x'}",
+                   "{'type':'REASONING_MESSAGE_CONTENT','messageId':'x','delta':'hm'}",
+                   "{'type':'ACTIVITY_SNAPSHOT','messageId':'a','content':{}}",
+                   "{'type':'CUSTOM','name':'n','value':null}", "{'type':'RAW','event':{}}",
+                   "{'type':'SOMETHING_NEW'}", "{'type':'text_message_start','messageId':'m'}",
+                   "{'type':''}", "{'type':'TEXT_MESSAGE_END','messageId':'m1'}",
+                   "{'type':'RUN_FINISHED','threadId':'t','runId':'r'}",
+                   "{'type':'RUN_ERROR','message':'boom','code':'UPSTREAM_ERROR'}");
+}
+
+Test(capture, nothing_held_gives_null)
+{
+    struct agw_capture *c = agw_capture_new();
+    size_t len = 99;
+
+    cr_assert_null(agw_capture_take(c, &len));
+    cr_assert_eq(len, 0);
+    feed(c, "{'type':'RUN_STARTED','threadId':'t','runId':'r'}");
+    cr_assert_eq(agw_capture_size(c), 0);
+    cr_assert_null(agw_capture_take(c, &len));
+    cr_assert_eq(len, 0);
+    agw_capture_free(c);
+    agw_capture_free(NULL);
+}
+
+/* ---- coalescing ------------------------------------------------------------------------------ */
+
+Test(capture, text_deltas_of_one_message_become_one_event)
+{
+    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_START','messageId':'m1'}\n"
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'Hello, world'}\n"
+                   "{'type':'TEXT_MESSAGE_END','messageId':'m1'}\n",
+                   "{'type':'TEXT_MESSAGE_START','messageId':'m1'}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'Hel'}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'lo, '}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'world'}",
+                   "{'type':'TEXT_MESSAGE_END','messageId':'m1'}");
+}
+
+Test(capture, tool_call_args_of_one_call_become_one_event)
+{
+    EXPECT_CAPTURE(
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'{\\'city\\':\\'Paris\\'}'}\n"
+        "{'type':'TOOL_CALL_END','toolCallId':'t1'}\n",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'{\\'ci'}",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'ty\\':'}",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'\\'Paris\\'}'}",
+        "{'type':'TOOL_CALL_END','toolCallId':'t1'}");
+}
+
+Test(capture, interleaved_ids_break_coalescing)
+{
+    EXPECT_CAPTURE("{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'ab'}\n"
+                   "{'type':'TOOL_CALL_ARGS','toolCallId':'t2','delta':'c'}\n"
+                   "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'d'}\n"
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'t1','delta':'e'}\n"
+                   "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'f'}\n",
+                   "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'a'}",
+                   "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'b'}",
+                   "{'type':'TOOL_CALL_ARGS','toolCallId':'t2','delta':'c'}",
+                   "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'d'}",
+                   /* the same id, another kind */
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'t1','delta':'e'}",
+                   "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'f'}");
+}
+
+Test(capture, a_kept_event_in_between_breaks_coalescing_a_dropped_one_does_not)
+{
+    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n"
+                   "{'type':'TOOL_CALL_START','toolCallId':'t1','toolCallName':'f'}\n"
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'cd'}\n",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}",
+                   "{'type':'STATE_DELTA','delta':[]}", "{'type':'CUSTOM','name':'x'}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'b'}",
+                   "{'type':'TOOL_CALL_START','toolCallId':'t1','toolCallName':'f'}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}",
+                   "{'type':'REASONING_MESSAGE_CONTENT','messageId':'m1','delta':'zz'}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'d'}");
+}
+
+Test(capture, ids_are_compared_by_their_bytes)
+{
+    /* "m\u0031" is "m1" once decoded: not coalesced, which is harmless (two events) */
+    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}\n"
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m\\u0031','delta':'bc'}\n"
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'d'}\n",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m\\u0031','delta':'b'}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m\\u0031','delta':'c'}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'d'}");
+}
+
+Test(capture, empty_deltas_coalesce_too)
+{
+    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':''}\n"
+                   "{'type':'TEXT_MESSAGE_END','messageId':'m1'}\n"
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x'}\n",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':''}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':''}",
+                   "{'type':'TEXT_MESSAGE_END','messageId':'m1'}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':''}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x'}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':''}");
+}
+
+Test(capture, take_closes_the_open_event_and_the_capture_goes_on)
+{
+    struct agw_capture *c = agw_capture_new();
+    static const char open_text[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\","
+                                    "\"delta\":\"ab";
+
+    feed(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}");
+    feed(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'b'}");
+    cr_assert_eq(agw_capture_size(c), strlen(open_text), "the open event, without its end");
+    expect_out(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n");
+    feed(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}");
+    feed(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'d'}");
+    feed(c, "{'type':'TEXT_MESSAGE_END','messageId':'m1'}");
+    expect_out(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'cd'}\n"
+                  "{'type':'TEXT_MESSAGE_END','messageId':'m1'}\n");
+    expect_out(c, "");
+    agw_capture_free(c);
+}
+
+Test(capture, grows_past_its_first_buffer)
+{
+    struct agw_capture *c = agw_capture_new();
+    char *lines, *want;
+    size_t len, n = 0;
+    json_t *v;
+
+    for (int i = 0; i < 5000; i++) {
+        feed(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'0123456789'}");
+        if (i % 1000 == 999)
+            feed(c, "{'type':'TEXT_MESSAGE_START','messageId':'m2'}");
+    }
+    lines = agw_capture_take(c, &len);
+    cr_assert_not_null(lines);
+    /* five coalesced events of 10,000 bytes of text, each followed by a start */
+    want = malloc(10001);
+    for (int i = 0; i < 1000; i++)
+        memcpy(want + 10 * i, "0123456789", 10);
+    want[10000] = '\0';
+    for (const char *p = lines; p < lines + len; n++) {
+        const char *nl = memchr(p, '\n', (size_t)(lines + len - p));
+        cr_assert_not_null(nl);
+        v = json_loadb(p, (size_t)(nl - p), 0, NULL);
+        cr_assert_not_null(v);
+        if (n % 2 == 0)
+            cr_assert_str_eq(json_string_value(json_object_get(v, "delta")), want);
+        else
+            cr_assert_str_eq(json_string_value(json_object_get(v, "type")), "TEXT_MESSAGE_START");
+        json_decref(v);
+        p = nl + 1;
+    }
+    cr_assert_eq(n, 10);
+    free(want);
+    free(lines);
+    agw_capture_free(c);
+}
+
+/* ---- escapes --------------------------------------------------------------------------------- */
+
+/* The coalesced delta of <deltas> (JSON string bodies, with ' made ") parses, as JSON, to the
+ * decoded deltas concatenated. */
+static void expect_concatenation(const char *const *deltas, size_t n)
+{
+    struct agw_capture *c = agw_capture_new();
+    json_t *want_s, *got;
+    char *lines, *want = NULL;
+    size_t len, want_len = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        char text[512];
+        json_t *e;
+        json_error_t err;
+        size_t tl;
+        char *t;
+
+        snprintf(text, sizeof(text),
+                 "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'%s'}", deltas[i]);
+        t = dq(text, &tl);
+        e = json_loadb(t, tl, 0, &err);
+        cr_assert_not_null(e, "the test's event: %s", err.text);
+        want = realloc(want, want_len + json_string_length(json_object_get(e, "delta")) + 1);
+        memcpy(want + want_len, json_string_value(json_object_get(e, "delta")),
+               json_string_length(json_object_get(e, "delta")));
+        want_len += json_string_length(json_object_get(e, "delta"));
+        json_decref(e);
+        agw_capture_event(c, t, tl);
+        free(t);
+    }
+    lines = agw_capture_take(c, &len);
+    cr_assert_not_null(lines);
+    cr_assert_eq(memchr(lines, '\n', len), lines + len - 1, "one line");
+    got = json_loadb(lines, len - 1, 0, NULL);
+    cr_assert_not_null(got, "%.*s", (int)len, lines);
+    want_s = json_stringn(want, want_len);
+    cr_assert(json_equal(json_object_get(got, "delta"), want_s), "%.*s", (int)len, lines);
+    cr_assert_eq(json_object_size(got), 3);
+    json_decref(got);
+    json_decref(want_s);
+    free(want);
+    free(lines);
+    agw_capture_free(c);
+}
+
+Test(capture, escaped_deltas_concatenate_to_the_concatenated_text)
+{
+    static const char *const a[] = {"say \\'hi\\'", "\\\\", "\\n", "x\\\\\\'", "\\'\\\\y"};
+    static const char *const b[] = {"caf\\u00e9 ", "\\ud83d\\ude00", "\\u00e9\\u00E9",
+                                    "\\/\\b\\f\\r\\t"};
+    static const char *const c[] = {"\xc3\xa9", "\xf0\x9f\x98\x80", "\xe2\x82\xac", "plain"};
+    static const char *const d[] = {"", "\\\\", "", "u0041", "\\\\u0041"};
+
+    expect_concatenation(a, AGW_ARRAY_LEN(a));
+    expect_concatenation(b, AGW_ARRAY_LEN(b));
+    expect_concatenation(c, AGW_ARRAY_LEN(c));
+    expect_concatenation(d, AGW_ARRAY_LEN(d));
+}
+
+/* ---- the scanner ----------------------------------------------------------------------------- */
+
+Test(capture, whitespace_between_tokens)
+{
+    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'abc'}\n"
+                   "{ 'type' : 'TEXT_MESSAGE_END' , 'messageId' : 'm1' }\n",
+                   " {'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}",
+                   "{ 'type' : 'TEXT_MESSAGE_CONTENT' , 'messageId' :'m1','delta': 'b' } ",
+                   "\t{\t'delta'\t:\t'c'\t,\t'messageId':'m1','type':'TEXT_MESSAGE_CONTENT'}\t",
+                   "{ 'type' : 'TEXT_MESSAGE_END' , 'messageId' : 'm1' }");
+}
+
+Test(capture, extra_members_of_content_events_are_left_out)
+{
+    EXPECT_CAPTURE(
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n",
+        "{'type':'TEXT_MESSAGE_CONTENT','timestamp':1700000000000,'messageId':'m1','delta':'a'}",
+        "{'rawEvent':{'a':[1,2.5,-3e+2,true,false,null,'x']},'type':'TEXT_MESSAGE_CONTENT',"
+        "'messageId':'m1','delta':'b','toolCallId':7}");
+}
+
+Test(capture, nested_keys_are_not_the_events_own)
+{
+    EXPECT_CAPTURE(
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n"
+        "{'value':['type','TEXT_MESSAGE_START'],'type':'TOOL_CALL_END','toolCallId':'t'}\n",
+        "{'type':'TEXT_MESSAGE_CONTENT','rawEvent':{'type':'RUN_STARTED','delta':5,"
+        "'messageId':'x','nested':{'delta':'no'}},'messageId':'m1','delta':'a'}",
+        "{'type':'CUSTOM','value':{'type':'TEXT_MESSAGE_START','messageId':'m1'}}",
+        "{'type':'CUSTOM','name':'x\\',\\'type\\':\\'TEXT_MESSAGE_START'}",
+        "{'value':[{'delta':'x'},[['type']]],'type':'RUN_STARTED'}",
+        "{'rawEvent':{'messageId':'m2','delta':'zz'},'messageId':'m1','type':"
+        "'TEXT_MESSAGE_CONTENT','delta':'b'}",
+        "{'value':['type','TEXT_MESSAGE_START'],'type':'TOOL_CALL_END','toolCallId':'t'}");
+}
+
+Test(capture, escaped_keys_and_escaped_types_are_kept_as_they_are)
+{
+    /* jansson reads these keys as "type" and "delta": the scanner does not guess */
+    expect_verbatim("{'typ\\u0065':'RUN_STARTED'}");
+    expect_verbatim("{'type':'RUN_STARTED','typ\\u0065':'TEXT_MESSAGE_START','messageId':'m'}");
+    expect_verbatim("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','\\u0064elta':'x'}");
+    expect_verbatim("{'type':'RUN_STARTED','\\u00e9':1}");
+    /* a type spelt with escapes */
+    expect_verbatim("{'type':'TEXT_MESSAGE_\\u0043ONTENT','messageId':'m1','delta':'x'}");
+    expect_verbatim("{'type':'RUN_\\u0053TARTED'}");
+}
+
+Test(capture, a_verbatim_event_breaks_coalescing)
+{
+    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}\n"
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','\\u0064elta':'b'}\n"
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}\n",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','\\u0064elta':'b'}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}");
+}
+
+Test(capture, events_the_scanner_cannot_judge_are_kept_as_they_are)
+{
+    static const char *const bad[] = {
+        "",
+        "not json",
+        "[{'type':'RUN_STARTED'}]",
+        "'RUN_STARTED'",
+        "{}",
+        "{'type':'RUN_STARTED'",
+        "{'type':'RUN_STARTED'}}",
+        "{'type':'RUN_STARTED'} x",
+        "{'type':'RUN_STARTED',}",
+        "{'type':'RUN_STARTED' 'a':1}",
+        "{'type' 'RUN_STARTED'}",
+        "{type:'RUN_STARTED'}",
+        "{'type':'RUN_STARTED','type':'RUN_FINISHED'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a','delta':'b'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','messageId':'m2','delta':'a'}",
+        "{'type':7}",
+        "{'type':null,'messageId':'m1'}",
+        "{'type':['TEXT_MESSAGE_START']}",
+        "{'messageId':'m1','delta':'x'}",
+        /* content events history refuses: kept, so that it counts them */
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':7}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':null,'delta':'x'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','delta':'x'}",
+        "{'type':'TOOL_CALL_ARGS','messageId':'t1','delta':'x'}",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':{'a':1}}",
+    };
+    /* invalid JSON that looks like an event: jansson refuses it */
+    static const char *const invalid[] = {
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a\\x'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\\u00'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\\u00g0'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\\ud83d'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\\ude00'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\\ud83d\\u0041'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\\u0000'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'tab\there'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\xc3'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\xc0\xaf'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\xed\xa0\x80'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\xf4\x90\x80\x80'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\xff'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':01}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':1.}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':1e}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':-}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':+1}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':.5}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':tru}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':nulls}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':[1,]}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':[1}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':{'a'}}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':{1:2}}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':NaN}",
+    };
+    /* past the scanner's limits (jansson refuses the first two too) */
+    static const char *const beyond[] = {
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':99999999999999999999}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':1e999}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':1234567890123456789}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':1e100}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x','n':[[[[[[[[[[[[[[[[[[[["
+        "[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+    };
+
+    for (size_t i = 0; i < AGW_ARRAY_LEN(bad); i++)
+        expect_verbatim(bad[i]);
+    for (size_t i = 0; i < AGW_ARRAY_LEN(invalid); i++) {
+        size_t len;
+        char *e = dq(invalid[i], &len);
+        cr_assert_null(json_loadb(e, len, 0, NULL), "jansson refuses %s", invalid[i]);
+        free(e);
+        expect_verbatim(invalid[i]);
+    }
+    for (size_t i = 0; i < AGW_ARRAY_LEN(beyond); i++)
+        expect_verbatim(beyond[i]);
+}
+
+Test(capture, numbers_and_literals_within_the_limits_are_read)
+{
+    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a','n':[0,-0,"
+                   "123456789012345678,-123456789012345678,0.5,-1.25e-10,1E+99,2e0,true,false,"
+                   "null,{},[],{'a':[{}]}]}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'b','n':[[[[[[[[[[[["
+                   "[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}");
+}
+
+Test(capture, raw_line_breaks_become_tabs)
+{
+    struct agw_capture *c = agw_capture_new();
+    static const char between[] = "{\"type\":\"TEXT_MESSAGE_END\",\r\n\"messageId\":\"m1\"}\n";
+    static const char inside[] = "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a\nb\"}";
+    static const char content[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\r\n\"messageId\":\"m1\","
+                                  "\"delta\":\"x\"}";
+    char *got;
+    json_t *v;
+
+    feed_raw(c, between, strlen(between) - 1);
+    feed_raw(c, inside, strlen(inside));
+    feed_raw(c, content, strlen(content));
+    got = take_str(c);
+    cr_assert_str_eq(got, "{\"type\":\"TEXT_MESSAGE_END\",\t\t\"messageId\":\"m1\"}\n"
+                          "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a\tb\"}\n"
+                          "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\","
+                          "\"delta\":\"x\"}\n");
+    /* between tokens a tab is whitespace as CR LF was; inside a string it is refused as LF was */
+    v = json_loads("{\"type\":\"TEXT_MESSAGE_END\",\t\t\"messageId\":\"m1\"}", 0, NULL);
+    cr_assert_not_null(v);
+    json_decref(v);
+    cr_assert_null(json_loads("{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a\tb\"}", 0, NULL));
+    free(got);
+    agw_capture_free(c);
+}
+
+Test(capture, truncations_of_an_event_never_read_past_it)
+{
+    static const char *const events[] = {
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m\\u0031','delta':'a\\ud83d\\ude00\xc3\xa9',"
+        "'n':[-1.5e+10,{'x':true}],'f':false,'z':null}",
+        "{'type':'MESSAGES_SNAPSHOT','messages':[{'id':'u1','content':'\\\\\\''}]}",
+    };
+
+    /* every prefix (from an exact-size copy: the sanitizers see a read past it) */
+    for (size_t k = 0; k < AGW_ARRAY_LEN(events); k++) {
+        size_t len;
+        char *full = dq(events[k], &len);
+        for (size_t n = 0; n <= len; n++) {
+            struct agw_capture *c = agw_capture_new();
+            size_t out_len;
+            char *out;
+
+            feed_raw(c, full, n);
+            out = agw_capture_take(c, &out_len);
+            if (n < len) {
+                cr_assert_eq(out_len, n + 1, "a cut event is kept as it is (%zu)", n);
+                cr_assert(n == 0 || memcmp(out, full, n) == 0);
+            }
+            free(out);
+            agw_capture_free(c);
+        }
+        free(full);
+    }
+}
+
+/* ---- the property the store relies on -------------------------------------------------------- */
+
+/* Applies each line of <lines> to <h> as the store does. */
+static void apply_lines(struct agw_history *h, const char *lines, size_t len)
+{
+    const char *p = lines, *end = lines + len;
+
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = (size_t)((nl != NULL ? nl : end) - p);
+        json_t *ev = n > 0 ? json_loadb(p, n, 0, NULL) : NULL;
+
+        if (ev != NULL)
+            agw_history_apply(h, "r1", ev);
+        json_decref(ev);
+        p += n + 1;
+    }
+}
+
+/* Applying <events> one by one and applying what the capture kept of them (taken after every
+ * <take_every> events, 0 = once at the end) give the same thread. Returns the number of lines. */
+static size_t same_thread(const char *const *events, size_t n, size_t take_every)
+{
+    struct agw_history *direct = agw_history_new(100), *captured = agw_history_new(100);
+    struct agw_capture *c = agw_capture_new();
+    static const char input[] = "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"weather?\"}]";
+    json_t *msgs = json_loads(input, 0, NULL);
+    size_t lines_n = 0;
+    char *a, *b;
+
+    agw_history_merge_input(direct, "r1", msgs);
+    agw_history_merge_input(captured, "r1", msgs);
+    json_decref(msgs);
+    for (size_t i = 0; i <= n; i++) {
+        if (i == n || (take_every > 0 && i > 0 && i % take_every == 0)) {
+            size_t len;
+            char *lines = agw_capture_take(c, &len);
+            for (size_t k = 0; k < len; k++)
+                lines_n += lines[k] == '\n';
+            apply_lines(captured, lines, len);
+            free(lines);
+        }
+        if (i < n) {
+            size_t len;
+            char *e = dq(events[i], &len);
+            json_t *ev = json_loadb(e, len, 0, NULL);
+            if (ev != NULL)
+                agw_history_apply(direct, "r1", ev);
+            json_decref(ev);
+            agw_capture_event(c, e, len);
+            free(e);
+        }
+    }
+    a = agw_history_dump(direct);
+    b = agw_history_dump(captured);
+    cr_assert_str_eq(b, a, "take every %zu", take_every);
+    cr_assert_gt(agw_history_count(direct), 1, "the stream makes messages");
+    free(a);
+    free(b);
+    agw_history_free(direct);
+    agw_history_free(captured);
+    agw_capture_free(c);
+    return lines_n;
+}
+
+static void expect_same_thread(const char *const *events, size_t n, size_t lines_at_end)
+{
+    size_t lines = same_thread(events, n, 0);
+
+    cr_assert_eq(lines, lines_at_end, "%zu lines", lines);
+    for (size_t k = 1; k <= 4; k++)
+        same_thread(events, n, k);
+}
+
+Test(capture, a_text_run_rebuilds_the_same_thread)
+{
+    static const char *const events[] = {
+        "{'type':'RUN_STARTED','threadId':'t1','runId':'r1','timestamp':1}",
+        "{'type':'STEP_STARTED','stepName':'think'}",
+        "{'type':'TEXT_MESSAGE_START','messageId':'a1','role':'assistant'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'It is '}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'\\'sunny\\' '}",
+        "{'type':'STATE_DELTA','delta':[{'op':'replace','path':'/x','value':2}]}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'in Par'}",
+        "{ 'type' : 'TEXT_MESSAGE_CONTENT', 'messageId' : 'a1', 'delta' : 'is \\u2600\\n' }",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'\\ud83c\\udf1e "
+        "\xc3\xa9t\xc3\xa9'}",
+        "{'type':'TEXT_MESSAGE_END','messageId':'a1'}",
+        "{'type':'STEP_FINISHED','stepName':'think'}",
+        "{'type':'RUN_FINISHED','threadId':'t1','runId':'r1'}",
+    };
+
+    expect_same_thread(events, AGW_ARRAY_LEN(events), 3);
+}
+
+Test(capture, a_tool_call_run_rebuilds_the_same_thread)
+{
+    static const char *const events[] = {
+        "{'type':'RUN_STARTED','threadId':'t1','runId':'r1'}",
+        "{'type':'TEXT_MESSAGE_START','messageId':'a1','role':'assistant'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'Let me '}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'check.'}",
+        "{'type':'TEXT_MESSAGE_END','messageId':'a1'}",
+        "{'type':'TOOL_CALL_START','toolCallId':'c1','toolCallName':'weather',"
+        "'parentMessageId':'a1'}",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'c1','delta':'{\\'ci'}",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'c1','delta':'ty\\':\\'Pa'}",
+        "{'type':'TOOL_CALL_START','toolCallId':'c2','toolCallName':'time',"
+        "'parentMessageId':'a1'}",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'c2','delta':'{\\'tz\\':'}",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'c1','delta':'ris\\'}'}",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'c2','delta':'\\'CET\\'}'}",
+        "{'type':'TOOL_CALL_END','toolCallId':'c1'}",
+        "{'type':'TOOL_CALL_END','toolCallId':'c2'}",
+        "{'type':'TOOL_CALL_RESULT','messageId':'t1','toolCallId':'c1','content':'22C',"
+        "'role':'tool'}",
+        "{'type':'TOOL_CALL_RESULT','messageId':'t2','toolCallId':'c2','content':'14:00'}",
+        "{'type':'TOOL_CALL_START','toolCallId':'c3','toolCallName':'noop'}",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'c3','delta':''}",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'c3','delta':'{}'}",
+        "{'type':'TOOL_CALL_END','toolCallId':'c3'}",
+        "{'type':'TEXT_MESSAGE_START','messageId':'a2'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a2','delta':'22C'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a2','delta':' at 14:00.'}",
+        "{'type':'TEXT_MESSAGE_END','messageId':'a2'}",
+        "{'type':'RUN_FINISHED','threadId':'t1','runId':'r1'}",
+    };
+
+    expect_same_thread(events, AGW_ARRAY_LEN(events), 19);
+}
+
+Test(capture, a_run_with_a_snapshot_rebuilds_the_same_thread)
+{
+    static const char *const events[] = {
+        "{'type':'RUN_STARTED','threadId':'t1','runId':'r1'}",
+        "{'type':'TEXT_MESSAGE_START','messageId':'a1'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'draft '}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'text'}",
+        "{'type':'TEXT_MESSAGE_END','messageId':'a1'}",
+        "{'type':'MESSAGES_SNAPSHOT','messages':[{'id':'u1','role':'user','content':'weather?'},"
+        "{'id':'a1','role':'assistant','content':'rewritten: '},{'id':'s1','role':'system',"
+        "'content':'{\\'type\\':\\'TEXT_MESSAGE_CONTENT\\'}'}]}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'and '}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'more'}",
+        "{'type':'TOOL_CALL_START','toolCallId':'c9','toolCallName':'f'}",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'c9','delta':'[1,'}",
+        "{'type':'CUSTOM','name':'progress','value':{'type':'TOOL_CALL_ARGS','delta':'no'}}",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'c9','delta':'2]'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'unknown','delta':'ignored'}",
+        "{'type':'TOOL_CALL_END','toolCallId':'c9'}",
+        "{'type':'RUN_FINISHED','threadId':'t1','runId':'r1'}",
+    };
+
+    expect_same_thread(events, AGW_ARRAY_LEN(events), 9);
+}
+
+Test(capture, odd_and_malformed_events_rebuild_the_same_thread)
+{
+    static const char *const events[] = {
+        "{'type':'TEXT_MESSAGE_START','messageId':'m1','role':'assistant'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m\\u0031','delta':'b'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c','messageId':'m1'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','\\u0064elta':'d'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'e','delta':'f'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':7}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\\ud83d'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\\ude00'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'\\u00'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'e9'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'g','n':99999999999999999999}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'h'} trailing",
+        "{'typ\\u0065':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'i'}",
+        "{'type':'RUN_STARTED','typ\\u0065':'TEXT_MESSAGE_START','messageId':'m2'}",
+        "{'type':'TEXT_MESSAGE_CHUNK','messageId':'m3','delta':'j'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'k'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m2','delta':'l'}",
+        "not json at all",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m2','delta':'m'}",
+    };
+
+    expect_same_thread(events, AGW_ARRAY_LEN(events), 20);
+}
