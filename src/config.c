@@ -194,6 +194,36 @@ int agw_parse_duration(const char *s, uint32_t *ms)
     return -AGW_EINVAL;
 }
 
+int agw_parse_ttl(const char *s, uint64_t *seconds)
+{
+    uint64_t n = 0, mult;
+    const char *p = s;
+
+    if (strcmp(s, "0") == 0) {
+        *seconds = 0;
+        return 0;
+    }
+    if (*p < '1' || *p > '9')
+        return -AGW_EINVAL;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        n = n * 10 + (uint64_t)(*p - '0');
+        if (n > 100000000000ULL)
+            return -AGW_EINVAL;
+    }
+    if (strcmp(p, "s") == 0)
+        mult = 1;
+    else if (strcmp(p, "m") == 0)
+        mult = 60;
+    else if (strcmp(p, "h") == 0)
+        mult = 3600;
+    else if (strcmp(p, "d") == 0)
+        mult = 86400;
+    else
+        return -AGW_EINVAL;
+    *seconds = n * mult;
+    return 0;
+}
+
 int agw_parse_size(const char *s, size_t *bytes)
 {
     static const struct {
@@ -894,6 +924,40 @@ defaults:
     return 0;
 }
 
+static int parse_history(struct ctx *c, json_t *v, struct agw_history_config *h)
+{
+    static const char *const keys[] = {"enabled", "max_messages_per_thread", "ttl", "cache_threads",
+                                       NULL};
+    json_t *x;
+    char ex[64];
+
+    h->enabled = true;
+    h->max_messages_per_thread = 1000;
+    h->cache_threads = 10000;
+    if (v == NULL)
+        return 0;
+    if (want_object(c, "history", v) || check_keys(c, "history", v, keys))
+        return -AGW_EINVAL;
+    if ((x = json_object_get(v, "enabled")) != NULL) {
+        if (!json_is_boolean(x))
+            return fail(c, "history.enabled", "expects true or false");
+        h->enabled = json_is_true(x);
+    }
+    if ((x = json_object_get(v, "max_messages_per_thread")) != NULL &&
+        get_uint(c, "history.max_messages_per_thread", x, 1, 1000000, &h->max_messages_per_thread))
+        return -AGW_EINVAL;
+    if ((x = json_object_get(v, "cache_threads")) != NULL &&
+        get_uint(c, "history.cache_threads", x, 1, 10000000, &h->cache_threads))
+        return -AGW_EINVAL;
+    if ((x = json_object_get(v, "ttl")) != NULL &&
+        (!json_is_string(x) || agw_parse_ttl(json_string_value(x), &h->ttl_s) != 0))
+        return fail(
+            c, "history.ttl",
+            "expects \"0\" (keep) or a period like \"30d\", \"12h\", \"90m\", \"3600s\", got '%s'",
+            json_is_string(x) ? excerpt(json_string_value(x), ex, sizeof(ex)) : "(not a string)");
+    return 0;
+}
+
 static int parse_decisions(struct ctx *c, json_t *v, struct agw_decisions_config *d)
 {
     static const char *const keys[] = {"match", "no_active_run", NULL};
@@ -948,9 +1012,9 @@ static int cmp_agent(const void *a, const void *b)
 
 static int parse_root(struct ctx *c, json_t *root, struct agw_config *cfg)
 {
-    static const char *const keys[] = {"listen", "admin",    "auth",  "agents",
-                                       "limits", "timeouts", "store", "decisions",
-                                       "log",    "workers",  NULL};
+    static const char *const keys[] = {"listen",    "admin",    "auth",    "agents",
+                                       "limits",    "timeouts", "store",   "history",
+                                       "decisions", "log",      "workers", NULL};
     json_t *x, *v;
     const char *id;
     size_t i;
@@ -997,6 +1061,7 @@ static int parse_root(struct ctx *c, json_t *root, struct agw_config *cfg)
         parse_limits(c, json_object_get(root, "limits"), &cfg->limits) ||
         parse_timeouts(c, json_object_get(root, "timeouts"), &cfg->timeouts) ||
         parse_store(c, json_object_get(root, "store"), &cfg->store) ||
+        parse_history(c, json_object_get(root, "history"), &cfg->history) ||
         parse_decisions(c, json_object_get(root, "decisions"), &cfg->decisions) ||
         parse_log(c, json_object_get(root, "log"), &cfg->log))
         return -AGW_EINVAL;

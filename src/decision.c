@@ -34,12 +34,24 @@ struct decision {
     char *thread_id, *run_id;             /* the active run's */
     char *client_thread, *client_run;     /* the decision's own (a stream is relayed with them) */
     char *backend;                        /* its backend's authority, for the log */
-    int status;                           /* answered to the client */
+    char *body;                           /* the request, for the thread's history; or NULL */
+    size_t body_len;
+    int status; /* answered to the client */
     const char *outcome;
     int refused_status; /* a non-2xx answer whose body is being read for its reason */
     char reason[256];
     size_t reason_len;
 };
+
+/* The backend took the decision: its messages (the tool result) join the thread. */
+static void record_decision(struct decision *d)
+{
+    struct agw_store *store = d->w->gw->store;
+
+    if (store != NULL && d->body != NULL)
+        agw_store_run_input(store, d->agent->id, d->client_thread, d->client_run, d->body,
+                            d->body_len);
+}
 
 static void decision_answer(struct decision *d, int status, const char *outcome, const char *msg)
 {
@@ -49,6 +61,7 @@ static void decision_answer(struct decision *d, int status, const char *outcome,
     d->outcome = outcome;
     agw_metrics_request(w->metrics, d->agent->id, status);
     if (status == 202) {
+        record_decision(d);
         agw_metrics_add(w->metrics, AGW_C_DECISIONS_FORWARDED, 1);
         agw_gw_reply_accepted(d->req, "decision_forwarded", d->thread_id, d->run_id);
     } else {
@@ -65,6 +78,7 @@ static void decision_free(struct decision *d)
     free(d->client_thread);
     free(d->client_run);
     free(d->backend);
+    free(d->body);
     free(d);
 }
 
@@ -92,10 +106,12 @@ static void decision_to_run(struct decision *d, const struct agw_http1_response 
         .run_ms = cfg->timeouts.run_ms,
         .runs = w->runs,
         .detach = d->agent->on_client_disconnect == AGW_DISCONNECT_DETACH,
+        .store = w->gw->store,
         .on_end = agw_gw_run_ended,
         .arg = rc,
     };
 
+    record_decision(d);
     agw_log_info("req=%s the backend answered the decision with a new stream: relayed as a run",
                  agw_req_id(d->req));
     rc->w = w;
@@ -323,6 +339,11 @@ bool agw_decision_route(struct agw_worker *w, struct agw_req *req,
     d->client_run = agw_xstrdup(in->run_id);
     d->backend_pool = pool;
     d->backend = agw_xstrdup(agw_upstream_pool_url(pool)->authority);
+    if (w->gw->store != NULL) {
+        d->body = agw_xmalloc(body_len > 0 ? body_len : 1);
+        memcpy(d->body, body, body_len);
+        d->body_len = body_len;
+    }
     agw_log_info("req=%s decision for %s -> %s", agw_req_id(req), key_text, backend_url);
     free(key_text);
     free(backend_url);

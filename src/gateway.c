@@ -65,7 +65,19 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
         .refusal_statuses = statuses,
         .refused = refused,
         .n_refusals = AGW_SERVER_N_REFUSALS,
+        .loop_lag_max_us = -1,
     };
+    struct agw_store_stats hs;
+    if (gw->store != NULL) {
+        agw_store_get_stats(gw->store, &hs);
+        g.history = &hs;
+    }
+    for (unsigned k = 0; k < gw->n_workers; k++) {
+        struct agw_worker *o = &gw->workers[k];
+        int64_t lag = (int64_t)__atomic_load_n(&o->lag_max_us, __ATOMIC_RELAXED);
+        if (o->lag_probe != NULL && lag > g.loop_lag_max_us)
+            g.loop_lag_max_us = lag;
+    }
     agw_metrics_write(w->metrics, &g, b);
     len = evbuffer_get_length(b);
     agw_req_reply(req, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1), len);
@@ -351,12 +363,129 @@ static void handle_run(struct agw_worker *w, struct agw_req *req, const struct a
         .run_ms = cfg->timeouts.run_ms,
         .runs = w->runs,
         .detach = agent->on_client_disconnect == AGW_DISCONNECT_DETACH,
+        .store = w->gw->store,
         .on_end = agw_gw_run_ended,
         .arg = rc,
     };
     agw_metrics_add(w->metrics, AGW_C_RUNS_STARTED, 1);
+    if (w->gw->store != NULL)
+        agw_store_run_input(w->gw->store, agent->id, in.thread_id, in.run_id, body_data, body_len);
     agw_relay_start(w->relays, &p);
     agw_input_clear(&in);
+}
+
+/* ---- thread history ----------------------------------------------------------------------- */
+
+/* A read of a thread's messages, waiting for the store's answer. Freed by whichever comes second:
+ * the answer, or the end of the request. */
+struct thread_read {
+    struct agw_worker *w;
+    struct agw_req *req; /* NULL once the request is gone */
+    const struct agw_auth_key *key;
+    struct req_info ri;
+    bool answered;
+    char thread_id[AGW_ID_MAX + 1];
+};
+
+static void thread_read_free(struct thread_read *tr)
+{
+    agw_gw_req_info_clear(&tr->ri);
+    free(tr);
+}
+
+static void thread_read_closed(struct agw_req *req, void *arg)
+{
+    struct thread_read *tr = arg;
+
+    (void)req;
+    tr->req = NULL;
+    if (tr->answered)
+        thread_read_free(tr);
+}
+
+/* A key sees a thread when it may use every agent that served it (",a,b,"): a thread never shows
+ * one agent's answers to a key kept away from that agent. */
+static bool key_sees(const struct agw_auth_key *key, const char *agents)
+{
+    const char *p = agents;
+    char id[AGW_ID_MAX + 1];
+
+    if (key == NULL) /* auth off */
+        return true;
+    while (*p == ',' && p[1] != '\0') {
+        const char *end = strchr(p + 1, ',');
+        size_t n = end != NULL ? (size_t)(end - p - 1) : 0;
+        if (end == NULL || n == 0 || n > AGW_ID_MAX)
+            return false;
+        memcpy(id, p + 1, n);
+        id[n] = '\0';
+        if (!agw_auth_key_allows(key, id))
+            return false;
+        p = end;
+    }
+    return true;
+}
+
+static void thread_read_done(void *arg, const struct agw_store_page *page)
+{
+    struct thread_read *tr = arg;
+    struct agw_req *req = tr->req;
+    char msg[AGW_ID_MAX + 32];
+    int status;
+
+    tr->answered = true;
+    if (req == NULL) {
+        thread_read_free(tr);
+        return;
+    }
+    if (page == NULL) {
+        status = 503;
+        agw_req_reply_error(req, status, "service unavailable: the gateway is shutting down");
+    } else if (page->status != 200 || !key_sees(tr->key, page->agents)) {
+        status = 404;
+        snprintf(msg, sizeof(msg), "thread not found: %s", tr->thread_id);
+        agw_req_reply_error(req, status, "%s", msg);
+    } else {
+        status = 200;
+        agw_req_add_header(req, "Cache-Control", "no-store");
+        agw_req_reply(req, status, "application/json", page->body, page->len);
+    }
+    agw_metrics_request(tr->w->metrics, NULL, status);
+    agw_gw_access_log(&tr->ri, NULL, tr->thread_id, NULL, tr->key != NULL ? tr->key->id : NULL,
+                      status, 0, 0, agw_now_ms() - agw_req_start_ms(req), NULL,
+                      status == 200 ? "history" : "error", false);
+    /* The request ends after the answer is written: thread_read_closed() frees <tr>. */
+}
+
+static void handle_thread_messages(struct agw_worker *w, struct agw_req *req,
+                                   const struct agw_route *route)
+{
+    const struct agw_auth_key *key = NULL;
+    struct agw_history_query q;
+    struct thread_read *tr;
+    char err[160];
+
+    if (!agw_gw_authorize(w, req, NULL, &key))
+        return;
+    if (w->gw->store == NULL) {
+        agw_gw_reply_error(w, req, NULL, 404,
+                           "not found: thread history is off on this gateway (history.enabled)");
+        return;
+    }
+    if (agw_history_query_parse(agw_req_query(req), &q, err, sizeof(err)) != 0) {
+        char msg[sizeof(err) + 16];
+        snprintf(msg, sizeof(msg), "bad request: %s", err);
+        agw_gw_reply_error(w, req, NULL, 400, msg);
+        return;
+    }
+    tr = agw_xcalloc(1, sizeof(*tr));
+    tr->w = w;
+    tr->req = req;
+    tr->key = key;
+    agw_gw_req_info_copy(w, &tr->ri, req);
+    snprintf(tr->thread_id, sizeof(tr->thread_id), "%s", route->thread_id);
+    agw_req_on_close(req, thread_read_closed, tr);
+    agw_store_read(w->gw->store, route->thread_id, &q, w->inbox, thread_read_done, tr);
 }
 
 /* ---- dispatch -------------------------------------------------------------------------------- */
@@ -422,14 +551,9 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
     case AGW_ROUTE_CANCEL:
         agw_decision_cancel(w, req, &route);
         return;
-    case AGW_ROUTE_THREAD_MESSAGES: {
-        const struct agw_auth_key *key = NULL;
-        if (!agw_gw_authorize(w, req, NULL, &key))
-            return;
-        agw_gw_reply_error(w, req, NULL, 501,
-                           "not implemented yet: this endpoint arrives with a later release");
+    case AGW_ROUTE_THREAD_MESSAGES:
+        handle_thread_messages(w, req, &route);
         return;
-    }
     case AGW_ROUTE_NONE:
         break;
     }
@@ -650,6 +774,41 @@ static char *fixed_headers(const struct agw_agent_config *a)
 
 /* The loop objects of worker <w>, its upstream pools, its relays and its server (the listeners
  * come later, from agw_gateway_new). */
+/* The loop probe (AGW_LOOP_PROBE_MS, for benchmarks): a timer every period; how late it fires is
+ * how long the loop was busy elsewhere. */
+static void lag_probe_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_worker *w = arg;
+    struct timespec ts;
+    uint64_t now_us, late;
+
+    (void)fd;
+    (void)what;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    late = now_us > w->lag_due_us ? now_us - w->lag_due_us : 0;
+    if (w->lag_due_us != 0 && late > __atomic_load_n(&w->lag_max_us, __ATOMIC_RELAXED))
+        __atomic_store_n(&w->lag_max_us, late, __ATOMIC_RELAXED);
+    w->lag_due_us = now_us + w->lag_period_us;
+}
+
+static void start_lag_probe(struct agw_worker *w)
+{
+    const char *v = getenv("AGW_LOOP_PROBE_MS");
+    long ms = v != NULL ? strtol(v, NULL, 10) : 0;
+    struct timeval tv;
+
+    if (ms <= 0 || ms > 10000)
+        return;
+    w->lag_period_us = (uint64_t)ms * 1000u;
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    /* The highest priority: it measures the loop, it must not wait behind a busy one's work. */
+    w->lag_probe = event_new(w->base, -1, EV_PERSIST, lag_probe_cb, w);
+    event_priority_set(w->lag_probe, 0);
+    event_add(w->lag_probe, &tv);
+}
+
 static int worker_init(struct agw_worker *w, char *err, size_t errlen)
 {
     const struct agw_config *cfg = w->cfg;
@@ -677,6 +836,8 @@ static int worker_init(struct agw_worker *w, char *err, size_t errlen)
     if (w->dns == NULL)
         w->dns = evdns_base_new(w->base, 0);
     w->relays = agw_relay_set_new(w->base);
+    if (w->gw->store != NULL)
+        w->inbox = agw_store_inbox_new(w->base);
     w->agents = agw_xcalloc(cfg->n_agents, sizeof(*w->agents));
     for (size_t i = 0; i < cfg->n_agents; i++) {
         const struct agw_agent_config *a = &cfg->agents[i];
@@ -712,6 +873,7 @@ static int worker_init(struct agw_worker *w, char *err, size_t errlen)
     if (w->index == 0 && cfg->admin != NULL)
         w->admin = agw_server_new(w->base, &so, admin_handler, w);
     w->drain_poll = evtimer_new(w->base, drain_poll_cb, w);
+    start_lag_probe(w);
     return 0;
 }
 
@@ -733,8 +895,16 @@ static void worker_free(struct agw_worker *w)
     free(w->agents);
     if (w->drain_poll != NULL)
         event_free(w->drain_poll);
+    if (w->lag_probe != NULL)
+        event_free(w->lag_probe);
     if (w->dns != NULL)
         evdns_base_free(w->dns, 0);
+}
+
+/* After the store closed (it may still answer into the inboxes until then). */
+static void worker_free_loop(struct agw_worker *w)
+{
+    agw_store_inbox_free(w->inbox);
     if (w->base != NULL)
         event_base_free(w->base);
 }
@@ -800,6 +970,19 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
     }
     gw->runs = agw_runs_new();
     gw->metrics = agw_metrics_new(cfg);
+    if (cfg->history.enabled) {
+        struct agw_store_options so = {
+            .kind = cfg->store.kind,
+            .path = cfg->store.path,
+            .max_messages = cfg->history.max_messages_per_thread,
+            .ttl_s = cfg->history.ttl_s,
+            .cache_threads = cfg->history.cache_threads,
+            .commit_ms = AGW_STORE_COMMIT_MS,
+            .max_queue_bytes = AGW_STORE_MAX_QUEUE_BYTES,
+        };
+        if ((gw->store = agw_store_open(&so, err, errlen)) == NULL)
+            goto err;
+    }
     gw->workers = agw_xcalloc(gw->n_workers, sizeof(*gw->workers));
     for (unsigned k = 0; k < gw->n_workers; k++) {
         struct agw_worker *w = &gw->workers[k];
@@ -863,9 +1046,15 @@ void agw_gateway_free(struct agw_gateway *gw)
         event_free(gw->sig_int);
         event_free(gw->sig_hup);
     }
+    /* Relays first (their last events go to the store), then the store (it answers the reads
+     * still queued), then the loops with their inboxes. */
     for (unsigned k = 0; gw->workers != NULL && k < gw->n_workers; k++)
         if (gw->workers[k].cfg != NULL)
             worker_free(&gw->workers[k]);
+    agw_store_close(gw->store);
+    for (unsigned k = 0; gw->workers != NULL && k < gw->n_workers; k++)
+        if (gw->workers[k].cfg != NULL)
+            worker_free_loop(&gw->workers[k]);
     free(gw->workers);
     agw_runs_free(gw->runs);
     agw_metrics_free(gw->metrics);

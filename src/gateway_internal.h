@@ -14,6 +14,7 @@
 #include "agw/metrics.h"
 #include "agw/relay.h"
 #include "agw/runs.h"
+#include "agw/store.h"
 #include "agw/upstream.h"
 
 #define MAX_PORTS      (AGW_MAX_LISTENERS + 1) /* the listeners and the admin listener */
@@ -46,8 +47,12 @@ struct agw_worker {
     struct agw_server *srv;
     struct agw_server *admin; /* worker 0's only */
     struct agw_relay_set *relays;
-    struct agent_rt *agents; /* parallel to cfg->agents */
+    struct agw_store_inbox *inbox; /* thread-history answers (NULL: history off) */
+    struct agent_rt *agents;       /* parallel to cfg->agents */
     struct event *drain_poll;
+    struct event *lag_probe; /* AGW_LOOP_PROBE_MS only */
+    uint64_t lag_period_us, lag_due_us;
+    uint64_t lag_max_us; /* read by /metrics on any loop: atomic */
     bool draining;
     bool shutdown_sent;
     bool thread_started;
@@ -60,6 +65,7 @@ struct agw_gateway {
     const struct agw_config *cfg;
     struct agw_runs *runs; /* the active-run registry (doc/protocol.md#decisions) */
     struct agw_metrics *metrics;
+    struct agw_store *store; /* thread history; NULL when history.enabled is false */
     struct agw_worker *workers;
     unsigned n_workers;
     uint16_t ports[MAX_PORTS];

@@ -775,8 +775,7 @@ json_t *agw_history_page(const struct agw_history *h, const struct agw_history_q
         size_t i = from_high == q->desc ? idx[k] : idx[n - 1 - k];
         must_ok(json_array_append_new(msgs, must(json_deep_copy(h->items[i].msg))));
     }
-    page = must(json_pack("{s:o, s:b, s:n, s:n}", "messages", msgs, "has_more", has_more,
-                          "next_cursor", "prev_cursor"));
+    page = must(json_pack("{s:o, s:b}", "messages", msgs, "has_more", has_more));
     if (n == 0)
         return page;
     first = from_high == q->desc ? idx[0] : idx[n - 1]; /* in reading order */

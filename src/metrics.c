@@ -143,4 +143,37 @@ void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g
     header(out, "agw_accept_errors_total", "counter",
            "Failed accept() calls (e.g. out of file descriptors; accepting pauses briefly).");
     evbuffer_add_printf(out, "agw_accept_errors_total %" PRIu64 "\n", g->accept_errors);
+    if (g->history != NULL) {
+        const struct agw_store_stats *h = g->history;
+        header(out, "agw_history_records_total", "counter",
+               "Thread-history records applied (run inputs, event batches, reads).");
+        evbuffer_add_printf(out, "agw_history_records_total %" PRIu64 "\n", h->records);
+        header(out, "agw_history_dropped_total", "counter",
+               "Thread-history records dropped because the store was too far behind.");
+        evbuffer_add_printf(out, "agw_history_dropped_total %" PRIu64 "\n", h->dropped);
+        header(out, "agw_history_commits_total", "counter", "Store transactions committed.");
+        evbuffer_add_printf(out, "agw_history_commits_total %" PRIu64 "\n", h->commits);
+        header(out, "agw_history_commit_errors_total", "counter",
+               "Store transactions that failed (retried).");
+        evbuffer_add_printf(out, "agw_history_commit_errors_total %" PRIu64 "\n", h->commit_errors);
+        header(out, "agw_history_expired_total", "counter", "Threads deleted by history.ttl.");
+        evbuffer_add_printf(out, "agw_history_expired_total %" PRIu64 "\n", h->expired);
+        header(out, "agw_history_malformed_total", "counter",
+               "Recorded inputs and events the store could not read.");
+        evbuffer_add_printf(out, "agw_history_malformed_total %" PRIu64 "\n", h->malformed);
+        header(out, "agw_history_commit_seconds_max", "gauge", "The longest store commit.");
+        evbuffer_add_printf(out, "agw_history_commit_seconds_max %.6f\n",
+                            (double)h->max_commit_us / 1e6);
+        header(out, "agw_history_queue_bytes", "gauge",
+               "Thread-history records waiting for the store's writer thread.");
+        evbuffer_add_printf(out, "agw_history_queue_bytes %zu\n", h->queued_bytes);
+        header(out, "agw_history_cached_threads", "gauge", "Threads held in memory.");
+        evbuffer_add_printf(out, "agw_history_cached_threads %zu\n", h->cached);
+    }
+    if (g->loop_lag_max_us >= 0) {
+        header(out, "agw_event_loop_lag_seconds_max", "gauge",
+               "The longest an event loop was late for its probe timer (AGW_LOOP_PROBE_MS).");
+        evbuffer_add_printf(out, "agw_event_loop_lag_seconds_max %.6f\n",
+                            (double)g->loop_lag_max_us / 1e6);
+    }
 }

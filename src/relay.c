@@ -19,6 +19,7 @@
 #include <event2/event.h>
 
 #include "agw/agui.h"
+#include "agw/capture.h"
 #include "agw/log.h"
 #include "agw/relay.h"
 #include "agw/sse.h"
@@ -125,7 +126,14 @@ struct agw_relay {
     /* the active-run registry */
     struct agw_runs *runs;
     struct agw_run_entry *entry; /* while registered */
+    /* thread history: what the run produced, handed to the store in pieces and at the end */
+    struct agw_store *store;
+    struct agw_capture *capture;
 };
+
+/* A run's capture goes to the store when it holds this much, so a long run never holds its whole
+ * output (the store appends the pieces in order). */
+#define CAPTURE_FLUSH_BYTES (64 * 1024)
 
 static void relay_free(struct agw_relay *r);
 static void drop_retry_params(struct agw_relay *r);
@@ -207,9 +215,26 @@ static void flush_run(struct agw_relay *r)
  * of such frames when it follows the last one in memory, else starts a new run. Any other event is
  * framed here ("data: <json>\n\n"), after the run. At many small events per read that is one
  * evbuffer_add() per read rather than a framed copy per event. */
+/* Hands what the capture holds to the store. */
+static void flush_capture(struct agw_relay *r)
+{
+    size_t len;
+    char *lines;
+
+    if (r->capture == NULL || (lines = agw_capture_take(r->capture, &len)) == NULL)
+        return;
+    agw_store_run_events(r->store, r->thread_id, r->run_id, lines, len);
+}
+
 static void relay_emit(void *arg, const char *json, size_t len, bool pass)
 {
     struct agw_relay *r = arg;
+
+    if (r->capture != NULL) {
+        agw_capture_event(r->capture, json, len);
+        if (agw_capture_size(r->capture) >= CAPTURE_FLUSH_BYTES)
+            flush_capture(r);
+    }
 
     if (pass && r->framed) {
         const char *f = json - 6; /* "data: " */
@@ -330,6 +355,8 @@ static void finish(struct agw_relay *r, bool cancel)
     if (!IN(r, TO(RL_ST_DEFERRED) | TO(RL_ST_STREAMING) | TO(RL_ST_DETACHED)))
         return;
     r->outcome = agw_agui_outcome(r->agui);
+    /* Before the client can see the end: a read that follows the run sees all of it. */
+    flush_capture(r);
     unregister(r);
     drop_upstream(r, cancel);
     if (r->state == RL_ST_DETACHED) {
@@ -721,6 +748,9 @@ static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_r
     r->arg = p->arg;
     r->runs = p->runs;
     r->detach = p->detach;
+    r->store = p->store;
+    if (r->store != NULL)
+        r->capture = agw_capture_new();
     r->start_ms = agw_now_ms();
     {
         const char *id = agw_req_id(p->req);
@@ -785,6 +815,8 @@ static void relay_free(struct agw_relay *r)
         .detached = r->was_detached,
     };
 
+    flush_capture(r); /* a run that ended without its terminal event */
+    agw_capture_free(r->capture);
     if (r->on_end != NULL)
         r->on_end(r->arg, &s);
     TAILQ_REMOVE(&r->set->relays, r, link);

@@ -154,6 +154,14 @@ struct agw_store_config {
     char *url;  /* redis: redis://host:port[/db] */
 };
 
+/* Thread history (doc/configuration.md#history). */
+struct agw_history_config {
+    bool enabled;                     /* record threads and serve them (true) */
+    unsigned max_messages_per_thread; /* the oldest go beyond it (1000) */
+    uint64_t ttl_s;                   /* threads idle this long are deleted; 0 = kept (default) */
+    unsigned cache_threads;           /* threads held in memory (10000) */
+};
+
 struct agw_decisions_config {
     enum agw_decision_match match;
     enum agw_no_active_run no_active_run;
@@ -174,6 +182,7 @@ struct agw_config {
     struct agw_limits limits;
     struct agw_timeouts timeouts;
     struct agw_store_config store;
+    struct agw_history_config history;
     struct agw_decisions_config decisions;
     struct agw_log_config log;
     unsigned workers; /* event loops (threads); 0 = one per core (default) */
@@ -191,6 +200,9 @@ const struct agw_agent_config *agw_config_find_agent(const struct agw_config *cf
 int agw_parse_duration(const char *s, uint32_t *ms);
 /* "1MiB", "256KiB", "512k", "1m", "100" → bytes. Returns 0 or -AGW_EINVAL. */
 int agw_parse_size(const char *s, size_t *bytes);
+/* A retention period: a positive integer followed by s, m, h or d ("30d"), or "0" (never).
+ * Returns 0 and the seconds in *<seconds>, or -AGW_EINVAL. */
+int agw_parse_ttl(const char *s, uint64_t *seconds);
 /* Parses an http:// or https:// URL. Returns 0 or -AGW_EINVAL with a reason in <err>. <u> owns its
  * strings. */
 int agw_url_parse(const char *s, struct agw_url *u, char *err, size_t errlen);

@@ -99,7 +99,8 @@ int agw_history_query_parse(const char *query_string, struct agw_history_query *
                             size_t errlen);
 
 /* One page of the thread, as the endpoint's body (the caller owns it, json_decref()):
- * {"messages":[...],"has_more":bool,"next_cursor":int|null,"prev_cursor":int|null}.
+ * {"messages":[...],"has_more":bool,"next_cursor":int,"prev_cursor":int}, a cursor left out
+ * (never null) when it has no value.
  * The candidates are the messages with after < index < before (each bound when given) whose run is
  * <q->run_id> (when given; a message with no run never matches). The page is the <q->limit>
  * candidates nearest the cursor the client reads away from: in asc order the lowest ones, except
@@ -110,11 +111,11 @@ int agw_history_query_parse(const char *query_string, struct agw_history_query *
  * - has_more: candidates remain beyond the page in the reading direction (inside the bounds).
  * - next_cursor: the index of the page's last message, to pass as `after` (asc) or `before` (desc)
  *   for the next page, when the thread holds a message of <q->run_id> beyond it (even past the
- *   bounds given); else null. Never null when has_more is true.
+ *   bounds given); else left out. Always there when has_more is true.
  * - prev_cursor: the index of the page's first message, to pass as `before` (asc) or `after`
  *   (desc) for the page before, when the thread holds a message of <q->run_id> before it in the
- *   reading direction; else null (the page starts the thread).
- * An empty page has both cursors null. <q->limit> must be 1..AGW_HISTORY_LIMIT_MAX (asserted). */
+ *   reading direction; else left out (the page starts the thread).
+ * An empty page has neither cursor. <q->limit> must be 1..AGW_HISTORY_LIMIT_MAX (asserted). */
 json_t *agw_history_page(const struct agw_history *h, const struct agw_history_query *q);
 
 #endif

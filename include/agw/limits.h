@@ -10,5 +10,9 @@
 /* A client's request line, and each of its header field lines, line end excluded: longer ones are
  * refused with 414 and 431 (as nginx's default large_client_header_buffers does). */
 #define AGW_MAX_REQUEST_LINE 8192
+/* Thread history: a change is committed within this (so a kill -9 loses at most that much), and
+ * records waiting for the store past this many bytes are dropped rather than blocking a loop. */
+#define AGW_STORE_COMMIT_MS       200
+#define AGW_STORE_MAX_QUEUE_BYTES (256u * 1024 * 1024)
 
 #endif

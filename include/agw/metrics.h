@@ -6,6 +6,7 @@
 
 #include "agw/common.h"
 #include "agw/config.h"
+#include "agw/store.h"
 #include "agw/upstream.h"
 
 struct evbuffer;
@@ -33,6 +34,8 @@ struct agw_metrics_gauges {
     const int *refusal_statuses; /* requests the HTTP parser refused, by status */
     const uint64_t *refused;
     size_t n_refusals;
+    const struct agw_store_stats *history; /* the thread-history store's, or NULL when off */
+    int64_t loop_lag_max_us; /* the loop probe's longest lateness; < 0 when the probe is off */
 };
 
 /* Requests are counted by agent only for the agents of <cfg> (borrowed; it must outlive the

@@ -21,6 +21,7 @@
 #include "agw/config.h"
 #include "agw/http_server.h"
 #include "agw/runs.h"
+#include "agw/store.h"
 #include "agw/upstream.h"
 
 struct agw_relay;
@@ -64,6 +65,9 @@ struct agw_relay_params {
     uint32_t run_ms;       /* 0 = unlimited */
     struct agw_runs *runs; /* the active-run registry the run joins while it streams; or NULL */
     bool detach;           /* the run goes on when the client disconnects */
+    /* thread history: the events the client gets (or would get, detached) go there, to the run's
+     * end; NULL = none */
+    struct agw_store *store;
     agw_relay_end_fn *on_end;
     void *arg;
 };

@@ -33,9 +33,12 @@ cat >"$T/gw.json" <<JSON
   },
   "limits": { "max_body_bytes": 1024, "stream_buffer_bytes": "64KiB" },
   "timeouts": { "request": "${REQ_S}s", "heartbeat": "10s" },
+  "history": { "enabled": false },
   "log": { "level": "info", "access": "$T/access.log" }
 }
 JSON
+# (Thread history is off: the never-reading client's bound is the relay's; a multi-megabyte answer,
+# recorded, is held whole by the store — doc/internals/store.md#memory.)
 # (timeouts.request is 3 s: long enough that "answered at once" and "closed after the answer" cannot be the
 # request timer's doing — error cases wait 2.5 s for the close — and short enough for the slow-loris case.)
 
@@ -437,6 +440,7 @@ cat >"$T/fd.json" <<JSON
   "auth": { "keys": [ { "id": "edge", "sha256": "$KEY", "agents": ["*"] } ] },
   "agents": { "demo": { "upstreams": ["$D/agent"] } },
   "timeouts": { "request": "30s" },
+  "store": { "kind": "memory" },
   "log": { "level": "info", "access": "off" }
 }
 JSON

@@ -21,6 +21,7 @@ config() {
   "auth": { "keys": [ { "id": "endings", "sha256": "$KEY", "agents": ["*"] } ] },
   "agents": { "stall": { "upstreams": ["$D/agent?stall=1"] } },
   "timeouts": { "run": "$2", "drain": "1s", "idle": "30s", "heartbeat": "30s" },
+  "store": { "path": "$1.store" },
   "log": { "access": "off" }
 }
 JSON

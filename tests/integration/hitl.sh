@@ -34,6 +34,7 @@ gateway_config() {
     "never":      { "upstreams": ["$W&decision=stream"], "decisions": { "forward": "never" } }
   },
   "decisions": $2,
+  "store": { "path": "$1.store" },
   "timeouts": { "heartbeat": "10s", "drain": "1s" },
   "log": { "access": "$1.access" }
 }

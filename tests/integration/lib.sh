@@ -8,6 +8,8 @@ set -u
 : "${AGW_SRCDIR:?run through make check}"
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/agw-test.XXXXXX")
+# The daemons run in it: the default thread-history store (var/agui-gateway, relative) lands there too.
+cd "$T" || exit 99
 # AGW_TEST_WORKERS=N: every gateway a test starts runs N event loops (--workers), whatever the
 # machine's cores; scripts/dev test runs the suite with 2 (plain build) and 1 (sanitized build).
 GW_ARGS=()

@@ -148,6 +148,7 @@ cat >"$T/gw2.json" <<JSON
 {
   "listen": [ { "address": "127.0.0.1", "port": 0 } ],
   "auth": { "mode": "none" },
+  "store": { "kind": "memory" },
   "agents": {
     "good": { "upstreams": ["https://localhost:$P1/v1/ag-ui/agents/demo/runs"], "ca_file": "$T/ca.pem",
               "upstream_headers": { "Authorization": "Bearer web-token" }, "retries": 0 },

@@ -44,16 +44,16 @@ static long msg_index(const json_t *m)
     return strtol(id + 1, NULL, 10);
 }
 
-/* -1 for null. */
+/* -1 when the cursor is left out (never null). */
 static long cursor(const json_t *p, const char *key)
 {
     const json_t *v = json_object_get(p, key);
-    cr_assert(json_is_null(v) || json_is_integer(v), "%s", key);
-    return json_is_null(v) ? -1 : (long)json_integer_value(v);
+    cr_assert(v == NULL || json_is_integer(v), "%s", key);
+    return v == NULL ? -1 : (long)json_integer_value(v);
 }
 
 /* The page for <qs> holds the messages of the indices <ids> ("3,4,5", "" for none), in that order,
- * with these has_more, next_cursor and prev_cursor (-1 = null). */
+ * with these has_more, next_cursor and prev_cursor (-1 = left out). */
 static void expect(const struct agw_history *h, const char *qs, const char *ids, bool more,
                    long next, long prev)
 {
@@ -62,7 +62,7 @@ static void expect(const struct agw_history *h, const char *qs, const char *ids,
     size_t k;
     json_t *m;
 
-    cr_assert_eq(json_object_size(p), 4, "%s", qs);
+    cr_assert_eq(json_object_size(p), 2 + (size_t)(next >= 0) + (size_t)(prev >= 0), "%s", qs);
     cr_assert(json_is_array(msgs), "%s", qs);
     json_array_foreach(msgs, k, m)
     {

@@ -1,0 +1,875 @@
+/* The thread-history store: one writer thread, a queue of records, a bounded cache of threads and,
+ * for the embedded kind, an SQLite database in WAL mode (doc/internals/store.md).
+ *
+ * Everything below the queue runs on the writer thread alone: the cache, the histories, the
+ * database handle. The loops only touch the queue (under <lock>) and their inbox. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/queue.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "agw/log.h"
+#include "agw/store.h"
+
+#define INITIAL_BUCKETS 256
+#define TTL_SWEEP_MS    60000 /* how often expired threads are looked for */
+#define TTL_BATCH       500   /* threads deleted per transaction by the ttl */
+
+enum job_kind { JOB_INPUT, JOB_EVENTS, JOB_READ };
+
+/* One record, in one allocation with its strings (the events' lines excepted: taken over). */
+struct job {
+    STAILQ_ENTRY(job) link;
+    enum job_kind kind;
+    const char *thread_id, *run_id, *agent_id; /* run_id, agent_id may be NULL */
+    char *data;                                /* INPUT: the body (in the block); EVENTS: owned */
+    size_t len;
+    size_t cost; /* bytes counted against max_queue_bytes */
+    /* JOB_READ */
+    struct agw_history_query q;
+    struct agw_store_inbox *inbox;
+    agw_store_read_fn *done;
+    void *arg;
+    struct agw_store_page page;
+};
+STAILQ_HEAD(job_list, job);
+
+struct agw_store_inbox {
+    struct event *ev;
+    int fd;
+    pthread_mutex_t lock;
+    struct job_list jobs;
+};
+
+/* A thread in memory. <agents>: ",a,b," (see struct agw_store_page). */
+struct thread {
+    struct thread *next; /* hash chain */
+    TAILQ_ENTRY(thread) lru;
+    TAILQ_ENTRY(thread) dirty_link;
+    uint64_t hash;
+    char *id;
+    char *agents;
+    struct agw_history *h;
+    int64_t updated_s; /* wall clock, seconds */
+    bool dirty;
+};
+TAILQ_HEAD(thread_list, thread);
+
+struct agw_store {
+    struct agw_store_options o;
+    char *path; /* embedded: the directory, copied */
+    /* the queue */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    struct job_list queue;
+    size_t queued_bytes;
+    bool stopping;
+    pthread_t thread;
+    bool thread_started;
+    /* the writer thread's */
+    struct thread **buckets;
+    size_t n_buckets, n_threads;
+    struct thread_list lru;   /* most recently used first */
+    struct thread_list dirty; /* changed since the last commit */
+    uint64_t first_dirty_ms;
+    uint64_t next_sweep_ms;
+    sqlite3 *db;
+    sqlite3_stmt *st_load, *st_save, *st_expire;
+    bool failing; /* the last commit failed (logged once per streak) */
+    int lock_fd;  /* embedded: <path>/history.lock, flock()ed while open; 0 = none */
+    /* statistics (atomics: read from any thread) */
+    uint64_t records, dropped, commits, commit_errors, expired, malformed, max_commit_us;
+    size_t cached;
+};
+
+static uint64_t hash_id(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h ^ (h >> 29);
+}
+
+static void stat_add(uint64_t *c, uint64_t n)
+{
+    __atomic_add_fetch(c, n, __ATOMIC_RELAXED);
+}
+
+/* ---- SQLite (embedded) -------------------------------------------------------------------- */
+
+static const char SCHEMA[] = "CREATE TABLE IF NOT EXISTS threads ("
+                             " id TEXT PRIMARY KEY,"
+                             " agents TEXT NOT NULL,"
+                             " updated INTEGER NOT NULL,"
+                             " data TEXT NOT NULL);"
+                             "CREATE INDEX IF NOT EXISTS threads_updated ON threads(updated);";
+
+static int db_fail(struct agw_store *s, const char *file, const char *what, char *err,
+                   size_t errlen)
+{
+    snprintf(err, errlen, "store.path: %s: %s: %s", file, what,
+             s->db != NULL ? sqlite3_errmsg(s->db) : "cannot allocate");
+    return -AGW_EIO;
+}
+
+/* mkdir -p <dir>. */
+static int make_dirs(const char *dir, char *err, size_t errlen)
+{
+    char *p = agw_xstrdup(dir);
+    int rc = 0;
+
+    for (char *q = p + 1;; q++) {
+        if (*q != '/' && *q != '\0')
+            continue;
+        char c = *q;
+        *q = '\0';
+        if (mkdir(p, 0750) != 0 && errno != EEXIST) {
+            snprintf(err, errlen, "store.path: cannot create the directory %s: %s", p,
+                     strerror(errno));
+            rc = -AGW_EIO;
+            break;
+        }
+        *q = c;
+        if (c == '\0')
+            break;
+    }
+    free(p);
+    return rc;
+}
+
+static int db_open(struct agw_store *s, char *err, size_t errlen)
+{
+    char file[4096];
+    int v;
+
+    if (make_dirs(s->path, err, errlen) != 0)
+        return -AGW_EIO;
+    /* One gateway per embedded store: two writers would each hold their own idea of a thread. */
+    if ((size_t)snprintf(file, sizeof(file), "%s/history.lock", s->path) >= sizeof(file)) {
+        snprintf(err, errlen, "store.path: too long");
+        return -AGW_EINVAL;
+    }
+    s->lock_fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+    if (s->lock_fd < 0) {
+        snprintf(err, errlen, "store.path: %s: cannot open: %s", file, strerror(errno));
+        return -AGW_EIO;
+    }
+    if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        snprintf(err, errlen,
+                 "store.path: %s is in use by another gateway process (one gateway per embedded "
+                 "store)",
+                 s->path);
+        return -AGW_EIO;
+    }
+    if ((size_t)snprintf(file, sizeof(file), "%s/history.db", s->path) >= sizeof(file)) {
+        snprintf(err, errlen, "store.path: too long");
+        return -AGW_EINVAL;
+    }
+    if (sqlite3_open_v2(file, &s->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK)
+        return db_fail(s, file, "cannot open", err, errlen);
+    /* The schema read tells a file that is not a database; BEGIN IMMEDIATE (a write lock) tells a
+     * read-only file or directory, before any client is served. */
+    sqlite3_busy_timeout(s->db, 2000);
+    if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL) != SQLITE_OK)
+        return db_fail(s, file, "cannot use it", err, errlen);
+    if (sqlite3_exec(s->db,
+                     "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; "
+                     "BEGIN IMMEDIATE",
+                     NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_exec(s->db, SCHEMA, NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_exec(s->db, "PRAGMA user_version=1; COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+        return db_fail(s, file, "cannot write to it", err, errlen);
+    {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK)
+            return db_fail(s, file, "cannot read it", err, errlen);
+        v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+        sqlite3_finalize(st);
+        if (v != 1) {
+            snprintf(err, errlen, "store.path: %s: schema version %d, this gateway reads 1", file,
+                     v);
+            return -AGW_EINVAL;
+        }
+    }
+    if (sqlite3_prepare_v2(s->db, "SELECT agents, updated, data FROM threads WHERE id = ?1", -1,
+                           &s->st_load, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(s->db,
+                           "INSERT INTO threads (id, agents, updated, data) VALUES (?1, ?2, ?3, ?4)"
+                           " ON CONFLICT(id) DO UPDATE SET agents = excluded.agents,"
+                           " updated = excluded.updated, data = excluded.data",
+                           -1, &s->st_save, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(s->db,
+                           "DELETE FROM threads WHERE id IN"
+                           " (SELECT id FROM threads WHERE updated < ?1 LIMIT ?2)",
+                           -1, &s->st_expire, NULL) != SQLITE_OK)
+        return db_fail(s, file, "cannot prepare its statements", err, errlen);
+    agw_log_info("thread history: %s (SQLite %s, WAL)", file, sqlite3_libversion());
+    return 0;
+}
+
+static void db_close(struct agw_store *s)
+{
+    sqlite3_finalize(s->st_load);
+    sqlite3_finalize(s->st_save);
+    sqlite3_finalize(s->st_expire);
+    if (s->db != NULL)
+        sqlite3_close(s->db);
+    if (s->lock_fd > 0)
+        close(s->lock_fd);
+}
+
+/* ---- the cache (writer thread) ------------------------------------------------------------ */
+
+static struct thread **bucket_of(struct agw_store *s, uint64_t hash)
+{
+    return &s->buckets[hash & (s->n_buckets - 1)];
+}
+
+static void grow(struct agw_store *s)
+{
+    size_t old_n = s->n_buckets;
+    struct thread **old = s->buckets;
+
+    s->n_buckets *= 2;
+    s->buckets = agw_xcalloc(s->n_buckets, sizeof(*s->buckets));
+    for (size_t i = 0; i < old_n; i++) {
+        struct thread *t, *next;
+        for (t = old[i]; t != NULL; t = next) {
+            struct thread **b = bucket_of(s, t->hash);
+            next = t->next;
+            t->next = *b;
+            *b = t;
+        }
+    }
+    free(old);
+}
+
+static struct thread *cache_find(struct agw_store *s, const char *id, uint64_t hash)
+{
+    for (struct thread *t = *bucket_of(s, hash); t != NULL; t = t->next)
+        if (t->hash == hash && strcmp(t->id, id) == 0)
+            return t;
+    return NULL;
+}
+
+static struct thread *cache_add(struct agw_store *s, const char *id, uint64_t hash,
+                                struct agw_history *h, const char *agents, int64_t updated_s)
+{
+    struct thread *t = agw_xcalloc(1, sizeof(*t));
+    struct thread **b;
+
+    if (s->n_threads + 1 > s->n_buckets)
+        grow(s);
+    b = bucket_of(s, hash);
+    t->hash = hash;
+    t->id = agw_xstrdup(id);
+    t->agents = agw_xstrdup(agents);
+    t->h = h;
+    t->updated_s = updated_s;
+    t->next = *b;
+    *b = t;
+    TAILQ_INSERT_HEAD(&s->lru, t, lru);
+    s->n_threads++;
+    __atomic_store_n(&s->cached, s->n_threads, __ATOMIC_RELAXED);
+    return t;
+}
+
+static void cache_remove(struct agw_store *s, struct thread *t)
+{
+    struct thread **p = bucket_of(s, t->hash);
+
+    while (*p != t)
+        p = &(*p)->next;
+    *p = t->next;
+    TAILQ_REMOVE(&s->lru, t, lru);
+    if (t->dirty)
+        TAILQ_REMOVE(&s->dirty, t, dirty_link);
+    s->n_threads--;
+    __atomic_store_n(&s->cached, s->n_threads, __ATOMIC_RELAXED);
+    agw_history_free(t->h);
+    free(t->agents);
+    free(t->id);
+    free(t);
+}
+
+/* Drops the least recently used clean threads while the cache holds more than it may. The memory
+ * kind has nowhere else to keep them: they are forgotten, dirty or not. */
+static void evict(struct agw_store *s)
+{
+    struct thread *t = TAILQ_LAST(&s->lru, thread_list), *prev;
+
+    for (; t != NULL && s->n_threads > s->o.cache_threads; t = prev) {
+        prev = TAILQ_PREV(t, thread_list, lru);
+        if (t->dirty && s->db != NULL)
+            continue;
+        cache_remove(s, t);
+    }
+}
+
+static void mark_dirty(struct agw_store *s, struct thread *t)
+{
+    t->updated_s = (int64_t)(agw_wall_ms() / 1000);
+    if (t->dirty || s->db == NULL)
+        return;
+    if (TAILQ_EMPTY(&s->dirty))
+        s->first_dirty_ms = agw_now_ms();
+    t->dirty = true;
+    TAILQ_INSERT_TAIL(&s->dirty, t, dirty_link);
+}
+
+static bool expired(const struct agw_store *s, int64_t updated_s)
+{
+    return s->o.ttl_s > 0 && updated_s + (int64_t)s->o.ttl_s <= (int64_t)(agw_wall_ms() / 1000);
+}
+
+/* Thread <id> from the cache or the database; NULL when neither knows it (or it expired). */
+static struct thread *lookup(struct agw_store *s, const char *id)
+{
+    uint64_t hash = hash_id(id);
+    struct thread *t = cache_find(s, id, hash);
+    struct agw_history *h;
+
+    if (t != NULL) {
+        if (expired(s, t->updated_s) && !t->dirty) {
+            cache_remove(s, t);
+            return NULL;
+        }
+        TAILQ_REMOVE(&s->lru, t, lru);
+        TAILQ_INSERT_HEAD(&s->lru, t, lru);
+        return t;
+    }
+    if (s->db == NULL)
+        return NULL;
+    sqlite3_bind_text(s->st_load, 1, id, -1, SQLITE_STATIC);
+    if (sqlite3_step(s->st_load) == SQLITE_ROW) {
+        const char *agents = (const char *)sqlite3_column_text(s->st_load, 0);
+        int64_t updated = sqlite3_column_int64(s->st_load, 1);
+        const char *data = (const char *)sqlite3_column_text(s->st_load, 2);
+        int n = sqlite3_column_bytes(s->st_load, 2);
+
+        h = data != NULL ? agw_history_load(data, (size_t)n, s->o.max_messages) : NULL;
+        if (h == NULL) {
+            agw_log_error("thread history: thread %s: its stored data cannot be read: ignored", id);
+            stat_add(&s->malformed, 1);
+        } else if (!expired(s, updated)) {
+            t = cache_add(s, id, hash, h, agents != NULL ? agents : ",", updated);
+            h = NULL;
+        }
+        agw_history_free(h);
+    }
+    sqlite3_reset(s->st_load);
+    sqlite3_clear_bindings(s->st_load);
+    return t;
+}
+
+/* Thread <id>, made when new. */
+static struct thread *lookup_or_make(struct agw_store *s, const char *id)
+{
+    struct thread *t = lookup(s, id);
+
+    if (t == NULL)
+        t = cache_add(s, id, hash_id(id), agw_history_new(s->o.max_messages), ",", 0);
+    return t;
+}
+
+static void add_agent(struct thread *t, const char *agent)
+{
+    size_t n = strlen(agent), have = strlen(t->agents);
+    char *p = t->agents;
+
+    /* ",a,b," contains ",<agent>," exactly when the agent is there. */
+    for (const char *q = strstr(p, agent); q != NULL; q = strstr(q + 1, agent))
+        if (q[-1] == ',' && q[n] == ',')
+            return;
+    t->agents = agw_xrealloc(t->agents, have + n + 2);
+    memcpy(t->agents + have, agent, n);
+    t->agents[have + n] = ',';
+    t->agents[have + n + 1] = '\0';
+}
+
+/* ---- commits (writer thread) -------------------------------------------------------------- */
+
+static void commit(struct agw_store *s)
+{
+    uint64_t t0 = agw_now_ms();
+    struct timespec a, b;
+    struct thread *t;
+    bool ok;
+
+    if (s->db == NULL || TAILQ_EMPTY(&s->dirty))
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    ok = sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK;
+    TAILQ_FOREACH(t, &s->dirty, dirty_link)
+    {
+        char *dump;
+        if (!ok)
+            break;
+        dump = agw_history_dump(t->h);
+        sqlite3_bind_text(s->st_save, 1, t->id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(s->st_save, 2, t->agents, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s->st_save, 3, t->updated_s);
+        sqlite3_bind_text(s->st_save, 4, dump, -1, SQLITE_STATIC);
+        ok = sqlite3_step(s->st_save) == SQLITE_DONE;
+        sqlite3_reset(s->st_save);
+        sqlite3_clear_bindings(s->st_save);
+        free(dump);
+    }
+    if (ok)
+        ok = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
+    if (!ok) {
+        /* The threads stay dirty: the next commit tries them again. */
+        if (!s->failing)
+            agw_log_error("thread history: commit failed: %s (retried until it succeeds)",
+                          sqlite3_errmsg(s->db));
+        s->failing = true;
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        stat_add(&s->commit_errors, 1);
+        s->first_dirty_ms = t0;
+        return;
+    }
+    while ((t = TAILQ_FIRST(&s->dirty)) != NULL) {
+        TAILQ_REMOVE(&s->dirty, t, dirty_link);
+        t->dirty = false;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    {
+        uint64_t us =
+            (uint64_t)(b.tv_sec - a.tv_sec) * 1000000u + (uint64_t)((b.tv_nsec - a.tv_nsec) / 1000);
+        if (us > __atomic_load_n(&s->max_commit_us, __ATOMIC_RELAXED))
+            __atomic_store_n(&s->max_commit_us, us, __ATOMIC_RELAXED);
+    }
+    if (s->failing)
+        agw_log_info("thread history: commits succeed again");
+    s->failing = false;
+    stat_add(&s->commits, 1);
+}
+
+/* Deletes the threads the ttl let go: from the cache, then from the database in small
+ * transactions, so that no commit waits long behind it. */
+static void sweep(struct agw_store *s)
+{
+    int64_t cutoff = (int64_t)(agw_wall_ms() / 1000) - (int64_t)s->o.ttl_s;
+    struct thread *t, *next;
+    uint64_t n = 0;
+
+    if (s->o.ttl_s == 0)
+        return;
+    for (t = TAILQ_FIRST(&s->lru); t != NULL; t = next) {
+        next = TAILQ_NEXT(t, lru);
+        if (!t->dirty && t->updated_s <= cutoff) {
+            cache_remove(s, t);
+            n += s->db == NULL;
+        }
+    }
+    for (int changes = TTL_BATCH; s->db != NULL && changes == TTL_BATCH;) {
+        sqlite3_bind_int64(s->st_expire, 1, cutoff + 1);
+        sqlite3_bind_int(s->st_expire, 2, TTL_BATCH);
+        changes = sqlite3_step(s->st_expire) == SQLITE_DONE ? sqlite3_changes(s->db) : 0;
+        sqlite3_reset(s->st_expire);
+        n += (uint64_t)changes;
+    }
+    if (n > 0)
+        agw_log_info("thread history: %llu thread%s past the ttl deleted", (unsigned long long)n,
+                     n == 1 ? "" : "s");
+    stat_add(&s->expired, n);
+}
+
+/* ---- applying records (writer thread) ----------------------------------------------------- */
+
+static void apply_input(struct agw_store *s, struct job *j)
+{
+    json_t *root = json_loadb(j->data, j->len, JSON_REJECT_DUPLICATES, NULL);
+    json_t *messages = json_object_get(root, "messages");
+    struct thread *t = lookup_or_make(s, j->thread_id);
+
+    if (messages == NULL) {
+        stat_add(&s->malformed, root == NULL); /* validated before: only an absent list is fine */
+    } else {
+        agw_history_merge_input(t->h, j->run_id, messages);
+    }
+    json_decref(root);
+    add_agent(t, j->agent_id);
+    mark_dirty(s, t);
+}
+
+static void apply_events(struct agw_store *s, struct job *j)
+{
+    struct thread *t = lookup_or_make(s, j->thread_id);
+    const char *p = j->data, *end = j->data + j->len;
+
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = (nl != NULL ? nl : end) - p;
+        json_t *ev = n > 0 ? json_loadb(p, n, 0, NULL) : NULL;
+
+        if (n > 0 && (ev == NULL || agw_history_apply(t->h, j->run_id, ev) < 0))
+            stat_add(&s->malformed, 1);
+        json_decref(ev);
+        p += n + 1;
+    }
+    mark_dirty(s, t);
+}
+
+static void apply_read(struct agw_store *s, struct job *j)
+{
+    struct thread *t = lookup(s, j->thread_id);
+    json_t *page;
+
+    if (t == NULL) {
+        j->page.status = 404;
+        return;
+    }
+    page = agw_history_page(t->h, &j->q);
+    j->page.status = 200;
+    j->page.body = json_dumps(page, JSON_COMPACT);
+    if (j->page.body == NULL)
+        abort(); /* out of memory: the daemon's policy */
+    j->page.len = strlen(j->page.body);
+    j->page.agents = agw_xstrdup(t->agents);
+    json_decref(page);
+}
+
+static void deliver(struct job *j)
+{
+    struct agw_store_inbox *in = j->inbox;
+    uint64_t one = 1;
+
+    pthread_mutex_lock(&in->lock);
+    STAILQ_INSERT_TAIL(&in->jobs, j, link);
+    pthread_mutex_unlock(&in->lock);
+    if (write(in->fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        agw_log_error("thread history: cannot wake an event loop: %s", strerror(errno));
+}
+
+static void job_free(struct job *j)
+{
+    if (j->kind == JOB_EVENTS)
+        free(j->data);
+    free(j->page.body);
+    free(j->page.agents);
+    free(j);
+}
+
+static void *writer_main(void *arg)
+{
+    struct agw_store *s = arg;
+    struct job_list batch = STAILQ_HEAD_INITIALIZER(batch);
+
+    for (;;) {
+        struct job *j;
+        bool stop;
+
+        pthread_mutex_lock(&s->lock);
+        while (STAILQ_EMPTY(&s->queue) && !s->stopping) {
+            uint64_t now = agw_now_ms(), due = s->next_sweep_ms;
+            struct timespec ts;
+            if (!TAILQ_EMPTY(&s->dirty) && s->first_dirty_ms + s->o.commit_ms < due)
+                due = s->first_dirty_ms + s->o.commit_ms;
+            if (due <= now)
+                break;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += (time_t)((due - now) / 1000);
+            ts.tv_nsec += (long)((due - now) % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&s->wake, &s->lock, &ts);
+        }
+        STAILQ_CONCAT(&batch, &s->queue);
+        s->queued_bytes = 0;
+        stop = s->stopping;
+        pthread_mutex_unlock(&s->lock);
+
+        if (agw_now_ms() >= s->next_sweep_ms) { /* first of all at start */
+            sweep(s);
+            s->next_sweep_ms = agw_now_ms() + TTL_SWEEP_MS;
+        }
+        while ((j = STAILQ_FIRST(&batch)) != NULL) {
+            STAILQ_REMOVE_HEAD(&batch, link);
+            switch (j->kind) {
+            case JOB_INPUT:
+                apply_input(s, j);
+                break;
+            case JOB_EVENTS:
+                apply_events(s, j);
+                break;
+            case JOB_READ:
+                apply_read(s, j);
+                deliver(j);
+                j = NULL;
+                break;
+            }
+            stat_add(&s->records, 1);
+            if (j != NULL)
+                job_free(j);
+        }
+        if (!TAILQ_EMPTY(&s->dirty) && (stop || agw_now_ms() >= s->first_dirty_ms + s->o.commit_ms))
+            commit(s);
+        evict(s);
+        if (stop) {
+            pthread_mutex_lock(&s->lock);
+            stop = STAILQ_EMPTY(&s->queue);
+            pthread_mutex_unlock(&s->lock);
+            if (stop) {
+                if (!TAILQ_EMPTY(&s->dirty)) /* the last commit failed: the disk refuses */
+                    agw_log_error("thread history: changes could not be written at exit");
+                break;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* ---- the loops' side ---------------------------------------------------------------------- */
+
+static void submit(struct agw_store *s, struct job *j)
+{
+    bool over;
+
+    pthread_mutex_lock(&s->lock);
+    over = j->kind != JOB_READ && s->queued_bytes + j->cost > s->o.max_queue_bytes;
+    if (!over) {
+        STAILQ_INSERT_TAIL(&s->queue, j, link);
+        s->queued_bytes += j->cost;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (over) {
+        /* The disk is far behind: dropping a record beats blocking a loop or growing without end.
+         */
+        if (__atomic_fetch_add(&s->dropped, 1, __ATOMIC_RELAXED) % 1000 == 0)
+            agw_log_error("thread history: the store is behind (%zu bytes queued): records "
+                          "dropped (thread %s)",
+                          s->o.max_queue_bytes, j->thread_id);
+        job_free(j);
+    }
+}
+
+/* A job with copies of its ids (NULL ones stay NULL) and <extra> bytes after them (*<extra_at>). */
+static struct job *job_new(enum job_kind kind, const char *thread_id, const char *run_id,
+                           const char *agent_id, size_t extra, char **extra_at)
+{
+    const char *src[3] = {thread_id, run_id, agent_id};
+    size_t lens[3], size = sizeof(struct job) + extra;
+    const char **dst[3];
+    struct job *j;
+    char *p;
+
+    for (size_t i = 0; i < 3; i++) {
+        lens[i] = src[i] != NULL ? strlen(src[i]) + 1 : 0;
+        size += lens[i];
+    }
+    j = agw_xcalloc(1, size);
+    j->kind = kind;
+    j->cost = size;
+    dst[0] = &j->thread_id;
+    dst[1] = &j->run_id;
+    dst[2] = &j->agent_id;
+    p = (char *)(j + 1);
+    for (size_t i = 0; i < 3; i++) {
+        if (src[i] == NULL)
+            continue;
+        memcpy(p, src[i], lens[i]);
+        *dst[i] = p;
+        p += lens[i];
+    }
+    if (extra_at != NULL)
+        *extra_at = p;
+    return j;
+}
+
+void agw_store_run_input(struct agw_store *s, const char *agent_id, const char *thread_id,
+                         const char *run_id, const char *body, size_t len)
+{
+    char *at;
+    struct job *j = job_new(JOB_INPUT, thread_id, run_id, agent_id, len, &at);
+
+    memcpy(at, body, len);
+    j->data = at;
+    j->len = len;
+    submit(s, j);
+}
+
+void agw_store_run_events(struct agw_store *s, const char *thread_id, const char *run_id,
+                          char *lines, size_t len)
+{
+    struct job *j = job_new(JOB_EVENTS, thread_id, run_id, NULL, 0, NULL);
+
+    j->data = lines;
+    j->len = len;
+    j->cost += len;
+    submit(s, j);
+}
+
+void agw_store_read(struct agw_store *s, const char *thread_id, const struct agw_history_query *q,
+                    struct agw_store_inbox *inbox, agw_store_read_fn *done, void *arg)
+{
+    struct job *j = job_new(JOB_READ, thread_id, NULL, NULL, 0, NULL);
+
+    j->q = *q;
+    j->inbox = inbox;
+    j->done = done;
+    j->arg = arg;
+    submit(s, j);
+}
+
+static void inbox_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_store_inbox *in = arg;
+    struct job_list got = STAILQ_HEAD_INITIALIZER(got);
+    struct job *j;
+    uint64_t n;
+
+    (void)what;
+    if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+        agw_log_error("thread history: inbox: %s", strerror(errno));
+    pthread_mutex_lock(&in->lock);
+    STAILQ_CONCAT(&got, &in->jobs);
+    pthread_mutex_unlock(&in->lock);
+    while ((j = STAILQ_FIRST(&got)) != NULL) {
+        STAILQ_REMOVE_HEAD(&got, link);
+        j->done(j->arg, &j->page);
+        job_free(j);
+    }
+}
+
+struct agw_store_inbox *agw_store_inbox_new(struct event_base *base)
+{
+    struct agw_store_inbox *in = agw_xcalloc(1, sizeof(*in));
+
+    in->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (in->fd < 0) {
+        agw_log_error("thread history: eventfd: %s", strerror(errno));
+        abort();
+    }
+    pthread_mutex_init(&in->lock, NULL);
+    STAILQ_INIT(&in->jobs);
+    in->ev = event_new(base, in->fd, EV_READ | EV_PERSIST, inbox_cb, in);
+    event_add(in->ev, NULL);
+    return in;
+}
+
+void agw_store_inbox_free(struct agw_store_inbox *in)
+{
+    struct job *j;
+
+    if (in == NULL)
+        return;
+    while ((j = STAILQ_FIRST(&in->jobs)) != NULL) {
+        STAILQ_REMOVE_HEAD(&in->jobs, link);
+        j->done(j->arg, NULL);
+        job_free(j);
+    }
+    event_free(in->ev);
+    close(in->fd);
+    pthread_mutex_destroy(&in->lock);
+    free(in);
+}
+
+/* ---- open, close, statistics -------------------------------------------------------------- */
+
+struct agw_store *agw_store_open(const struct agw_store_options *o, char *err, size_t errlen)
+{
+    struct agw_store *s = agw_xcalloc(1, sizeof(*s));
+
+    s->o = *o;
+    if (s->o.cache_threads == 0)
+        s->o.cache_threads = 1;
+    s->n_buckets = INITIAL_BUCKETS;
+    s->buckets = agw_xcalloc(s->n_buckets, sizeof(*s->buckets));
+    TAILQ_INIT(&s->lru);
+    TAILQ_INIT(&s->dirty);
+    STAILQ_INIT(&s->queue);
+    pthread_mutex_init(&s->lock, NULL);
+    {
+        /* The writer's deadlines are monotonic (agw_now_ms()): so must its waits be. */
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&s->wake, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    switch (o->kind) {
+    case AGW_STORE_EMBEDDED:
+        s->path = agw_xstrdup(o->path != NULL ? o->path : "var/agui-gateway");
+        s->o.path = s->path;
+        if (db_open(s, err, errlen) != 0)
+            goto fail;
+        break;
+    case AGW_STORE_MEMORY:
+        agw_log_info("thread history: in memory (nothing survives a restart)");
+        break;
+    case AGW_STORE_REDIS:
+        snprintf(err, errlen,
+                 "store.kind: \"redis\" is not available in this release: use "
+                 "\"embedded\" or \"memory\"");
+        goto fail;
+    }
+    s->next_sweep_ms = agw_now_ms(); /* at once: what expired while the gateway was down */
+    if (pthread_create(&s->thread, NULL, writer_main, s) != 0) {
+        snprintf(err, errlen, "thread history: cannot start the writer thread");
+        goto fail;
+    }
+    s->thread_started = true;
+    return s;
+fail:
+    agw_store_close(s);
+    return NULL;
+}
+
+void agw_store_close(struct agw_store *s)
+{
+    struct thread *t;
+
+    if (s == NULL)
+        return;
+    if (s->thread_started) {
+        pthread_mutex_lock(&s->lock);
+        s->stopping = true;
+        pthread_cond_signal(&s->wake);
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->thread, NULL);
+    }
+    while ((t = TAILQ_FIRST(&s->lru)) != NULL)
+        cache_remove(s, t);
+    db_close(s);
+    pthread_cond_destroy(&s->wake);
+    pthread_mutex_destroy(&s->lock);
+    free(s->buckets);
+    free(s->path);
+    free(s);
+}
+
+void agw_store_get_stats(struct agw_store *s, struct agw_store_stats *st)
+{
+    st->records = __atomic_load_n(&s->records, __ATOMIC_RELAXED);
+    st->dropped = __atomic_load_n(&s->dropped, __ATOMIC_RELAXED);
+    st->commits = __atomic_load_n(&s->commits, __ATOMIC_RELAXED);
+    st->commit_errors = __atomic_load_n(&s->commit_errors, __ATOMIC_RELAXED);
+    st->expired = __atomic_load_n(&s->expired, __ATOMIC_RELAXED);
+    st->malformed = __atomic_load_n(&s->malformed, __ATOMIC_RELAXED);
+    st->max_commit_us = __atomic_load_n(&s->max_commit_us, __ATOMIC_RELAXED);
+    st->cached = __atomic_load_n(&s->cached, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&s->lock);
+    st->queued_bytes = s->queued_bytes;
+    pthread_mutex_unlock(&s->lock);
+}

@@ -1,0 +1,419 @@
+/* Unit tests for src/store.c: records applied in order and read back through an event loop's inbox,
+ * both kinds; the embedded store across a close and a reopen (a restart); the startup errors (a
+ * read-only directory, a file that is not a database, the redis kind); the per-thread cap, the ttl,
+ * the memory kind's cache limit, the agents list, and an inbox freed with an answer still in it. */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "agw/store.h"
+
+static char dir[] = "/tmp/agw-store-test.XXXXXX";
+
+static void setup(void)
+{
+    cr_assert(mkdtemp(dir) != NULL);
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+
+    snprintf(cmd, sizeof(cmd), "chmod -R u+w %s; rm -rf %s", dir, dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(store, .init = setup, .fini = teardown);
+
+static struct agw_store *open_store(enum agw_store_kind kind, const char *path, size_t max,
+                                    uint64_t ttl_s, size_t cache)
+{
+    struct agw_store_options o = {.kind = kind,
+                                  .path = path,
+                                  .max_messages = max,
+                                  .ttl_s = ttl_s,
+                                  .cache_threads = cache,
+                                  .commit_ms = 20,
+                                  .max_queue_bytes = 1 << 20};
+    char err[512] = "";
+    struct agw_store *s = agw_store_open(&o, err, sizeof(err));
+
+    cr_assert(s != NULL, "agw_store_open: %s", err);
+    return s;
+}
+
+static char *db_dir(void)
+{
+    static char p[128];
+
+    snprintf(p, sizeof(p), "%s/store", dir);
+    return p;
+}
+
+struct answer {
+    struct event_base *base;
+    bool called, null;
+    int status;
+    json_t *page;
+    char agents[256];
+};
+
+static void on_answer(void *arg, const struct agw_store_page *page)
+{
+    struct answer *a = arg;
+
+    a->called = true;
+    a->null = page == NULL;
+    if (page != NULL) {
+        a->status = page->status;
+        if (page->body != NULL)
+            a->page = json_loadb(page->body, page->len, 0, NULL);
+        if (page->agents != NULL)
+            snprintf(a->agents, sizeof(a->agents), "%s", page->agents);
+    }
+    if (a->base != NULL)
+        event_base_loopbreak(a->base);
+}
+
+/* Reads thread <id> with query <qs> through a fresh loop and inbox. */
+static struct answer read_thread(struct agw_store *s, const char *id, const char *qs)
+{
+    struct answer a = {0};
+    struct agw_history_query q;
+    struct event_base *base = event_base_new();
+    struct agw_store_inbox *in = agw_store_inbox_new(base);
+    struct timeval tv = {5, 0};
+
+    cr_assert_eq(agw_history_query_parse(qs, &q, NULL, 0), 0);
+    a.base = base;
+    agw_store_read(s, id, &q, in, on_answer, &a);
+    event_base_loopexit(base, &tv);
+    event_base_dispatch(base);
+    cr_assert(a.called, "no answer within 5 s");
+    a.base = NULL;
+    agw_store_inbox_free(in);
+    event_base_free(base);
+    return a;
+}
+
+static void input(struct agw_store *s, const char *agent, const char *thread, const char *run,
+                  const char *body)
+{
+    agw_store_run_input(s, agent, thread, run, body, strlen(body));
+}
+
+static void events(struct agw_store *s, const char *thread, const char *run, const char *lines)
+{
+    agw_store_run_events(s, thread, run, strdup(lines), strlen(lines));
+}
+
+static const char RUN1_EVENTS[] =
+    "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\",\"role\":\"assistant\"}\n"
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"Hel\"}\n"
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"lo\"}\n"
+    "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\"}\n";
+
+static void write_run1(struct agw_store *s, const char *thread)
+{
+    input(s, "demo", thread, "r1",
+          "{\"threadId\":\"t\",\"runId\":\"r1\",\"messages\":[{\"id\":\"u1\",\"role\":\"user\","
+          "\"content\":\"Hi\"}]}");
+    events(s, thread, "r1", RUN1_EVENTS);
+}
+
+static void expect_run1(const struct answer *a)
+{
+    json_t *m = json_object_get(a->page, "messages");
+
+    cr_assert_eq(a->status, 200);
+    cr_assert_eq(json_array_size(m), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(m, 0), "id")), "u1");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(m, 1), "content")), "Hello");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(m, 1), "role")), "assistant");
+}
+
+Test(store, memory_records_are_read_back_in_order)
+{
+    struct agw_store *s = open_store(AGW_STORE_MEMORY, NULL, 100, 0, 100);
+    struct answer a;
+
+    write_run1(s, "t1");
+    a = read_thread(s, "t1", NULL);
+    expect_run1(&a);
+    cr_assert_str_eq(a.agents, ",demo,");
+    json_decref(a.page);
+    a = read_thread(s, "nope", NULL);
+    cr_assert_eq(a.status, 404);
+    cr_assert_null(a.page);
+    agw_store_close(s);
+}
+
+Test(store, embedded_survives_a_restart)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    struct answer a;
+    struct stat st;
+    char p[256];
+
+    write_run1(s, "t1");
+    input(s, "other", "t1", "r2",
+          "{\"threadId\":\"t1\",\"runId\":\"r2\",\"messages\":[{\"id\":\"u1\",\"role\":\"user\","
+          "\"content\":\"Hi\"},{\"id\":\"u2\",\"role\":\"user\",\"content\":\"More\"}]}");
+    agw_store_close(s);
+    snprintf(p, sizeof(p), "%s/history.db", db_dir());
+    cr_assert_eq(stat(p, &st), 0, "the database file is there");
+
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    a = read_thread(s, "t1", "order=desc&limit=1");
+    cr_assert_eq(a.status, 200);
+    cr_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(a.page, "messages"), 0), "id")),
+                     "u2");
+    cr_assert_str_eq(a.agents, ",demo,other,");
+    json_decref(a.page);
+    a = read_thread(s, "t1", "limit=2");
+    expect_run1(&a); /* u1 and a1 first, then u2 */
+    cr_assert(json_is_true(json_object_get(a.page, "has_more")));
+    json_decref(a.page);
+    agw_store_close(s);
+}
+
+Test(store, embedded_cache_smaller_than_the_threads_reloads_from_disk)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 2);
+    struct agw_store_stats st;
+
+    for (int i = 0; i < 20; i++) {
+        char t[16];
+        snprintf(t, sizeof(t), "t%d", i);
+        write_run1(s, t);
+    }
+    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL); /* committed, then evicted */
+    agw_store_get_stats(s, &st);
+    cr_assert_leq(st.cached, 2, "cached %zu", st.cached);
+    cr_assert_gt(st.commits, 0);
+    for (int i = 0; i < 20; i++) {
+        char t[16];
+        struct answer a;
+        snprintf(t, sizeof(t), "t%d", i);
+        a = read_thread(s, t, NULL);
+        expect_run1(&a);
+        json_decref(a.page);
+    }
+    agw_store_close(s);
+}
+
+Test(store, memory_kind_forgets_the_least_recently_used_past_its_cache)
+{
+    struct agw_store *s = open_store(AGW_STORE_MEMORY, NULL, 100, 0, 2);
+    struct answer a;
+
+    write_run1(s, "t1");
+    a = read_thread(s, "t1", NULL); /* applied */
+    json_decref(a.page);
+    write_run1(s, "t2");
+    write_run1(s, "t3");
+    a = read_thread(s, "t3", NULL);
+    expect_run1(&a);
+    json_decref(a.page);
+    a = read_thread(s, "t1", NULL);
+    cr_assert_eq(a.status, 404);
+    agw_store_close(s);
+}
+
+Test(store, max_messages_keeps_the_newest)
+{
+    struct agw_store *s = open_store(AGW_STORE_MEMORY, NULL, 3, 0, 10);
+    struct answer a;
+    json_t *m;
+
+    write_run1(s, "t1");
+    input(s, "demo", "t1", "r2",
+          "{\"messages\":[{\"id\":\"u2\",\"role\":\"user\",\"content\":\"a\"},"
+          "{\"id\":\"u3\",\"role\":\"user\",\"content\":\"b\"}]}");
+    a = read_thread(s, "t1", NULL);
+    m = json_object_get(a.page, "messages");
+    cr_assert_eq(json_array_size(m), 3);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(m, 0), "id")), "a1");
+    json_decref(a.page);
+    agw_store_close(s);
+}
+
+Test(store, ttl_deletes_idle_threads_at_start_and_on_read)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    struct answer a;
+    struct agw_store_stats st;
+
+    write_run1(s, "t1");
+    agw_store_close(s);
+    sleep(2);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 1, 100); /* ttl 1 s: t1 is past it */
+    a = read_thread(s, "t1", NULL);
+    cr_assert_eq(a.status, 404);
+    agw_store_get_stats(s, &st);
+    cr_assert_eq(st.expired, 1);
+    agw_store_close(s);
+
+    s = open_store(AGW_STORE_MEMORY, NULL, 100, 1, 100);
+    write_run1(s, "t2");
+    a = read_thread(s, "t2", NULL);
+    cr_assert_eq(a.status, 200);
+    json_decref(a.page);
+    sleep(2);
+    a = read_thread(s, "t2", NULL);
+    cr_assert_eq(a.status, 404, "past the ttl");
+    agw_store_close(s);
+}
+
+Test(store, a_read_only_directory_is_a_clear_error)
+{
+    struct agw_store_options o = {.kind = AGW_STORE_EMBEDDED,
+                                  .path = db_dir(),
+                                  .max_messages = 10,
+                                  .cache_threads = 10,
+                                  .commit_ms = 20,
+                                  .max_queue_bytes = 1 << 20};
+    char err[512] = "";
+
+    if (geteuid() == 0)
+        cr_skip_test("root writes anywhere: the read-only case is checked as a user");
+    cr_assert_eq(mkdir(db_dir(), 0500), 0);
+    cr_assert_null(agw_store_open(&o, err, sizeof(err)));
+    cr_assert(strstr(err, db_dir()) != NULL, "names the path: %s", err);
+    cr_assert(strstr(err, "history.db") != NULL, "%s", err);
+}
+
+Test(store, a_directory_that_cannot_be_made_is_a_clear_error)
+{
+    struct agw_store_options o = {.kind = AGW_STORE_EMBEDDED,
+                                  .path = "/proc/agw-no/store",
+                                  .max_messages = 10,
+                                  .cache_threads = 10,
+                                  .commit_ms = 20,
+                                  .max_queue_bytes = 1 << 20};
+    char err[512] = "";
+
+    cr_assert_null(agw_store_open(&o, err, sizeof(err)));
+    cr_assert(strstr(err, "cannot create the directory /proc/agw-no") != NULL, "%s", err);
+}
+
+Test(store, a_file_that_is_not_a_database_is_a_clear_error)
+{
+    struct agw_store_options o = {.kind = AGW_STORE_EMBEDDED,
+                                  .path = db_dir(),
+                                  .max_messages = 10,
+                                  .cache_threads = 10,
+                                  .commit_ms = 20,
+                                  .max_queue_bytes = 1 << 20};
+    char err[512] = "", p[256];
+    FILE *f;
+
+    cr_assert_eq(mkdir(db_dir(), 0700), 0);
+    snprintf(p, sizeof(p), "%s/history.db", db_dir());
+    f = fopen(p, "w");
+    cr_assert(f != NULL);
+    for (int i = 0; i < 200; i++)
+        fputs("this is not an SQLite database, it is a text file. ", f);
+    fclose(f);
+    cr_assert_null(agw_store_open(&o, err, sizeof(err)));
+    cr_assert(strstr(err, "not a database") != NULL, "%s", err);
+}
+
+Test(store, a_store_in_use_by_another_gateway_is_a_clear_error)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 10, 0, 10);
+    struct agw_store_options o = {.kind = AGW_STORE_EMBEDDED,
+                                  .path = db_dir(),
+                                  .max_messages = 10,
+                                  .cache_threads = 10,
+                                  .commit_ms = 20,
+                                  .max_queue_bytes = 1 << 20};
+    char err[512] = "";
+
+    cr_assert_null(agw_store_open(&o, err, sizeof(err)));
+    cr_assert(strstr(err, "in use by another gateway") != NULL, "%s", err);
+    agw_store_close(s);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 10, 0, 10); /* free again once closed */
+    agw_store_close(s);
+}
+
+Test(store, redis_is_refused_with_a_clear_error)
+{
+    struct agw_store_options o = {.kind = AGW_STORE_REDIS, .max_messages = 10};
+    char err[512] = "";
+
+    cr_assert_null(agw_store_open(&o, err, sizeof(err)));
+    cr_assert(strstr(err, "redis") != NULL, "%s", err);
+}
+
+Test(store, malformed_records_are_counted_not_fatal)
+{
+    struct agw_store *s = open_store(AGW_STORE_MEMORY, NULL, 100, 0, 10);
+    struct agw_store_stats st;
+    struct answer a;
+
+    input(s, "demo", "t1", "r1", "{not json");
+    events(s, "t1", "r1", "{\"type\":\"TEXT_MESSAGE_START\"}\nnot json\n\n");
+    write_run1(s, "t1");
+    a = read_thread(s, "t1", NULL);
+    expect_run1(&a);
+    json_decref(a.page);
+    agw_store_get_stats(s, &st);
+    cr_assert_eq(st.malformed, 3, "%llu", (unsigned long long)st.malformed);
+    agw_store_close(s);
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* The writer thread sleeps until a record, a commit or a sweep is due: it never spins (its waits
+ * use the monotonic clock its deadlines are taken on). */
+Test(store, an_idle_store_sleeps)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 10, 3600, 10);
+    double before;
+
+    write_run1(s, "t1"); /* a commit comes due */
+    nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+    before = cpu_seconds();
+    nanosleep(&(struct timespec){0, 500 * 1000 * 1000}, NULL);
+    cr_assert_lt(cpu_seconds() - before, 0.1, "%.3f s of CPU in 0.5 s idle",
+                 cpu_seconds() - before);
+    agw_store_close(s);
+}
+
+Test(store, an_inbox_freed_first_gives_null)
+{
+    struct agw_store *s = open_store(AGW_STORE_MEMORY, NULL, 100, 0, 10);
+    struct event_base *base = event_base_new();
+    struct agw_store_inbox *in = agw_store_inbox_new(base);
+    struct agw_history_query q;
+    struct answer a = {0};
+
+    write_run1(s, "t1");
+    cr_assert_eq(agw_history_query_parse(NULL, &q, NULL, 0), 0);
+    agw_store_read(s, "t1", &q, in, on_answer, &a);
+    agw_store_close(s); /* answers the read into the inbox, which no loop runs */
+    cr_assert_not(a.called);
+    agw_store_inbox_free(in);
+    cr_assert(a.called && a.null);
+    event_base_free(base);
+}
