@@ -35,6 +35,22 @@ async function run(url, { threadId = "thread-" + Math.random().toString(16).slic
   return { agent, events, messages: agent.messages, error, result, threadId };
 }
 
+// Thread history: what GET …/threads/{id}/messages returns must be what the client holds after its runs (the
+// same ids, roles, contents, tool calls and tool call ids, in the same order).
+const shape = (m) => JSON.stringify({
+  id: m.id, role: m.role, content: m.content ?? null, toolCallId: m.toolCallId ?? null,
+  toolCalls: (m.toolCalls ?? []).map((c) => ({ id: c.id, type: c.type, name: c.function?.name, arguments: c.function?.arguments })),
+});
+async function historyMatches(what, threadId, messages) {
+  const res = await fetch(`${GW}/threads/${encodeURIComponent(threadId)}/messages?limit=200`,
+                          { headers: { Authorization: `Bearer ${TOKEN}` } });
+  const body = await res.json();
+  const got = (body.messages ?? []).map(shape), want = messages.map(shape);
+  check(`${what}: the thread's history equals the client's messages`,
+        res.status === 200 && JSON.stringify(got) === JSON.stringify(want) && body.has_more === false,
+        `HTTP ${res.status}\n  history: ${got.join("\n           ")}\n  client:  ${want.join("\n           ")}`);
+}
+
 const types = (events) => events.map((e) => e.type);
 const user = (id, content) => ({ id, role: "user", content });
 const idsMatch = (r) =>
@@ -50,6 +66,7 @@ const idsMatch = (r) =>
   check("conversation: events carry the client's threadId", idsMatch(r));
   check("conversation: RUN_STARTED first, RUN_FINISHED last",
         types(r.events)[0] === "RUN_STARTED" && types(r.events).at(-1) === "RUN_FINISHED", types(r.events).join(","));
+  await historyMatches("conversation", r.threadId, r.messages);
 }
 
 // 2. Server-side tool get_weather (scenario 2).
@@ -64,6 +81,7 @@ const idsMatch = (r) =>
   check("server tool: a tool message with the result", r.messages.some((m) => m.role === "tool" && m.toolCallId === call?.id));
   check("server tool: a final assistant text", r.messages.at(-1)?.role === "assistant" && /sunny/i.test(r.messages.at(-1)?.content ?? ""),
         JSON.stringify(r.messages.at(-1)));
+  await historyMatches("server tool", r.threadId, r.messages);
 }
 
 // 3. Frontend tool (scenario 3), then the follow-up run with its result.
@@ -79,6 +97,7 @@ const idsMatch = (r) =>
   const r2 = await run(`${GW}/agents/demo/runs`, { threadId: r.threadId, messages: follow, tools });
   check("frontend tool: the follow-up run passes", !r2.error, r2.error);
   check("frontend tool: the final text uses the result", /2 files/.test(r2.messages.at(-1)?.content ?? ""), JSON.stringify(r2.messages.at(-1)));
+  await historyMatches("frontend tool (two runs)", r.threadId, r2.messages);
 }
 
 // 4. Human in the loop: confirmAction (scenario 4), approved and denied.
@@ -94,6 +113,7 @@ for (const [decision, expect] of [["true", /Successfully deleted/], ['{"approved
   check(`confirm (${decision}): the decision run passes`, !r2.error, r2.error);
   check(`confirm (${decision}): the answer reflects the decision`, expect.test(r2.messages.at(-1)?.content ?? ""),
         JSON.stringify(r2.messages.at(-1)));
+  await historyMatches(`confirm (${decision}, two runs)`, r.threadId, r2.messages);
 }
 
 // 4b. Human in the loop with a live run: the run waits after its confirmAction call, the decision arrives on a
