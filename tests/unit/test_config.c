@@ -53,6 +53,10 @@ Test(config, minimal_and_defaults)
     cr_assert_eq(cfg->timeouts.drain_ms, 30000);
     cr_assert_eq(cfg->store.kind, AGW_STORE_EMBEDDED);
     cr_assert_str_eq(cfg->store.path, "var/agui-gateway");
+    cr_assert(cfg->history.enabled);
+    cr_assert_eq(cfg->history.max_messages_per_thread, 1000);
+    cr_assert_eq(cfg->history.ttl_s, 0);
+    cr_assert_eq(cfg->history.cache_threads, 10000);
     cr_assert_eq(cfg->decisions.match, AGW_MATCH_RUN);
     cr_assert_eq(cfg->decisions.no_active_run, AGW_NO_ACTIVE_RUN_NEW_RUN);
     cr_assert_eq(cfg->log.level, AGW_LOG_INFO);
@@ -263,6 +267,14 @@ Test(config, errors_name_the_key_path)
         "\"upstream_headers\":{\"X-K\":\"${AGW_TEST_UNSET_VARIABLE}\"}}}}",
         "agents.a.upstream_headers.X-K: environment variable AGW_TEST_UNSET_VARIABLE is not set");
     expect_error("{" BASE "," AGENT ",\"store\":{\"kind\":\"redis\"}}", "store.url: required");
+    expect_error("{" BASE "," AGENT ",\"history\":{\"ttl\":\"30 days\"}}",
+                 "history.ttl: expects \"0\" (keep) or a period like \"30d\"");
+    expect_error("{" BASE "," AGENT ",\"history\":{\"ttl\":30}}", "history.ttl: expects");
+    expect_error("{" BASE "," AGENT ",\"history\":{\"enabled\":\"yes\"}}",
+                 "history.enabled: expects true or false");
+    expect_error("{" BASE "," AGENT ",\"history\":{\"max_messages_per_thread\":0}}",
+                 "history.max_messages_per_thread: expects an integer 1..1000000");
+    expect_error("{" BASE "," AGENT ",\"history\":{\"keep\":1}}", "history.keep: unknown key");
     expect_error("{" BASE "," AGENT ",\"log\":{\"level\":\"loud\"}}", "log.level: expects one of");
     expect_error("{" BASE "," AGENT ",\"workers\":-1}", "workers: expects an integer 0..64");
     expect_error("{\"listen\": [", "invalid JSON at line 1");
@@ -300,4 +312,39 @@ Test(config, files)
     unlink(path);
     cr_assert_null(agw_config_load_file(path, err, sizeof(err)));
     cr_assert_str_eq(err, "cannot open the file: No such file or directory");
+}
+
+Test(config, history_section_and_ttl_periods)
+{
+    char err[AGW_CONFIG_ERR_MAX];
+    struct agw_config *cfg =
+        load("{" BASE "," AGENT
+             ",\"history\":{\"enabled\":false,\"max_messages_per_thread\":5,\"ttl\":\"30d\","
+             "\"cache_threads\":7},\"store\":{\"kind\":\"memory\"}}",
+             err);
+    uint64_t s;
+
+    cr_assert_not_null(cfg, "%s", err);
+    cr_assert_not(cfg->history.enabled);
+    cr_assert_eq(cfg->history.max_messages_per_thread, 5);
+    cr_assert_eq(cfg->history.ttl_s, 30u * 86400);
+    cr_assert_eq(cfg->history.cache_threads, 7);
+    cr_assert_eq(cfg->store.kind, AGW_STORE_MEMORY);
+    agw_config_free(cfg);
+    cr_assert_eq(agw_parse_ttl("0", &s), 0);
+    cr_assert_eq(s, 0);
+    cr_assert_eq(agw_parse_ttl("90m", &s), 0);
+    cr_assert_eq(s, 5400);
+    cr_assert_eq(agw_parse_ttl("12h", &s), 0);
+    cr_assert_eq(s, 43200);
+    cr_assert_eq(agw_parse_ttl("3600s", &s), 0);
+    cr_assert_eq(s, 3600);
+    cr_assert_eq(agw_parse_ttl("365d", &s), 0);
+    cr_assert_eq(s, 365u * 86400);
+    cr_assert_eq(agw_parse_ttl("", &s), -AGW_EINVAL);
+    cr_assert_eq(agw_parse_ttl("d", &s), -AGW_EINVAL);
+    cr_assert_eq(agw_parse_ttl("05d", &s), -AGW_EINVAL);
+    cr_assert_eq(agw_parse_ttl("-1d", &s), -AGW_EINVAL);
+    cr_assert_eq(agw_parse_ttl("1w", &s), -AGW_EINVAL);
+    cr_assert_eq(agw_parse_ttl("99999999999999999999d", &s), -AGW_EINVAL);
 }
