@@ -1,5 +1,6 @@
 /* The thread-history store: one writer thread, a queue of records, a bounded cache of threads and,
- * for the embedded kind, an SQLite database in WAL mode (doc/internals/store.md).
+ * for the embedded kind, a durable backend (src/store_backend.h; SQLite in src/store_sqlite.c)
+ * (doc/internals/store.md).
  *
  * Everything below the queue runs on the writer thread alone: the cache, the histories, the
  * database handle. The loops only touch the queue (under <lock>) and their inbox. */
@@ -8,12 +9,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/file.h>
 #include <sys/queue.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -24,6 +23,7 @@
 
 #include "agw/log.h"
 #include "agw/store.h"
+#include "store_backend.h"
 
 #define INITIAL_BUCKETS 256
 #define TTL_SWEEP_MS    60000 /* how often expired threads are looked for */
@@ -87,10 +87,8 @@ struct agw_store {
     struct thread_list dirty; /* changed since the last commit */
     uint64_t first_dirty_ms;
     uint64_t next_sweep_ms;
-    sqlite3 *db;
-    sqlite3_stmt *st_load, *st_save, *st_expire;
-    bool failing; /* the last commit failed (logged once per streak) */
-    int lock_fd;  /* embedded: <path>/history.lock, flock()ed while open; 0 = none */
+    struct agw_store_backend be; /* be.self NULL: the memory kind */
+    bool failing;                /* the last commit failed (logged once per streak) */
     /* statistics (atomics: read from any thread) */
     uint64_t records, dropped, commits, commit_errors, expired, malformed, max_commit_us;
     size_t cached;
@@ -108,131 +106,6 @@ static uint64_t hash_id(const char *s)
 static void stat_add(uint64_t *c, uint64_t n)
 {
     __atomic_add_fetch(c, n, __ATOMIC_RELAXED);
-}
-
-/* ---- SQLite (embedded) -------------------------------------------------------------------- */
-
-static const char SCHEMA[] = "CREATE TABLE IF NOT EXISTS threads ("
-                             " id TEXT PRIMARY KEY,"
-                             " agents TEXT NOT NULL,"
-                             " updated INTEGER NOT NULL,"
-                             " data TEXT NOT NULL);"
-                             "CREATE INDEX IF NOT EXISTS threads_updated ON threads(updated);";
-
-static int db_fail(struct agw_store *s, const char *file, const char *what, char *err,
-                   size_t errlen)
-{
-    snprintf(err, errlen, "store.path: %s: %s: %s", file, what,
-             s->db != NULL ? sqlite3_errmsg(s->db) : "cannot allocate");
-    return -AGW_EIO;
-}
-
-/* mkdir -p <dir>. */
-static int make_dirs(const char *dir, char *err, size_t errlen)
-{
-    char *p = agw_xstrdup(dir);
-    int rc = 0;
-
-    for (char *q = p + 1;; q++) {
-        if (*q != '/' && *q != '\0')
-            continue;
-        char c = *q;
-        *q = '\0';
-        if (mkdir(p, 0750) != 0 && errno != EEXIST) {
-            snprintf(err, errlen, "store.path: cannot create the directory %s: %s", p,
-                     strerror(errno));
-            rc = -AGW_EIO;
-            break;
-        }
-        *q = c;
-        if (c == '\0')
-            break;
-    }
-    free(p);
-    return rc;
-}
-
-static int db_open(struct agw_store *s, char *err, size_t errlen)
-{
-    char file[4096];
-    int v;
-
-    if (make_dirs(s->path, err, errlen) != 0)
-        return -AGW_EIO;
-    /* One gateway per embedded store: two writers would each hold their own idea of a thread. */
-    if ((size_t)snprintf(file, sizeof(file), "%s/history.lock", s->path) >= sizeof(file)) {
-        snprintf(err, errlen, "store.path: too long");
-        return -AGW_EINVAL;
-    }
-    s->lock_fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
-    if (s->lock_fd < 0) {
-        snprintf(err, errlen, "store.path: %s: cannot open: %s", file, strerror(errno));
-        return -AGW_EIO;
-    }
-    if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-        snprintf(err, errlen,
-                 "store.path: %s is in use by another gateway process (one gateway per embedded "
-                 "store)",
-                 s->path);
-        return -AGW_EIO;
-    }
-    if ((size_t)snprintf(file, sizeof(file), "%s/history.db", s->path) >= sizeof(file)) {
-        snprintf(err, errlen, "store.path: too long");
-        return -AGW_EINVAL;
-    }
-    if (sqlite3_open_v2(file, &s->db,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                        NULL) != SQLITE_OK)
-        return db_fail(s, file, "cannot open", err, errlen);
-    /* The schema read tells a file that is not a database; BEGIN IMMEDIATE (a write lock) tells a
-     * read-only file or directory, before any client is served. */
-    sqlite3_busy_timeout(s->db, 2000);
-    if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL) != SQLITE_OK)
-        return db_fail(s, file, "cannot use it", err, errlen);
-    if (sqlite3_exec(s->db,
-                     "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; "
-                     "BEGIN IMMEDIATE",
-                     NULL, NULL, NULL) != SQLITE_OK ||
-        sqlite3_exec(s->db, SCHEMA, NULL, NULL, NULL) != SQLITE_OK ||
-        sqlite3_exec(s->db, "PRAGMA user_version=1; COMMIT", NULL, NULL, NULL) != SQLITE_OK)
-        return db_fail(s, file, "cannot write to it", err, errlen);
-    {
-        sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK)
-            return db_fail(s, file, "cannot read it", err, errlen);
-        v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
-        sqlite3_finalize(st);
-        if (v != 1) {
-            snprintf(err, errlen, "store.path: %s: schema version %d, this gateway reads 1", file,
-                     v);
-            return -AGW_EINVAL;
-        }
-    }
-    if (sqlite3_prepare_v2(s->db, "SELECT agents, updated, data FROM threads WHERE id = ?1", -1,
-                           &s->st_load, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(s->db,
-                           "INSERT INTO threads (id, agents, updated, data) VALUES (?1, ?2, ?3, ?4)"
-                           " ON CONFLICT(id) DO UPDATE SET agents = excluded.agents,"
-                           " updated = excluded.updated, data = excluded.data",
-                           -1, &s->st_save, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(s->db,
-                           "DELETE FROM threads WHERE id IN"
-                           " (SELECT id FROM threads WHERE updated < ?1 LIMIT ?2)",
-                           -1, &s->st_expire, NULL) != SQLITE_OK)
-        return db_fail(s, file, "cannot prepare its statements", err, errlen);
-    agw_log_info("thread history: %s (SQLite %s, WAL)", file, sqlite3_libversion());
-    return 0;
-}
-
-static void db_close(struct agw_store *s)
-{
-    sqlite3_finalize(s->st_load);
-    sqlite3_finalize(s->st_save);
-    sqlite3_finalize(s->st_expire);
-    if (s->db != NULL)
-        sqlite3_close(s->db);
-    if (s->lock_fd > 0)
-        close(s->lock_fd);
 }
 
 /* ---- the cache (writer thread) ------------------------------------------------------------ */
@@ -317,7 +190,7 @@ static void evict(struct agw_store *s)
 
     for (; t != NULL && s->n_threads > s->o.cache_threads; t = prev) {
         prev = TAILQ_PREV(t, thread_list, lru);
-        if (t->dirty && s->db != NULL)
+        if (t->dirty && s->be.self != NULL)
             continue;
         cache_remove(s, t);
     }
@@ -326,7 +199,7 @@ static void evict(struct agw_store *s)
 static void mark_dirty(struct agw_store *s, struct thread *t)
 {
     t->updated_s = (int64_t)(agw_wall_ms() / 1000);
-    if (t->dirty || s->db == NULL)
+    if (t->dirty || s->be.self == NULL)
         return;
     if (TAILQ_EMPTY(&s->dirty))
         s->first_dirty_ms = agw_now_ms();
@@ -355,27 +228,19 @@ static struct thread *lookup(struct agw_store *s, const char *id)
         TAILQ_INSERT_HEAD(&s->lru, t, lru);
         return t;
     }
-    if (s->db == NULL)
+    if (s->be.self == NULL)
         return NULL;
-    sqlite3_bind_text(s->st_load, 1, id, -1, SQLITE_STATIC);
-    if (sqlite3_step(s->st_load) == SQLITE_ROW) {
-        const char *agents = (const char *)sqlite3_column_text(s->st_load, 0);
-        int64_t updated = sqlite3_column_int64(s->st_load, 1);
-        const char *data = (const char *)sqlite3_column_text(s->st_load, 2);
-        int n = sqlite3_column_bytes(s->st_load, 2);
-
-        h = data != NULL ? agw_history_load(data, (size_t)n, s->o.max_messages) : NULL;
-        if (h == NULL) {
-            agw_log_error("thread history: thread %s: its stored data cannot be read: ignored", id);
-            stat_add(&s->malformed, 1);
-        } else if (!expired(s, updated)) {
-            t = cache_add(s, id, hash, h, agents != NULL ? agents : ",", updated);
-            h = NULL;
-        }
-        agw_history_free(h);
+    struct agw_store_row row;
+    int rc = s->be.load(s->be.self, id, &row);
+    h = rc == 1 ? agw_history_load(row.data, row.len, s->o.max_messages) : NULL;
+    if (rc != 0 && h == NULL) {
+        agw_log_error("thread history: thread %s: its stored data cannot be read: ignored", id);
+        stat_add(&s->malformed, 1);
+    } else if (h != NULL && !expired(s, row.updated_s)) {
+        t = cache_add(s, id, hash, h, row.agents, row.updated_s);
+        h = NULL;
     }
-    sqlite3_reset(s->st_load);
-    sqlite3_clear_bindings(s->st_load);
+    agw_history_free(h);
     return t;
 }
 
@@ -408,41 +273,40 @@ static void add_agent(struct thread *t, const char *agent)
 
 static void commit(struct agw_store *s)
 {
-    uint64_t t0 = agw_now_ms();
     struct timespec a, b;
+    struct agw_store_row *rows;
     struct thread *t;
-    bool ok;
+    size_t n = 0;
+    char err[256];
+    int rc;
 
-    if (s->db == NULL || TAILQ_EMPTY(&s->dirty))
+    if (s->be.self == NULL || TAILQ_EMPTY(&s->dirty))
         return;
     clock_gettime(CLOCK_MONOTONIC, &a);
-    ok = sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK;
+    TAILQ_FOREACH(t, &s->dirty, dirty_link)
+    n++;
+    rows = agw_xcalloc(n, sizeof(*rows));
+    n = 0;
     TAILQ_FOREACH(t, &s->dirty, dirty_link)
     {
-        char *dump;
-        if (!ok)
-            break;
-        dump = agw_history_dump(t->h);
-        sqlite3_bind_text(s->st_save, 1, t->id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s->st_save, 2, t->agents, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s->st_save, 3, t->updated_s);
-        sqlite3_bind_text(s->st_save, 4, dump, -1, SQLITE_STATIC);
-        ok = sqlite3_step(s->st_save) == SQLITE_DONE;
-        sqlite3_reset(s->st_save);
-        sqlite3_clear_bindings(s->st_save);
-        free(dump);
+        char *dump = agw_history_dump(t->h);
+        rows[n++] = (struct agw_store_row){.id = t->id,
+                                           .agents = t->agents,
+                                           .updated_s = t->updated_s,
+                                           .data = dump,
+                                           .len = strlen(dump)};
     }
-    if (ok)
-        ok = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
-    if (!ok) {
+    rc = s->be.save(s->be.self, rows, n, err, sizeof(err));
+    for (size_t i = 0; i < n; i++)
+        free((char *)(uintptr_t)rows[i].data);
+    free(rows);
+    if (rc != 0) {
         /* The threads stay dirty: the next commit tries them again. */
         if (!s->failing)
-            agw_log_error("thread history: commit failed: %s (retried until it succeeds)",
-                          sqlite3_errmsg(s->db));
+            agw_log_error("thread history: commit failed: %s (retried until it succeeds)", err);
         s->failing = true;
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         stat_add(&s->commit_errors, 1);
-        s->first_dirty_ms = t0;
+        s->first_dirty_ms = agw_now_ms();
         return;
     }
     while ((t = TAILQ_FIRST(&s->dirty)) != NULL) {
@@ -476,15 +340,12 @@ static void sweep(struct agw_store *s)
         next = TAILQ_NEXT(t, lru);
         if (!t->dirty && t->updated_s <= cutoff) {
             cache_remove(s, t);
-            n += s->db == NULL;
+            n += s->be.self == NULL;
         }
     }
-    for (int changes = TTL_BATCH; s->db != NULL && changes == TTL_BATCH;) {
-        sqlite3_bind_int64(s->st_expire, 1, cutoff + 1);
-        sqlite3_bind_int(s->st_expire, 2, TTL_BATCH);
-        changes = sqlite3_step(s->st_expire) == SQLITE_DONE ? sqlite3_changes(s->db) : 0;
-        sqlite3_reset(s->st_expire);
-        n += (uint64_t)changes;
+    for (int64_t k = TTL_BATCH; s->be.self != NULL && k == TTL_BATCH;) {
+        k = s->be.expire(s->be.self, cutoff + 1, TTL_BATCH);
+        n += k > 0 ? (uint64_t)k : 0;
     }
     if (n > 0)
         agw_log_info("thread history: %llu thread%s past the ttl deleted", (unsigned long long)n,
@@ -812,7 +673,7 @@ struct agw_store *agw_store_open(const struct agw_store_options *o, char *err, s
     case AGW_STORE_EMBEDDED:
         s->path = agw_xstrdup(o->path != NULL ? o->path : "var/agui-gateway");
         s->o.path = s->path;
-        if (db_open(s, err, errlen) != 0)
+        if (agw_store_sqlite_open(s->path, &s->be, err, errlen) != 0)
             goto fail;
         break;
     case AGW_STORE_MEMORY:
@@ -851,7 +712,8 @@ void agw_store_close(struct agw_store *s)
     }
     while ((t = TAILQ_FIRST(&s->lru)) != NULL)
         cache_remove(s, t);
-    db_close(s);
+    if (s->be.self != NULL)
+        s->be.close(s->be.self);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->lock);
     free(s->buckets);
