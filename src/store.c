@@ -14,6 +14,8 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/queue.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +30,7 @@
 #define INITIAL_BUCKETS 256
 #define TTL_SWEEP_MS    60000 /* how often expired threads are looked for */
 #define TTL_BATCH       500   /* threads deleted per transaction by the ttl */
+#define WRITER_NICE     5     /* the writer thread's nice value (the loops keep 0) */
 
 enum job_kind { JOB_INPUT, JOB_EVENTS, JOB_READ };
 
@@ -433,6 +436,14 @@ static void *writer_main(void *arg)
 {
     struct agw_store *s = arg;
     struct job_list batch = STAILQ_HEAD_INITIALIZER(batch);
+
+#ifdef __linux__
+    /* Background work: on a core it shares with an event loop, the loop comes first (Linux gives a
+     * thread its own nice value; a quarter of the loop's weight leaves the writer enough to keep up
+     * with a saturated loop's records, doc/internals/store.md). */
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WRITER_NICE) != 0)
+        agw_log_warn("thread history: cannot lower the writer's priority: %s", strerror(errno));
+#endif
 
     for (;;) {
         struct job *j;
