@@ -3,17 +3,23 @@
 
 Every figure is a median over the rounds of one run of the script; every ratio compares medians of
 that same run. "Best peer" is the better of nginx and HAProxy for the metric at hand (the lower CPU,
-latency, time or memory; the higher rate). See doc/benchmarks.md.
+latency, time or memory; the higher rate). With gateway (history on) and gateway-nohist in the same
+run, the history cost is the ratio of their CPU per event, minus 1. Lines of scenario "stall" are the
+loop-stall pass (--stall): the longest event-loop lateness under load, with history on and off. See
+doc/benchmarks.md.
 """
 import argparse
 import json
 import statistics
 
 SCENARIOS = ["short", "short-new", "throughput", "paced", "paced2k", "idle2k", "idle10k"]
-TARGETS = ["direct", "nginx", "haproxy", "gateway"]
+TARGETS = ["direct", "nginx", "haproxy", "gateway", "gateway-nohist"]
 PEERS = ["nginx", "haproxy"]
-NAMES = {"direct": "direct", "nginx": "nginx", "haproxy": "HAProxy", "gateway": "gateway"}
+NAMES = {"direct": "direct", "nginx": "nginx", "haproxy": "HAProxy", "gateway": "gateway",
+         "gateway-nohist": "gateway, history off"}
 RSS_GOAL_KIB = 8.0
+HISTORY_COST_GOAL = 10.0  # % more CPU per event with history on than off
+STALL_GOAL_MS = 5.0  # the event loop's longest lateness under a recording load
 
 
 def load(path):
@@ -24,6 +30,16 @@ def load(path):
 def cpu_per_mev(r):
     c, e = r.get("proxy_cpu_s"), r["load"].get("events", 0)
     return c / e * 1e6 if c is not None and e else None
+
+
+def main_per_mev(r):
+    c, e = r.get("proxy_main_thread_cpu_s"), r["load"].get("events", 0)
+    return c / e * 1e6 if c is not None and e else None
+
+
+def others_per_mev(r):
+    c, m, e = r.get("proxy_cpu_s"), r.get("proxy_main_thread_cpu_s"), r["load"].get("events", 0)
+    return (c - m) / e * 1e6 if c is not None and m is not None and e else None
 
 
 def cpu_per_krun(r):
@@ -45,6 +61,8 @@ METRICS = {
     "latency p99 (µs)": (lo("latency_us", "p99"), 0, "lower"),
     "proxy CPU s / M events": (cpu_per_mev, 2, "lower"),
     "proxy CPU ms / 1000 runs": (cpu_per_krun, 1, "lower"),
+    "main thread CPU s / M events": (main_per_mev, 2, "lower"),
+    "other threads CPU s / M events": (others_per_mev, 2, "lower"),
     "streams held": (lambda r: r["load"].get("held"), 0, ""),
     "streams": (lambda r: r["load"].get("concurrency"), 0, ""),
     "RSS before (KiB)": (lambda r: r.get("rss_before_kib"), 0, ""),
@@ -68,6 +86,8 @@ ROWS["idle2k"] = ROWS["idle10k"] = ROWS["idle"]
 
 class Run:
     def __init__(self, recs):
+        self.stall = [r for r in recs if r["scenario"] == "stall"]
+        recs = [r for r in recs if r["scenario"] != "stall"]
         self.recs = recs
         self.targets = [t for t in TARGETS if any(r["target"] == t for r in recs)]
         self.scenarios = [s for s in SCENARIOS if any(r["scenario"] == s for r in recs)]
@@ -112,12 +132,22 @@ def fmt(v, nd=0):
 def main():
     ap = argparse.ArgumentParser()
     for a in ("raw", "rounds", "seconds", "quick", "cpus", "pinned", "nginx", "haproxy", "batched",
-              "workers", "nofile"):
+              "workers", "nofile", "store-fs", "writer-apart"):
         ap.add_argument("--" + a, default="")
     a = ap.parse_args()
     run = Run(load(a.raw))
     out = []
     pinned = a.pinned not in ("", "0")
+    if "gateway-nohist" in run.targets:
+        NAMES["gateway"] = "gateway, history on"
+    hist = ""
+    if "gateway" in run.targets or run.stall:
+        fs = f", on {a.store_fs}" if a.store_fs else ""
+        hist = f"the gateway records thread history (an SQLite store in the temporary directory{fs}, fresh at each start"
+        hist += ("; its writer thread on CPU 0 with the load generator and the agent, --writer-apart); "
+                 if a.writer_apart == "1" else "; its writer thread shares the gateway's CPU); ")
+        if "gateway-nohist" in run.targets:
+            hist += "gateway, history off: the same gateway with history.enabled false; "
     out.append(
         f"Medians of {a.rounds} round(s) of {a.seconds} s{' (--quick)' if a.quick == '1' else ''}, "
         f"targets alternating; {a.cpus} CPUs"
@@ -125,8 +155,17 @@ def main():
         f"nginx {a.nginx} ({a.workers} worker), HAProxy {a.haproxy} ({a.workers} thread), gateway "
         f"({a.workers} worker loop, bearer auth on); the demo agent writes "
         f"{'as many events per write as it has (--batched)' if a.batched == '1' else 'each event in its own chunk and write()'}; "
+        f"{hist}"
         "proxy CPU = on-CPU time of the proxy's threads (nginx: its worker), from /proc/PID/task/*/sched; "
         "best peer = the better of nginx and HAProxy; ratio = gateway / best peer.\n")
+    if run.scenarios:
+        table(run, out)
+    history_cost(run, out, a.workers)
+    stall(run, out)
+    print("\n".join(out))
+
+
+def table(run, out):
     hdr = ["scenario", "metric"] + [NAMES[t] for t in run.targets]
     if "gateway" in run.targets and run.peers:
         hdr += ["gateway / best peer", "better"]
@@ -152,7 +191,7 @@ def main():
 
     # the issue's shape: one line per scenario, the figures users compare
     out.append("\nIn short (medians; proxy CPU seconds per million events relayed):\n")
-    cols = [t for t in ("gateway", "nginx", "haproxy", "direct") if t in run.targets]
+    cols = [t for t in ("gateway", "gateway-nohist", "nginx", "haproxy", "direct") if t in run.targets]
     out.append("| scenario | " + " | ".join(NAMES[t] for t in cols) + " |")
     out.append("|---|" + "|".join("---" for _ in cols) + "|")
     label = {
@@ -239,7 +278,104 @@ def main():
                 verdict(f"{s}: time to first event p50 with {fmt(n)} streams <= the best peer's "
                         f"({NAMES.get(bt, '?')})", run.med(s, "gateway", m), bv, " µs", 0,
                         round_ratios(s, m, bt))
-    print("\n".join(out))
+
+
+def history_cost(run, out, workers):
+    """CPU per event with history on (gateway) against off (gateway-nohist), same run."""
+    if "gateway" not in run.targets or "gateway-nohist" not in run.targets:
+        return
+    cpu = "proxy CPU s / M events"
+    rows = []
+    for s in run.scenarios:
+        on, off = run.med(s, "gateway", cpu), run.med(s, "gateway-nohist", cpu)
+        if on is None or not off:
+            continue
+        g, n = run.per_round(s, "gateway", cpu), run.per_round(s, "gateway-nohist", cpu)
+        rr = ", ".join(f"{(g[k] / n[k] - 1) * 100:+.1f}" for k in sorted(g)
+                       if g[k] is not None and n.get(k))
+        cost = (on / off - 1) * 100
+        ok = cost <= HISTORY_COST_GOAL
+        loop_on = run.med(s, "gateway", "main thread CPU s / M events")
+        loop_off = run.med(s, "gateway-nohist", "main thread CPU s / M events")
+        writer = run.med(s, "gateway", "other threads CPU s / M events")
+        evs_on, evs_off = run.med(s, "gateway", "events/s"), run.med(s, "gateway-nohist", "events/s")
+        rows.append(f"| {s} | {on:,.2f} | {off:,.2f} | {cost:+.1f} % | {'MET' if ok else 'MISSED'} | {rr} | "
+                    f"{fmt(loop_on, 2)} / {fmt(loop_off, 2)} | {fmt(writer, 2)} | "
+                    f"{fmt(evs_on)} / {fmt(evs_off)} |")
+    if not rows:
+        return
+    split = (" with one worker loop, the main thread is the loop and the other thread the store's writer"
+             if workers == "1" else " with several worker loops, the other threads are loops and the writer")
+    out.append(f"\nHistory cost (proxy CPU s / M events, medians; cost = with / without − 1, goal <= "
+               f"{HISTORY_COST_GOAL:.0f} %;{split}):\n")
+    out.append("| scenario | history on | history off | cost | goal <= "
+               f"{HISTORY_COST_GOAL:.0f} % | per round (%) | main thread, on / off | other threads, on | "
+               "events/s, on / off |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    out.extend(rows)
+
+
+def stall(run, out):
+    """The loop-stall pass: the longest lateness of a 1 ms probe timer under the short and the
+    throughput load at once, with history on and off."""
+    if not run.stall:
+        return
+    ms = lambda r: (r["metrics"]["agw_event_loop_lag_seconds_max"] * 1e3
+                    if "agw_event_loop_lag_seconds_max" in r["metrics"] else None)
+    out.append(f"\nLoop stall (the short and the throughput load at once, {len({r['round'] for r in run.stall})} "
+               "round(s), a fresh gateway each, AGW_LOOP_PROBE_MS=1: the longest lateness of a 1 ms "
+               "timer of the highest priority; no CPU figures from this pass):\n")
+    cols = [t for t in ("gateway", "gateway-nohist") if any(r["target"] == t for r in run.stall)]
+    out.append("| | " + " | ".join("history on" if t == "gateway" else "history off" for t in cols) + " |")
+    out.append("|---|" + "|".join("---" for _ in cols) + "|")
+
+    def recs(t):
+        return sorted((r for r in run.stall if r["target"] == t), key=lambda r: r["round"])
+
+    def row(name, f):
+        out.append(f"| {name} | " + " | ".join(f(recs(t)) for t in cols) + " |")
+
+    def per_round(rs, f, nd):
+        v = [f(r) for r in rs]
+        return ", ".join(fmt(x, nd) for x in v)
+
+    def total(rs, f, nd, agg=max):
+        v = [x for x in (f(r) for r in rs) if x is not None]
+        return fmt(agg(v), nd) if v else "n/a"
+
+    m = lambda k, scale=1.0: (lambda r: r["metrics"][k] * scale if k in r["metrics"] else None)
+    idle = lambda r: r["lag_idle_s"] * 1e3 if r.get("lag_idle_s") is not None else None
+    row("loop lag max, idle gateway before the load, ms (per round)", lambda rs: per_round(rs, idle, 2))
+    row("loop lag max, idle and under load, ms (per round)", lambda rs: per_round(rs, ms, 2))
+    row("loop lag max, ms (all rounds)", lambda rs: total(rs, ms, 2))
+    row("when it grew under load: s into the load → ms (per round)",
+        lambda rs: "; ".join(" ".join(f"{t:.1f}→{v * 1e3:.1f}" for t, v in r.get("lag_steps", [])) or "—"
+                             for r in rs))
+    row("events relayed (throughput + short, per round)",
+        lambda rs: per_round(rs, lambda r: r["load"].get("events", 0) + r["load_short"].get("events", 0), 0))
+    row("runs failed; load runs not clean",
+        lambda rs: f"{sum(r['load'].get('runs_failed', 0) + r['load_short'].get('runs_failed', 0) for r in rs)}; "
+                   f"{sum(1 for r in rs if r['exit'] != 0)}")
+    for k, name, scale, nd, agg in (
+            ("agw_history_records_total", "history records (sum)", 1, 0, sum),
+            ("agw_history_dropped_total", "history records dropped (sum)", 1, 0, sum),
+            ("agw_history_malformed_total", "history records malformed (sum)", 1, 0, sum),
+            ("agw_history_commits_total", "store commits (sum)", 1, 0, sum),
+            ("agw_history_commit_errors_total", "store commit errors (sum)", 1, 0, sum),
+            ("agw_history_commit_seconds_max", "longest commit, ms (max)", 1e3, 1, max),
+            ("agw_history_queue_bytes", "writer queue at the end, bytes (max)", 1, 0, max),
+            ("agw_history_cached_threads", "threads cached at the end (max)", 1, 0, max)):
+        row(name, lambda rs, k=k, scale=scale, nd=nd, agg=agg: total(rs, m(k, scale), nd, agg))
+    on = [x for x in (ms(r) for r in recs("gateway")) if x is not None]
+    if on:
+        worst = max(on)
+        ok = worst < STALL_GOAL_MS
+        off = [x for x in (ms(r) for r in recs("gateway-nohist")) if x is not None]
+        base = [x for x in (idle(r) for r in run.stall) if x is not None]
+        out.append(f"\n- loop stall under a recording load: longest lateness with history on "
+                   f"{worst:.2f} ms (history off: {fmt(max(off), 2) + ' ms' if off else 'n/a'}; "
+                   f"idle, before the load: up to {fmt(max(base), 2) + ' ms' if base else 'n/a'}), "
+                   f"goal < {STALL_GOAL_MS:.0f} ms: {'MET' if ok else 'MISSED'}")
 
 
 if __name__ == "__main__":

@@ -6,11 +6,22 @@
 #
 # usage: bench/run.sh [--quick] [--rounds K] [--seconds S] [--build DIR] [--only SCENARIOS]
 #                     [--targets TARGETS] [--streams-10k N] [--batched] [--no-pin] [--workers N]
+#                     [--stall] [--writer-apart]
 #   BUILD (env) or --build: a configured and built tree (default: <srcdir>/_build-bench); the script
 #   builds nothing. NGINX, HAPROXY (env): the binaries (default /usr/sbin/nginx, /usr/sbin/haproxy).
-#   --only "short short-new throughput paced paced2k idle2k idle10k" and
-#   --targets "direct nginx haproxy gateway" select a subset (the order of --targets is the first
-#   round's; it rotates every round). --rounds K (3); --seconds S (5): a timed scenario starts runs
+#   --only "short short-new throughput paced paced2k idle2k idle10k" (or "": none) and
+#   --targets "direct nginx haproxy gateway gateway-nohist" select a subset (default: all but
+#   gateway-nohist; the order of --targets is the first round's; it rotates every round). gateway
+#   records thread history (an embedded store in the temporary directory, fresh at each start);
+#   gateway-nohist is the same gateway with "history": {"enabled": false}, on its own port: with
+#   both, the table gives the cost of recording. --stall: afterwards, the loop-stall pass: for K
+#   rounds, a fresh gateway with AGW_LOOP_PROBE_MS=1, history on, then off, takes the short and the
+#   throughput load at once for S seconds; its longest event-loop lateness and its agw_history_*
+#   series are read from /metrics (the probe costs CPU: no CPU figures from this pass).
+#   --writer-apart (with pinning and --workers 1): the store's writer thread of a gateway recording
+#   history runs on CPU 0 with the load generator and the agent, its event loop alone on CPU 1 (by
+#   default the whole gateway is on CPU 1, the writer taking turns with the loop).
+#   --rounds K (3); --seconds S (5): a timed scenario starts runs
 #   for S seconds, then lets the ones under way finish. --quick: 1 round of 2 s, 500 streams for
 #   paced2k and idle2k, 1,000 for idle10k. --streams-10k N: the streams of idle10k (default 10,000
 #   when the descriptor limit holds two per stream in one proxy, else 9,000). --batched: the demo
@@ -39,6 +50,8 @@ PIN=1
 # The gateway's worker event loops (--workers); nginx gets as many worker processes and HAProxy as
 # many threads, so that CPU figures compare like with like.
 WORKERS=1
+STALL=0
+WRITER_APART=0
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -52,7 +65,9 @@ while [ $# -gt 0 ]; do
     --batched) BATCHED=1 ;;
     --no-pin) PIN=0 ;;
     --workers) WORKERS=$2; shift ;;
-    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+    --stall) STALL=1 ;;
+    --writer-apart) WRITER_APART=1 ;;
+    -h | --help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -61,8 +76,12 @@ for s in $ONLY; do
     case " $ALL_SCENARIOS " in *" $s "*) ;; *) echo "bench/run.sh: unknown scenario '$s'" >&2; exit 2 ;; esac
 done
 for t in $TARGETS; do
-    case "$t" in direct | nginx | haproxy | gateway) ;; *) echo "bench/run.sh: unknown target '$t'" >&2; exit 2 ;; esac
+    case "$t" in direct | nginx | haproxy | gateway | gateway-nohist) ;; *) echo "bench/run.sh: unknown target '$t'" >&2; exit 2 ;; esac
 done
+if [ "$WRITER_APART" = 1 ] && [ "$WORKERS" != 1 ]; then
+    echo "bench/run.sh: --writer-apart needs --workers 1 (the writer is told from the loops by being the second thread)" >&2
+    exit 2
+fi
 if [ "$QUICK" = 1 ]; then
     ROUNDS=${ROUNDS:-1} SECS=${SECS:-2} N_P2K=500 N_2K=500 N_10K=${N_10K:-1000}
 else
@@ -89,6 +108,10 @@ PROXY_CPU=()
 if [ "$PIN" = 1 ] && command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
     PEERS_CPU=(taskset -c 0)
     PROXY_CPU=(taskset -c 1)
+fi
+if [ "$WRITER_APART" = 1 ] && [ "${#PROXY_CPU[@]}" = 0 ]; then
+    echo "bench/run.sh: --writer-apart needs pinning (2+ CPUs, taskset, no --no-pin)" >&2
+    exit 2
 fi
 
 # Descriptors: a relayed stream holds two in the proxy (client and upstream), one in the load
@@ -119,7 +142,7 @@ RAW=$OUTDIR/raw-$STAMP.jsonl
 RESULT=$OUTDIR/results-$STAMP.md
 : >"$RAW"
 
-DEMO_PID="" NGINX_PID="" HA_PID="" GW_PID="" LOAD_PID=""
+DEMO_PID="" NGINX_PID="" HA_PID="" GW_PID="" GWN_PID="" STALL_PID="" LOAD_PID="" LOAD2_PID=""
 
 stop() { # PID: TERM, 10 s, then KILL
     local p=$1
@@ -133,7 +156,10 @@ stop() { # PID: TERM, 10 s, then KILL
 
 cleanup() {
     stop "$LOAD_PID"
+    stop "$LOAD2_PID"
+    stop "$STALL_PID"
     stop "$GW_PID"
+    stop "$GWN_PID"
     stop "$HA_PID"
     stop "$NGINX_PID"
     stop "$DEMO_PID"
@@ -236,37 +262,90 @@ start_haproxy() {
     exit 1
 }
 
-start_gateway() {
+# gateway_config HISTORY(on|off) STORE_DIR: the gateway's configuration, on stdout. History on is
+# the default users get (an embedded store); it is spelled out here so that the table says what ran.
+gateway_config() {
     local s first=1
-    {
-        echo '{'
-        echo '  "listen": [ { "address": "127.0.0.1", "port": 0 } ],'
-        echo '  "auth": { "keys": [ { "id": "bench", "sha256": "'"$TOKEN_SHA"'", "agents": ["*"] } ] },'
-        echo '  "log": { "level": "warn", "access": "off" },'
-        echo "  \"workers\": $WORKERS,"
-        echo '  "agents": {'
-        for s in $ALL_SCENARIOS; do
-            [ "$first" = 1 ] || echo ','
-            first=0
-            printf '    "%s": { "upstreams": ["http://127.0.0.1:%s/agent?%s"] }' \
-                "$s" "$DEMO_PORT" "$(scenario_query "$s")"
-        done
-        echo
-        echo '  }'
-        echo '}'
-    } >"$T/gw.json"
-    rm -f "$T/gw.port"
-    "${PROXY_CPU[@]}" "$GW" -c "$T/gw.json" --port-file "$T/gw.port" >"$T/gw.log" 2>&1 &
-    GW_PID=$!
-    wait_file "$T/gw.port" . 10 || { echo "bench/run.sh: the gateway did not start" >&2; cat "$T/gw.log" >&2; exit 1; }
-    GW_PORT=$(head -n1 "$T/gw.port")
+    echo '{'
+    echo '  "listen": [ { "address": "127.0.0.1", "port": 0 } ],'
+    echo '  "auth": { "keys": [ { "id": "bench", "sha256": "'"$TOKEN_SHA"'", "agents": ["*"] } ] },'
+    echo '  "log": { "level": "warn", "access": "off" },'
+    if [ "$1" = on ]; then
+        echo '  "history": { "enabled": true },'
+        echo '  "store": { "kind": "embedded", "path": "'"$2"'" },'
+    else
+        echo '  "history": { "enabled": false },'
+    fi
+    echo "  \"workers\": $WORKERS,"
+    echo '  "agents": {'
+    for s in $ALL_SCENARIOS; do
+        [ "$first" = 1 ] || echo ','
+        first=0
+        printf '    "%s": { "upstreams": ["http://127.0.0.1:%s/agent?%s"] }' \
+            "$s" "$DEMO_PORT" "$(scenario_query "$s")"
+    done
+    echo
+    echo '  }'
+    echo '}'
 }
 
-restart_target() { # TARGET: a fresh proxy process (the memory scenarios measure from a clean heap)
+# launch_gateway NAME HISTORY [VAR=VALUE...]: a gateway with files $T/NAME.*, a fresh store
+# $T/NAME.store when HISTORY is on, the environment given; sets LAUNCHED_PID and LAUNCHED_PORT.
+launch_gateway() {
+    local name=$1 hist=$2
+    shift 2
+    rm -rf "$T/$name.store" "$T/$name.port"
+    gateway_config "$hist" "$T/$name.store" >"$T/$name.json"
+    env "$@" "${PROXY_CPU[@]}" "$GW" -c "$T/$name.json" --port-file "$T/$name.port" >"$T/$name.log" 2>&1 &
+    LAUNCHED_PID=$!
+    wait_file "$T/$name.port" . 10 || {
+        echo "bench/run.sh: the gateway ($name) did not start" >&2
+        cat "$T/$name.log" >&2
+        exit 1
+    }
+    LAUNCHED_PORT=$(head -n1 "$T/$name.port")
+    if [ "$WRITER_APART" = 1 ] && [ "$hist" = on ]; then
+        # with one worker the gateway's threads are its loop (the main thread) and the store's
+        # writer, started before the port file is written
+        local task
+        for task in /proc/"$LAUNCHED_PID"/task/*; do
+            task=${task##*/}
+            [ "$task" = "$LAUNCHED_PID" ] || taskset -p -c 0 "$task" >/dev/null ||
+                echo "bench/run.sh: cannot move thread $task of the gateway ($name)" >&2
+        done
+    fi
+}
+
+start_gateway() {
+    launch_gateway gw on
+    GW_PID=$LAUNCHED_PID GW_PORT=$LAUNCHED_PORT
+}
+
+start_gateway_nohist() {
+    launch_gateway gwn off
+    GWN_PID=$LAUNCHED_PID GWN_PORT=$LAUNCHED_PORT
+}
+
+is_gateway() { case "$1" in gateway | gateway-nohist) return 0 ;; esac; return 1; }
+
+target_port() { # TARGET -> its port
+    case "$1" in
+    nginx) echo "$NGINX_PORT" ;;
+    haproxy) echo "$HA_PORT" ;;
+    gateway) echo "$GW_PORT" ;;
+    gateway-nohist) echo "$GWN_PORT" ;;
+    *) echo "$DEMO_PORT" ;;
+    esac
+}
+
+# restart_target TARGET: a fresh proxy process (the memory scenarios measure from a clean heap; a
+# gateway also gets a fresh store)
+restart_target() {
     case "$1" in
     nginx) stop "$NGINX_PID"; NGINX_PID=""; start_nginx ;;
     haproxy) stop "$HA_PID"; HA_PID=""; start_haproxy ;;
     gateway) stop "$GW_PID"; GW_PID=""; start_gateway ;;
+    gateway-nohist) stop "$GWN_PID"; GWN_PID=""; start_gateway_nohist ;;
     esac
 }
 
@@ -276,6 +355,7 @@ target_url() { # TARGET SCENARIO
     nginx) echo "http://127.0.0.1:$NGINX_PORT/agent?$(scenario_query "$2")" ;;
     haproxy) echo "http://127.0.0.1:$HA_PORT/agent?$(scenario_query "$2")" ;;
     gateway) echo "http://127.0.0.1:$GW_PORT/v1/ag-ui/agents/$2/runs" ;;
+    gateway-nohist) echo "http://127.0.0.1:$GWN_PORT/v1/ag-ui/agents/$2/runs" ;;
     esac
 }
 
@@ -287,6 +367,7 @@ proxy_pids() {
     nginx) echo "$NGINX_WORKER" ;;
     haproxy) echo "$HA_PID" ;;
     gateway) echo "$GW_PID" ;;
+    gateway-nohist) echo "$GWN_PID" ;;
     esac
 }
 
@@ -305,6 +386,15 @@ cpu_ms() {
     done | awk '{s += $1} END {printf "%.6f", s}'
 }
 
+# cpu_ms_main PIDS -> the same for the processes' main threads only: the gateway's with one worker
+# is its event loop, the rest is the store's writer thread.
+cpu_ms_main() {
+    local p
+    for p in "$@"; do
+        awk '/^se.sum_exec_runtime/ {printf "%.6f\n", $3}' "/proc/$p/task/$p/sched" 2>/dev/null
+    done | awk '{s += $1} END {printf "%.6f", s}'
+}
+
 rss_kib() { # PIDS -> VmRSS summed, KiB
     local p sum=0 v
     for p in "$@"; do
@@ -317,18 +407,42 @@ rss_kib() { # PIDS -> VmRSS summed, KiB
 HZ=$(getconf CLK_TCK)
 AUTH=(--header "Authorization: Bearer $TOKEN")
 
+metric() { # PORT NAME -> the value of a gateway's /metrics series (empty when absent)
+    curl -s -m 5 "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2; exit}'
+}
+
+# history_settle PORT: the store's writer thread works after the load: waits (10 s at most) for its
+# queue to empty, then for the commit that follows (one per 200 ms at most), so that the recording's
+# CPU is counted in the run that caused it. With history off, no queue: the same 0.3 s pause.
+history_settle() {
+    local q
+    for _ in $(seq 100); do
+        q=$(metric "$1" agw_history_queue_bytes)
+        [ -z "$q" ] || [ "$q" = 0 ] && break
+        sleep 0.1
+    done
+    sleep 0.3
+}
+
 # run_one SCENARIO TARGET ROUND: one load run; appends one JSON line to $RAW.
 run_one() {
-    local s=$1 tgt=$2 round=$3 url pids c0 c1 d0 d1 r0 r1 out rc bound nstreams="" left
+    local s=$1 tgt=$2 round=$3 url pids c0 c1 m0 m1 d0 d1 r0 r1 out rc bound nstreams="" left
     if is_idle "$s"; then
         restart_target "$tgt"
         nstreams=$(scenario_args "$s" | awk '{print $2}')
+    elif is_gateway "$tgt"; then
+        # a fresh gateway, so that every round starts with an empty store (the load generator
+        # reuses a thread per connection: left running, threads would grow round after round)
+        restart_target "$tgt"
+        warm_up "$tgt"
+        history_settle "$(target_port "$tgt")"
     fi
     url=$(target_url "$tgt" "$s")
     pids=$(proxy_pids "$tgt")
     bound=$([ "$QUICK" = 1 ] && echo 90 || echo 240)
     r0=$(rss_kib $pids)
     c0=$(cpu_ms $pids)
+    m0=$(cpu_ms_main $pids)
     d0=$(cpu_ms "$DEMO_PID")
     if is_idle "$s"; then
         # shellcheck disable=SC2046
@@ -351,20 +465,23 @@ run_one() {
         timeout $((bound + 30)) "${PEERS_CPU[@]}" "$LOAD" --url "$url" $(scenario_args "$s") "${AUTH[@]}" \
             --duration "$bound" --label "$s/$tgt" >"$T/load.out" 2>"$T/load.err"
         rc=$?
+        is_gateway "$tgt" && history_settle "$(target_port "$tgt")"
         r1=$(rss_kib $pids)
     fi
     c1=$(cpu_ms $pids)
+    m1=$(cpu_ms_main $pids)
     d1=$(cpu_ms "$DEMO_PID")
     out=$(head -n1 "$T/load.out")
     [ -n "$out" ] || out='{}'
     [ "$rc" = 0 ] || echo "bench/run.sh: $s/$tgt round $round: load exit $rc: $(head -c 300 "$T/load.err")" >&2
-    python3 - "$s" "$tgt" "$round" "$rc" "${pids:-}" "$c0" "$c1" "$d0" "$d1" "$r0" "${r1:-}" \
+    python3 - "$s" "$tgt" "$round" "$rc" "${pids:-}" "$c0" "$c1" "$m0" "$m1" "$d0" "$d1" "$r0" "${r1:-}" \
         "$nstreams" "$out" >>"$RAW" <<'PY'
 import json, sys
-s, tgt, rnd, rc, pids, c0, c1, d0, d1, r0, r1, nstreams, out = sys.argv[1:]
+s, tgt, rnd, rc, pids, c0, c1, m0, m1, d0, d1, r0, r1, nstreams, out = sys.argv[1:]
 o = json.loads(out)
 rec = {"scenario": s, "target": tgt, "round": int(rnd), "exit": int(rc), "load": o,
        "proxy_cpu_s": (float(c1) - float(c0)) / 1000 if pids else None,
+       "proxy_main_thread_cpu_s": (float(m1) - float(m0)) / 1000 if pids else None,
        "upstream_cpu_s": (float(d1) - float(d0)) / 1000,
        "rss_before_kib": int(r0) if pids else None,
        "rss_after_kib": int(r1) if pids and r1 else None}
@@ -392,17 +509,97 @@ print("runs %s ok/%s failed, %s events, %.0f ev/s, lat p99 %s us, ttfe p50 %s us
     fi
 }
 
+warm_up() { # TARGET: short runs, not recorded
+    timeout 30 "${PEERS_CPU[@]}" "$LOAD" --url "$(target_url "$1" short)" "${AUTH[@]}" --concurrency 10 \
+        --runs 200 --duration 20 >/dev/null 2>&1 || echo "bench/run.sh: warm-up against $1 failed" >&2
+}
+
+# ---- the loop-stall pass (--stall) ---------------------------------------------------------------
+# stall_one TARGET ROUND: a fresh gateway (history on for gateway, off for gateway-nohist) with the
+# loop probe every 1 ms, idle for S seconds (the machine's own timer lateness), then the short and the
+# throughput load at once; the probe's maximum (it only grows) is read every 0.25 s. Appends one JSON
+# line (scenario "stall") with the maximum when idle, its steps under load, and the agw_history_*
+# series at the end to $RAW.
+stall_one() {
+    local tgt=$1 round=$2 name=stall hist=on port base bound rc1 rc2 m idle t0 series=""
+    [ "$tgt" = gateway-nohist ] && name=stalln hist=off
+    launch_gateway "$name" "$hist" AGW_LOOP_PROBE_MS=1
+    STALL_PID=$LAUNCHED_PID port=$LAUNCHED_PORT
+    base="http://127.0.0.1:$port/v1/ag-ui/agents"
+    bound=$([ "$QUICK" = 1 ] && echo 90 || echo 240)
+    sleep "$SECS"
+    idle=$(metric "$port" agw_event_loop_lag_seconds_max)
+    t0=$(date +%s.%N)
+    # shellcheck disable=SC2046
+    timeout $((bound + 30)) "${PEERS_CPU[@]}" "$LOAD" --url "$base/throughput/runs" \
+        $(scenario_args throughput) "${AUTH[@]}" --duration "$bound" --label "stall-throughput/$tgt" \
+        >"$T/stall-tp.out" 2>"$T/stall-tp.err" &
+    LOAD_PID=$!
+    # shellcheck disable=SC2046
+    timeout $((bound + 30)) "${PEERS_CPU[@]}" "$LOAD" --url "$base/short/runs" \
+        $(scenario_args short) "${AUTH[@]}" --duration "$bound" --label "stall-short/$tgt" \
+        >"$T/stall-short.out" 2>"$T/stall-short.err" &
+    LOAD2_PID=$!
+    while kill -0 "$LOAD_PID" 2>/dev/null || kill -0 "$LOAD2_PID" 2>/dev/null; do
+        sleep 0.25
+        series="$series $(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN {printf "%.2f", a - b}'):$(metric "$port" agw_event_loop_lag_seconds_max)"
+    done
+    wait "$LOAD_PID"
+    rc1=$?
+    wait "$LOAD2_PID"
+    rc2=$?
+    LOAD_PID="" LOAD2_PID=""
+    history_settle "$port"
+    m=$(curl -s -m 5 "http://127.0.0.1:$port/metrics" | grep -E '^agw_(event_loop_lag|history_)')
+    stop "$STALL_PID"
+    STALL_PID=""
+    [ "$rc1" = 0 ] || echo "bench/run.sh: stall/$tgt round $round: throughput load exit $rc1: $(head -c 300 "$T/stall-tp.err")" >&2
+    [ "$rc2" = 0 ] || echo "bench/run.sh: stall/$tgt round $round: short load exit $rc2: $(head -c 300 "$T/stall-short.err")" >&2
+    python3 - "$tgt" "$round" "$rc1" "$rc2" "$(head -n1 "$T/stall-tp.out")" \
+        "$(head -n1 "$T/stall-short.out")" "$m" "${idle:-}" "$series" >>"$RAW" <<'PY'
+import json, sys
+tgt, rnd, rc1, rc2, tp, short, m, idle, series = sys.argv[1:]
+metrics = {}
+for line in m.splitlines():
+    k, _, v = line.partition(" ")
+    metrics[k] = float(v)
+steps, last = [], None  # (seconds into the load, the maximum so far) where it grew
+for pt in series.split():
+    t, _, v = pt.partition(":")
+    if v and v != last:
+        steps.append([float(t), float(v)])
+        last = v
+print(json.dumps({"scenario": "stall", "target": tgt, "round": int(rnd),
+                  "exit": int(rc1) or int(rc2), "load": json.loads(tp or "{}"),
+                  "load_short": json.loads(short or "{}"), "metrics": metrics,
+                  "lag_idle_s": float(idle) if idle else None, "lag_steps": steps}))
+PY
+    printf '  %-10s %-14s round %s: exit %s/%s, %s\n' stall "$tgt" "$round" "$rc1" "$rc2" \
+        "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); m=r["metrics"]; a=r["load"]; b=r["load_short"]
+lag, idle = m.get("agw_event_loop_lag_seconds_max"), r["lag_idle_s"]
+print("events %s + %s, runs failed %s + %s, loop lag max idle %s ms, under load %s ms (steps %s), history records %s, dropped %s, commits %s, commit max %s ms"
+      % (a.get("events"), b.get("events"), a.get("runs_failed"), b.get("runs_failed"),
+         "%.2f" % (idle * 1e3) if idle is not None else "n/a",
+         "%.2f" % (lag * 1e3) if lag is not None else "n/a",
+         " ".join("%.2fs:%.2fms" % (t, v * 1e3) for t, v in r["lag_steps"]),
+         m.get("agw_history_records_total", "n/a"), m.get("agw_history_dropped_total", "n/a"),
+         m.get("agw_history_commits_total", "n/a"),
+         "%.1f" % (m["agw_history_commit_seconds_max"] * 1e3) if "agw_history_commit_seconds_max" in m else "n/a"))' \
+            "$(tail -n1 "$RAW")")" >&2
+}
+
 # ---- the run -------------------------------------------------------------------------------------
-echo "bench: build $BUILD, rounds $ROUNDS, ${SECS} s per timed run, quick $QUICK, writes $([ "$BATCHED" = 1 ] && echo batched || echo 'one event each'), idle10k $N_10K streams, tmp $T" >&2
+STORE_FS=$(df -PT "$T" 2>/dev/null | awk 'NR == 2 {print $2 " (" $1 ")"}')
+echo "bench: build $BUILD, rounds $ROUNDS, ${SECS} s per timed run, quick $QUICK, writes $([ "$BATCHED" = 1 ] && echo batched || echo 'one event each'), idle10k $N_10K streams, tmp $T on $STORE_FS" >&2
 start_demo
 has_target nginx && start_nginx
 has_target haproxy && start_haproxy
 has_target gateway && start_gateway
+has_target gateway-nohist && start_gateway_nohist
 
 # warm-up (not recorded): every target once with short runs
 for tgt in $TARGETS; do
-    timeout 30 "${PEERS_CPU[@]}" "$LOAD" --url "$(target_url "$tgt" short)" "${AUTH[@]}" --concurrency 10 \
-        --runs 200 --duration 20 >/dev/null 2>&1 || echo "bench/run.sh: warm-up against $tgt failed" >&2
+    warm_up "$tgt"
 done
 
 set -- $TARGETS
@@ -425,9 +622,19 @@ for s in $ONLY; do
     done
 done
 
+if [ "$STALL" = 1 ]; then
+    echo "loop-stall pass: short and throughput at once, AGW_LOOP_PROBE_MS=1, history on and off" >&2
+    for round in $(seq "$ROUNDS"); do
+        if [ $((round % 2)) = 1 ]; then order="gateway gateway-nohist"; else order="gateway-nohist gateway"; fi
+        for tgt in $order; do
+            stall_one "$tgt" "$round"
+        done
+    done
+fi
+
 NGV=$("$NGINX" -v 2>&1 | sed 's/.*\///')
 HAV=$("$HAPROXY" -v 2>/dev/null | head -n1 | awk '{print $3}')
 python3 "$SRC/bench/report.py" --raw "$RAW" --rounds "$ROUNDS" --seconds "$SECS" --quick "$QUICK" \
     --cpus "$(nproc)" --pinned "${#PROXY_CPU[@]}" --nginx "$NGV" --haproxy "$HAV" --batched "$BATCHED" \
-    --workers "$WORKERS" --nofile "$NOFILE" | tee "$RESULT"
+    --workers "$WORKERS" --nofile "$NOFILE" --store-fs "$STORE_FS" --writer-apart "$WRITER_APART" | tee "$RESULT"
 echo "bench: results in $RESULT, raw runs in $RAW" >&2
