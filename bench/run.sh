@@ -163,6 +163,12 @@ cleanup() {
     stop "$HA_PID"
     stop "$NGINX_PID"
     stop "$DEMO_PID"
+    # the gateways' logs (warnings and errors only), kept when not empty
+    local f
+    for f in "$T"/gw.log "$T"/gwn.log "$T"/stall.log "$T"/stalln.log; do
+        [ -s "$f" ] && cp "$f" "$OUTDIR/log-$STAMP-${f##*/}" &&
+            echo "bench: the gateway wrote to its log: $OUTDIR/log-$STAMP-${f##*/}" >&2
+    done
     rm -rf "$T"
 }
 trap cleanup EXIT
@@ -296,7 +302,7 @@ launch_gateway() {
     shift 2
     rm -rf "$T/$name.store" "$T/$name.port"
     gateway_config "$hist" "$T/$name.store" >"$T/$name.json"
-    env "$@" "${PROXY_CPU[@]}" "$GW" -c "$T/$name.json" --port-file "$T/$name.port" >"$T/$name.log" 2>&1 &
+    env "$@" "${PROXY_CPU[@]}" "$GW" -c "$T/$name.json" --port-file "$T/$name.port" >>"$T/$name.log" 2>&1 &
     LAUNCHED_PID=$!
     wait_file "$T/$name.port" . 10 || {
         echo "bench/run.sh: the gateway ($name) did not start" >&2
