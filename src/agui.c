@@ -671,34 +671,6 @@ struct flat_event {
     struct span type, message_id, tool_call_id, step_name, delta, role, thread_id, run_id;
 };
 
-/* Length of the valid UTF-8 sequence (non-ASCII) at <p>, or 0. */
-static size_t utf8_seq(const unsigned char *p, const unsigned char *end)
-{
-    unsigned char c = p[0];
-    size_t n;
-    unsigned cp;
-
-    if (c >= 0xc2 && c <= 0xdf)
-        n = 2, cp = c & 0x1f;
-    else if (c >= 0xe0 && c <= 0xef)
-        n = 3, cp = c & 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4)
-        n = 4, cp = c & 0x07;
-    else
-        return 0;
-    if ((size_t)(end - p) < n)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (p[i] & 0x3f);
-    }
-    if ((n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-        (n == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-        return 0;
-    return n;
-}
-
 /* Bytes that need no attention inside a JSON string: printable ASCII except '"' and '\\'. */
 static const bool plain_char[256] = {
     [0x20] = 1,
@@ -800,7 +772,7 @@ static bool scan_string(const char **pp, const char *end, struct span *out)
             continue;
         }
         if (c >= 0x80) {
-            size_t n = utf8_seq(p, e);
+            size_t n = agw_utf8_seq(p, e);
             if (n == 0)
                 return false;
             p += n;

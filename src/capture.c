@@ -60,38 +60,6 @@ static const char *skip_ws(const char *p, const char *end)
     return p;
 }
 
-/* The length of the UTF-8 sequence at <p> (a byte >= 0x80), or 0 when it is not one jansson takes:
- * truncated, overlong, a surrogate or past U+10FFFF. */
-static size_t utf8_seq(const unsigned char *p, const unsigned char *end)
-{
-    size_t n;
-    unsigned long v;
-
-    if (*p >= 0xc2 && *p <= 0xdf) {
-        n = 2;
-        v = *p & 0x1f;
-    } else if (*p >= 0xe0 && *p <= 0xef) {
-        n = 3;
-        v = *p & 0x0f;
-    } else if (*p >= 0xf0 && *p <= 0xf4) {
-        n = 4;
-        v = *p & 0x07;
-    } else {
-        return 0;
-    }
-    if ((size_t)(end - p) < n)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-        v = v << 6 | (p[i] & 0x3f);
-    }
-    if ((n == 3 && v < 0x800) || (n == 4 && v < 0x10000) || v > 0x10ffff ||
-        (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    return n;
-}
-
 /* The value of the 4 hex digits at <p> (4 bytes are there), or -1. */
 static long hex4(const char *p)
 {
@@ -148,7 +116,7 @@ static const char *scan_string(const char *s, const char *end, bool *escaped)
         if (*p < 0x20)
             return NULL;
         {
-            size_t n = utf8_seq(p, e);
+            size_t n = agw_utf8_seq(p, e);
             if (n == 0)
                 return NULL;
             p += n;

@@ -164,6 +164,33 @@ bool agw_strieq_n(const char *a, size_t alen, const char *b)
     return b[i] == '\0';
 }
 
+size_t agw_utf8_seq(const unsigned char *p, const unsigned char *end)
+{
+    unsigned char c = p[0];
+    uint32_t cp;
+    size_t n;
+
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, cp = c & 0x07;
+    else
+        return 0;
+    if ((size_t)(end - p) < n)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
 int agw_hexval(char c)
 {
     if (c >= '0' && c <= '9')

@@ -42,41 +42,9 @@ static int eat_id(const char **p, char out[AGW_ID_MAX + 1])
 /* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF. */
 static bool utf8_valid(const unsigned char *s, size_t n)
 {
-    size_t i = 0;
-
-    while (i < n) {
-        unsigned char c = s[i];
-        size_t len;
-        uint32_t cp;
-
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xdf) {
-            len = 2;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            return false; /* continuation byte, C0/C1 overlong lead, or F5..FF */
-        }
-        if (n - i < len)
+    for (size_t i = 0, len; i < n; i += len)
+        if ((len = s[i] < 0x80 ? 1 : agw_utf8_seq(s + i, s + n)) == 0)
             return false;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += len;
-    }
     return true;
 }
 

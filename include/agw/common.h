@@ -59,6 +59,10 @@ void agw_random_hex(char *out, size_t nbytes_of_randomness);
 
 /* The value of one hex digit (either case), or -1. */
 int agw_hexval(char c);
+/* The length (2..4) of the strict UTF-8 sequence (RFC 3629) that starts at <p>, a byte >= 0x80,
+ * with <end> past the last byte; 0 when it is not one: a continuation or invalid lead byte,
+ * truncated, overlong, a surrogate, or past U+10FFFF. */
+size_t agw_utf8_seq(const unsigned char *p, const unsigned char *end);
 /* Decodes exactly 2 * <n> hex digits (either case) and nothing after them from <hex> into <out>.
  * Returns 0, or -AGW_EINVAL (NULL, short, long or not hex) with <out> untouched. */
 int agw_hex_decode(const char *hex, uint8_t *out, size_t n);

@@ -65,3 +65,23 @@ Test(common, header_has_token)
     cr_assert_not(agw_header_has_token("", "close"));
     cr_assert_not(agw_header_has_token(NULL, "close"));
 }
+
+Test(common, utf8_seq_is_strict)
+{
+    const unsigned char ok2[] = {0xc3, 0xa9}, ok3[] = {0xe2, 0x82, 0xac},
+                        ok4[] = {0xf0, 0x9f, 0x98, 0x80};
+    const unsigned char overlong[] = {0xc0, 0xaf}, overlong3[] = {0xe0, 0x80, 0xaf};
+    const unsigned char surrogate[] = {0xed, 0xa0, 0x80}, too_big[] = {0xf4, 0x90, 0x80, 0x80};
+    const unsigned char cont[] = {0x80}, bad_cont[] = {0xc3, 0x28};
+
+    cr_assert_eq(agw_utf8_seq(ok2, ok2 + 2), 2);
+    cr_assert_eq(agw_utf8_seq(ok3, ok3 + 3), 3);
+    cr_assert_eq(agw_utf8_seq(ok4, ok4 + 4), 4);
+    cr_assert_eq(agw_utf8_seq(ok4, ok4 + 3), 0, "truncated");
+    cr_assert_eq(agw_utf8_seq(overlong, overlong + 2), 0);
+    cr_assert_eq(agw_utf8_seq(overlong3, overlong3 + 3), 0);
+    cr_assert_eq(agw_utf8_seq(surrogate, surrogate + 3), 0);
+    cr_assert_eq(agw_utf8_seq(too_big, too_big + 4), 0);
+    cr_assert_eq(agw_utf8_seq(cont, cont + 1), 0);
+    cr_assert_eq(agw_utf8_seq(bad_cont, bad_cont + 2), 0);
+}
