@@ -36,16 +36,22 @@ static void teardown(void)
 
 TestSuite(store, .init = setup, .fini = teardown);
 
+static struct agw_store_options options(enum agw_store_kind kind, const char *path, size_t max,
+                                        uint64_t ttl_s, size_t cache)
+{
+    return (struct agw_store_options){.kind = kind,
+                                      .path = path,
+                                      .max_messages = max,
+                                      .ttl_s = ttl_s,
+                                      .cache_threads = cache,
+                                      .commit_ms = 20,
+                                      .max_queue_bytes = 1 << 20};
+}
+
 static struct agw_store *open_store(enum agw_store_kind kind, const char *path, size_t max,
                                     uint64_t ttl_s, size_t cache)
 {
-    struct agw_store_options o = {.kind = kind,
-                                  .path = path,
-                                  .max_messages = max,
-                                  .ttl_s = ttl_s,
-                                  .cache_threads = cache,
-                                  .commit_ms = 20,
-                                  .max_queue_bytes = 1 << 20};
+    struct agw_store_options o = options(kind, path, max, ttl_s, cache);
     char err[512] = "";
     struct agw_store *s = agw_store_open(&o, err, sizeof(err));
 
@@ -279,12 +285,7 @@ Test(store, ttl_deletes_idle_threads_at_start_and_on_read)
 
 Test(store, a_read_only_directory_is_a_clear_error)
 {
-    struct agw_store_options o = {.kind = AGW_STORE_EMBEDDED,
-                                  .path = db_dir(),
-                                  .max_messages = 10,
-                                  .cache_threads = 10,
-                                  .commit_ms = 20,
-                                  .max_queue_bytes = 1 << 20};
+    struct agw_store_options o = options(AGW_STORE_EMBEDDED, db_dir(), 10, 0, 10);
     char err[512] = "";
 
     if (geteuid() == 0)
@@ -297,12 +298,7 @@ Test(store, a_read_only_directory_is_a_clear_error)
 
 Test(store, a_directory_that_cannot_be_made_is_a_clear_error)
 {
-    struct agw_store_options o = {.kind = AGW_STORE_EMBEDDED,
-                                  .path = "/proc/agw-no/store",
-                                  .max_messages = 10,
-                                  .cache_threads = 10,
-                                  .commit_ms = 20,
-                                  .max_queue_bytes = 1 << 20};
+    struct agw_store_options o = options(AGW_STORE_EMBEDDED, "/proc/agw-no/store", 10, 0, 10);
     char err[512] = "";
 
     cr_assert_null(agw_store_open(&o, err, sizeof(err)));
@@ -311,12 +307,7 @@ Test(store, a_directory_that_cannot_be_made_is_a_clear_error)
 
 Test(store, a_file_that_is_not_a_database_is_a_clear_error)
 {
-    struct agw_store_options o = {.kind = AGW_STORE_EMBEDDED,
-                                  .path = db_dir(),
-                                  .max_messages = 10,
-                                  .cache_threads = 10,
-                                  .commit_ms = 20,
-                                  .max_queue_bytes = 1 << 20};
+    struct agw_store_options o = options(AGW_STORE_EMBEDDED, db_dir(), 10, 0, 10);
     char err[512] = "", p[256];
     FILE *f;
 
@@ -334,12 +325,7 @@ Test(store, a_file_that_is_not_a_database_is_a_clear_error)
 Test(store, a_store_in_use_by_another_gateway_is_a_clear_error)
 {
     struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 10, 0, 10);
-    struct agw_store_options o = {.kind = AGW_STORE_EMBEDDED,
-                                  .path = db_dir(),
-                                  .max_messages = 10,
-                                  .cache_threads = 10,
-                                  .commit_ms = 20,
-                                  .max_queue_bytes = 1 << 20};
+    struct agw_store_options o = options(AGW_STORE_EMBEDDED, db_dir(), 10, 0, 10);
     char err[512] = "";
 
     cr_assert_null(agw_store_open(&o, err, sizeof(err)));
