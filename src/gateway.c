@@ -243,6 +243,9 @@ bool agw_gw_authorize(struct agw_worker *w, struct agw_req *req, const char *age
                       const struct agw_auth_key **key)
 {
     char msg[AGW_ID_MAX + 80];
+    /* Counted by agent only when the agent exists: a client cannot grow the metrics' table. */
+    const char *counted =
+        agent_id != NULL && agw_config_find_agent(w->cfg, agent_id) != NULL ? agent_id : NULL;
 
     switch (agw_auth_check(&w->cfg->auth, agw_req_header(req, "Authorization"), agent_id, key)) {
     case AGW_AUTH_OK:
@@ -250,12 +253,12 @@ bool agw_gw_authorize(struct agw_worker *w, struct agw_req *req, const char *age
     case AGW_AUTH_FORBIDDEN:
         agw_metrics_add(w->metrics, AGW_C_AUTH_FAILURES, 1);
         snprintf(msg, sizeof(msg), "forbidden: this key may not use agent '%s'", agent_id);
-        agw_gw_reply_error(w, req, agent_id, 403, msg);
+        agw_gw_reply_error(w, req, counted, 403, msg);
         return false;
     default:
         agw_metrics_add(w->metrics, AGW_C_AUTH_FAILURES, 1);
         agw_req_add_header(req, "WWW-Authenticate", "Bearer realm=\"agui-gateway\"");
-        agw_gw_reply_error(w, req, agent_id, 401, "unauthorized: a valid bearer token is required");
+        agw_gw_reply_error(w, req, counted, 401, "unauthorized: a valid bearer token is required");
         return false;
     }
 }
@@ -969,7 +972,7 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
         goto err;
     }
     gw->runs = agw_runs_new();
-    gw->metrics = agw_metrics_new(cfg);
+    gw->metrics = agw_metrics_new();
     if (cfg->history.enabled) {
         struct agw_store_options so = {
             .kind = cfg->store.kind,

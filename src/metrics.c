@@ -20,7 +20,6 @@ struct status_count {
 /* Every loop counts into the one object: the counters with relaxed atomics, the (agent, status)
  * table under a lock. */
 struct agw_metrics {
-    const struct agw_config *cfg;
     pthread_mutex_t lock;          /* for <requests> */
     struct status_count *requests; /* by (agent, status); agents come from the config */
     size_t n_requests, cap_requests;
@@ -47,11 +46,10 @@ static const struct {
     [AGW_C_RUNS_CANCELLED] = {"agw_runs_cancelled_total", "Runs ended by the cancel endpoint."},
 };
 
-struct agw_metrics *agw_metrics_new(const struct agw_config *cfg)
+struct agw_metrics *agw_metrics_new(void)
 {
     struct agw_metrics *m = agw_xcalloc(1, sizeof(*m));
 
-    m->cfg = cfg;
     pthread_mutex_init(&m->lock, NULL);
     return m;
 }
@@ -77,7 +75,7 @@ uint64_t agw_metrics_get(const struct agw_metrics *m, enum agw_counter c)
 
 void agw_metrics_request(struct agw_metrics *m, const char *agent, int status)
 {
-    if (agent == NULL || (agent[0] != '\0' && agw_config_find_agent(m->cfg, agent) == NULL))
+    if (agent == NULL)
         agent = "";
     pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < m->n_requests; i++) {

@@ -38,9 +38,10 @@ struct agw_metrics_gauges {
     int64_t loop_lag_max_us; /* the loop probe's longest lateness; < 0 when the probe is off */
 };
 
-/* Requests are counted by agent only for the agents of <cfg> (borrowed; it must outlive the
- * metrics): any other agent id counts as "", so a client cannot grow the table. */
-struct agw_metrics *agw_metrics_new(const struct agw_config *cfg);
+/* Requests are counted by agent id as given: callers pass only configured agents (NULL otherwise),
+ * so a client cannot grow the table. The configuration may change (SIGHUP); the table keeps every
+ * agent it has counted. */
+struct agw_metrics *agw_metrics_new(void);
 void agw_metrics_free(struct agw_metrics *m);
 
 void agw_metrics_add(struct agw_metrics *m, enum agw_counter c, uint64_t n);
