@@ -709,10 +709,234 @@ static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *
     return 0;
 }
 
+/* "rate_limit": {"runs_per_minute", "burst", "concurrent_runs"}, each field overriding <rl>'s. */
+static int parse_rate_limit(struct ctx *c, const char *path, json_t *v, struct agw_rate_limit *rl)
+{
+    static const char *const keys[] = {"runs_per_minute", "burst", "concurrent_runs", NULL};
+    const struct {
+        const char *name;
+        uint32_t *field;
+        long long min;
+    } fields[] = {{"runs_per_minute", &rl->runs_per_minute, 0},
+                  {"burst", &rl->burst, 1},
+                  {"concurrent_runs", &rl->concurrent_runs, 0}};
+    char p[256];
+    json_t *x;
+
+    if (v == NULL)
+        return 0;
+    if (want_object(c, path, v) || check_keys(c, path, v, keys))
+        return -AGW_EINVAL;
+    for (size_t i = 0; i < AGW_ARRAY_LEN(fields); i++) {
+        unsigned n;
+        if ((x = json_object_get(v, fields[i].name)) == NULL)
+            continue;
+        join(p, sizeof(p), path, fields[i].name);
+        if (get_uint(c, p, x, fields[i].min, 1000000, &n))
+            return -AGW_EINVAL;
+        *fields[i].field = n;
+    }
+    if (json_object_get(v, "burst") != NULL && rl->runs_per_minute == 0) {
+        join(p, sizeof(p), path, "burst");
+        return fail(c, p, "needs runs_per_minute");
+    }
+    return 0;
+}
+
+/* After the merge: no rate, no bucket; a bucket defaults to one minute's worth. */
+static void finish_rate_limit(struct agw_rate_limit *rl)
+{
+    if (rl->runs_per_minute == 0)
+        rl->burst = 0;
+    else if (rl->burst == 0)
+        rl->burst = rl->runs_per_minute;
+}
+
+/* An origin as a browser sends it in Origin: scheme "://" host [":" port], lower case, no path. */
+static bool origin_ok(const char *s)
+{
+    const char *h;
+    size_t port_digits = 0;
+
+    if (strncmp(s, "http://", 7) == 0)
+        h = s + 7;
+    else if (strncmp(s, "https://", 8) == 0)
+        h = s + 8;
+    else
+        return false;
+    if (*h == '[') { /* an IPv6 literal */
+        h++;
+        while (*h != '\0' && (strchr("0123456789abcdef:.", *h) != NULL))
+            h++;
+        if (*h++ != ']')
+            return false;
+    } else {
+        const char *start = h;
+        while ((*h >= 'a' && *h <= 'z') || (*h >= '0' && *h <= '9') || *h == '.' || *h == '-')
+            h++;
+        if (h == start)
+            return false;
+    }
+    if (*h == ':') {
+        for (h++; *h >= '0' && *h <= '9'; h++)
+            port_digits++;
+        if (port_digits == 0 || port_digits > 5)
+            return false;
+    }
+    return *h == '\0';
+}
+
+/* A list of strings checked by <ok>, into a NULL-terminated array and one header value. */
+static int get_list(struct ctx *c, const char *path, json_t *v, bool (*ok)(const char *),
+                    const char *what, char ***out, size_t *n, char **joined)
+{
+    size_t i, total = 1;
+    json_t *x;
+    char q[320];
+
+    if (!json_is_array(v))
+        return fail(c, path, "expects an array of %s", what);
+    *out = agw_xcalloc(json_array_size(v) + 1, sizeof(char *));
+    json_array_foreach(v, i, x)
+    {
+        join_index(q, sizeof(q), path, i);
+        if (!json_is_string(x) || !ok(json_string_value(x)))
+            return fail(c, q, "expects %s", what);
+        (*out)[(*n)++] = agw_xstrdup(json_string_value(x));
+        total += json_string_length(x) + 2;
+    }
+    if (joined != NULL) {
+        char *j = agw_xmalloc(total);
+        size_t len = 0;
+        for (i = 0; i < *n; i++) {
+            size_t k = strlen((*out)[i]);
+            if (i > 0) {
+                memcpy(j + len, ", ", 2);
+                len += 2;
+            }
+            memcpy(j + len, (*out)[i], k);
+            len += k;
+        }
+        j[len] = '\0';
+        *joined = j;
+    }
+    return 0;
+}
+
+static bool method_ok(const char *s)
+{
+    if (*s == '\0' || strlen(s) > 32)
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'A' && *s <= 'Z') || *s == '-' || *s == '_'))
+            return false;
+    return true;
+}
+
+static bool cors_origin_ok(const char *s)
+{
+    return strcmp(s, "*") == 0 || origin_ok(s);
+}
+
+static void free_list(char **list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(list[i]);
+    free(list);
+}
+
+static int parse_cors(struct ctx *c, json_t *v, struct agw_cors_config *cors)
+{
+    static const char *const keys[] = {"allowed_origins",
+                                       "allowed_methods",
+                                       "allowed_headers",
+                                       "exposed_headers",
+                                       "max_age",
+                                       "allow_credentials",
+                                       NULL};
+    static const char *const default_methods = "[\"GET\", \"POST\", \"OPTIONS\"]";
+    static const char *const default_headers =
+        "[\"Authorization\", \"Content-Type\", \"Accept\", \"X-Request-Id\", \"traceparent\"]";
+    static const char *const default_expose = "[\"X-Request-Id\", \"Retry-After\"]";
+    char **expose = NULL;
+    size_t n_expose = 0;
+    json_t *x, *def;
+    char ex[80];
+    int rc;
+
+    if (v == NULL)
+        return 0;
+    if (want_object(c, "cors", v) || check_keys(c, "cors", v, keys))
+        return -AGW_EINVAL;
+    cors->enabled = true;
+    x = json_object_get(v, "allowed_origins");
+    if (x == NULL || (json_is_array(x) && json_array_size(x) == 0))
+        return fail(c, "cors.allowed_origins",
+                    "required: the origins allowed to call the gateway, e.g. "
+                    "[\"https://app.example.com\"] (or [\"*\"])");
+    if (get_list(c, "cors.allowed_origins", x, cors_origin_ok,
+                 "an origin as browsers send it: http(s)://host[:port], lower case, no path; or "
+                 "\"*\"",
+                 &cors->origins, &cors->n_origins, NULL))
+        return -AGW_EINVAL;
+    for (size_t i = 0; i < cors->n_origins; i++)
+        cors->any_origin |= strcmp(cors->origins[i], "*") == 0;
+
+    x = json_object_get(v, "allowed_methods");
+    def = x != NULL ? json_incref(x) : json_loads(default_methods, 0, NULL);
+    rc = get_list(c, "cors.allowed_methods", def, method_ok, "an HTTP method in upper case",
+                  &cors->methods, &cors->n_methods, &cors->methods_value);
+    json_decref(def);
+    if (rc != 0)
+        return rc;
+    if (cors->n_methods == 0)
+        return fail(c, "cors.allowed_methods", "expects at least one method");
+
+    x = json_object_get(v, "allowed_headers");
+    def = x != NULL ? json_incref(x) : json_loads(default_headers, 0, NULL);
+    rc = get_list(c, "cors.allowed_headers", def, header_name_ok, "a header name", &cors->headers,
+                  &cors->n_headers, &cors->headers_value);
+    json_decref(def);
+    if (rc != 0)
+        return rc;
+
+    x = json_object_get(v, "exposed_headers");
+    def = x != NULL ? json_incref(x) : json_loads(default_expose, 0, NULL);
+    rc = get_list(c, "cors.exposed_headers", def, header_name_ok, "a header name", &expose,
+                  &n_expose, &cors->expose_value);
+    free_list(expose, n_expose);
+    json_decref(def);
+    if (rc != 0)
+        return rc;
+
+    cors->max_age_s = 600;
+    if ((x = json_object_get(v, "max_age")) != NULL) {
+        uint32_t ms;
+        if (json_is_integer(x) && json_integer_value(x) >= 0 &&
+            json_integer_value(x) <= UINT32_MAX) {
+            ms = (uint32_t)json_integer_value(x);
+        } else if (!json_is_string(x) || agw_parse_duration(json_string_value(x), &ms) != 0) {
+            return fail(c, "cors.max_age", "expects a duration like \"10m\", got '%s'",
+                        json_is_string(x) ? excerpt(json_string_value(x), ex, sizeof(ex))
+                                          : "(not a string)");
+        }
+        cors->max_age_s = ms / 1000;
+    }
+    if ((x = json_object_get(v, "allow_credentials")) != NULL) {
+        if (!json_is_boolean(x))
+            return fail(c, "cors.allow_credentials", "expects true or false");
+        cors->allow_credentials = json_is_true(x);
+    }
+    if (cors->allow_credentials && cors->any_origin)
+        return fail(c, "cors.allowed_origins",
+                    "\"*\" cannot be used with allow_credentials: list the origins");
+    return 0;
+}
+
 static int parse_auth(struct ctx *c, json_t *v, struct agw_config *cfg)
 {
     static const char *const keys[] = {"mode", "keys", NULL};
-    static const char *const key_keys[] = {"id", "sha256", "agents", NULL};
+    static const char *const key_keys[] = {"id", "sha256", "agents", "rate_limit", NULL};
     static const char *const modes[] = {"bearer", "none", NULL};
     json_t *x, *k;
     size_t i, j;
@@ -781,6 +1005,11 @@ static int parse_auth(struct ctx *c, json_t *v, struct agw_config *cfg)
                 return fail(c, r, "no agent '%s' in agents", json_string_value(f));
             key->agents[key->n_agents++] = agw_xstrdup(json_string_value(f));
         }
+        join(q, sizeof(q), p, "rate_limit");
+        key->rate_limit = cfg->rate_limit;
+        if (parse_rate_limit(c, q, json_object_get(k, "rate_limit"), &key->rate_limit))
+            return -AGW_EINVAL;
+        finish_rate_limit(&key->rate_limit);
     }
     return 0;
 }
@@ -1012,9 +1241,9 @@ static int cmp_agent(const void *a, const void *b)
 
 static int parse_root(struct ctx *c, json_t *root, struct agw_config *cfg)
 {
-    static const char *const keys[] = {"listen",    "admin",    "auth",    "agents",
-                                       "limits",    "timeouts", "store",   "history",
-                                       "decisions", "log",      "workers", NULL};
+    static const char *const keys[] = {"listen",   "admin", "auth",       "agents",    "limits",
+                                       "timeouts", "store", "history",    "decisions", "log",
+                                       "workers",  "cors",  "rate_limit", NULL};
     json_t *x, *v;
     const char *id;
     size_t i;
@@ -1057,7 +1286,11 @@ static int parse_root(struct ctx *c, json_t *root, struct agw_config *cfg)
     }
     qsort(cfg->agents, cfg->n_agents, sizeof(*cfg->agents), cmp_agent);
 
+    /* The top-level rate limit first: each key starts from it. */
+    if (parse_rate_limit(c, "rate_limit", json_object_get(root, "rate_limit"), &cfg->rate_limit))
+        return -AGW_EINVAL;
     if (parse_auth(c, json_object_get(root, "auth"), cfg) ||
+        parse_cors(c, json_object_get(root, "cors"), &cfg->cors) ||
         parse_limits(c, json_object_get(root, "limits"), &cfg->limits) ||
         parse_timeouts(c, json_object_get(root, "timeouts"), &cfg->timeouts) ||
         parse_store(c, json_object_get(root, "store"), &cfg->store) ||
@@ -1065,6 +1298,7 @@ static int parse_root(struct ctx *c, json_t *root, struct agw_config *cfg)
         parse_decisions(c, json_object_get(root, "decisions"), &cfg->decisions) ||
         parse_log(c, json_object_get(root, "log"), &cfg->log))
         return -AGW_EINVAL;
+    finish_rate_limit(&cfg->rate_limit);
     if ((x = json_object_get(root, "workers")) != NULL &&
         get_uint(c, "workers", x, 0, AGW_MAX_WORKERS, &cfg->workers))
         return -AGW_EINVAL;
@@ -1190,6 +1424,12 @@ void agw_config_free(struct agw_config *cfg)
     free(cfg->store.path);
     free(cfg->store.url);
     free(cfg->log.access);
+    free_list(cfg->cors.origins, cfg->cors.n_origins);
+    free_list(cfg->cors.methods, cfg->cors.n_methods);
+    free_list(cfg->cors.headers, cfg->cors.n_headers);
+    free(cfg->cors.methods_value);
+    free(cfg->cors.headers_value);
+    free(cfg->cors.expose_value);
     free(cfg);
 }
 

@@ -28,9 +28,10 @@ struct decision {
     struct agw_req *req;
     struct agw_upstream *up;
     struct agw_upstream_pool *backend_pool;
+    struct wconf *wc; /* held: the configuration the decision came in under */
     struct req_info ri;
-    const struct agw_agent_config *agent; /* borrowed from the config */
-    const char *key_id;                   /* borrowed from the config */
+    const struct agw_agent_config *agent; /* borrowed from wc's config */
+    const char *key_id;                   /* borrowed from wc's config */
     char *thread_id, *run_id;             /* the active run's */
     char *client_thread, *client_run;     /* the decision's own (a stream is relayed with them) */
     char *backend;                        /* its backend's authority, for the log */
@@ -72,6 +73,7 @@ static void decision_answer(struct decision *d, int status, const char *outcome,
 
 static void decision_free(struct decision *d)
 {
+    agw_gw_release(d->wc);
     agw_gw_req_info_clear(&d->ri);
     free(d->thread_id);
     free(d->run_id);
@@ -88,7 +90,7 @@ static void decision_free(struct decision *d)
 static void decision_to_run(struct decision *d, const struct agw_http1_response *resp)
 {
     struct agw_worker *w = d->w;
-    const struct agw_config *cfg = w->cfg;
+    const struct agw_config *cfg = d->wc->cfg;
     struct run_ctx *rc = agw_xcalloc(1, sizeof(*rc));
     struct agw_upstream *up = d->up;
     struct agw_relay_params p = {
@@ -118,6 +120,8 @@ static void decision_to_run(struct decision *d, const struct agw_http1_response 
     rc->ri = d->ri; /* moved */
     memset(&d->ri, 0, sizeof(d->ri));
     rc->key_id = d->key_id;
+    rc->wc = d->wc; /* moved: the run holds the configuration now */
+    d->wc = NULL;
     agw_metrics_add(w->metrics, AGW_C_DECISIONS_STREAMED, 1);
     agw_metrics_add(w->metrics, AGW_C_RUNS_STARTED, 1);
     d->up = NULL;
@@ -273,7 +277,7 @@ static void decision_closed(struct agw_req *req, void *arg)
 static struct agw_upstream_pool *pool_for(struct agw_worker *w,
                                           const struct agw_agent_config *agent, const char *url)
 {
-    struct agent_rt *art = &w->agents[agent - w->cfg->agents];
+    struct agent_rt *art = &w->wc->agents[agent - w->wc->cfg->agents];
 
     for (size_t j = 0; j < agent->n_upstreams; j++)
         if (strcmp(agent->upstreams[j].text, url) == 0)
@@ -289,7 +293,7 @@ bool agw_decision_route(struct agw_worker *w, struct agw_req *req,
                         const struct agw_input *in, const struct agw_upstream_header *h, size_t n,
                         const char *body, size_t body_len)
 {
-    const struct agw_decisions_config *dc = &w->cfg->decisions;
+    const struct agw_decisions_config *dc = &w->wc->cfg->decisions;
     struct agw_run_entry *e;
     struct decision *d;
     struct agw_upstream_pool *pool = NULL;
@@ -318,7 +322,7 @@ bool agw_decision_route(struct agw_worker *w, struct agw_req *req,
         return true;
     }
     pool = pool_for(w, agent, backend_url);
-    if (pool == NULL) { /* cannot happen while the configuration is fixed */
+    if (pool == NULL) { /* a reload took the run's backend out of the agent */
         agw_gw_reply_error(w, req, agent->id, 502,
                            "bad gateway: the backend of the active run is no longer configured");
         free(key_text);
@@ -330,6 +334,7 @@ bool agw_decision_route(struct agw_worker *w, struct agw_req *req,
     d = agw_xcalloc(1, sizeof(*d));
     d->w = w;
     d->req = req;
+    d->wc = agw_gw_hold(w);
     agw_gw_req_info_copy(w, &d->ri, req);
     d->agent = agent;
     d->key_id = key != NULL ? key->id : NULL;
@@ -400,7 +405,7 @@ void agw_decision_cancel(struct agw_worker *w, struct agw_req *req, const struct
 
     if (!agw_gw_authorize(w, req, route->agent_id, &key))
         return;
-    if (agw_config_find_agent(w->cfg, route->agent_id) == NULL) {
+    if (agw_config_find_agent(w->wc->cfg, route->agent_id) == NULL) {
         snprintf(msg, sizeof(msg), "agent not found: %s", route->agent_id);
         agw_gw_reply_error(w, req, NULL, 404, msg);
         return;

@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "agw/balance.h"
+#include "agw/cors.h"
 #include "agw/decision.h"
 #include "agw/input.h"
 #include "agw/log.h"
@@ -79,6 +80,7 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
             g.loop_lag_max_us = lag;
     }
     agw_metrics_write(w->metrics, &g, b);
+    agw_ratelimit_write_metrics(gw->ratelimit, b);
     len = evbuffer_get_length(b);
     agw_req_reply(req, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1), len);
     evbuffer_free(b);
@@ -196,6 +198,8 @@ void agw_gw_run_ended(void *arg, const struct agw_relay_summary *s)
     agw_gw_access_log(&rc->ri, s->agent_id, s->thread_id, s->run_id, rc->key_id, s->status,
                       s->events, s->bytes, s->duration_ms, s->upstream, s->outcome, s->detached);
     agw_gw_req_info_clear(&rc->ri);
+    agw_ratelimit_release(w->gw->ratelimit, rc->rl);
+    agw_gw_release(rc->wc);
     free(rc);
 }
 
@@ -245,9 +249,10 @@ bool agw_gw_authorize(struct agw_worker *w, struct agw_req *req, const char *age
     char msg[AGW_ID_MAX + 80];
     /* Counted by agent only when the agent exists: a client cannot grow the metrics' table. */
     const char *counted =
-        agent_id != NULL && agw_config_find_agent(w->cfg, agent_id) != NULL ? agent_id : NULL;
+        agent_id != NULL && agw_config_find_agent(w->wc->cfg, agent_id) != NULL ? agent_id : NULL;
 
-    switch (agw_auth_check(&w->cfg->auth, agw_req_header(req, "Authorization"), agent_id, key)) {
+    switch (
+        agw_auth_check(&w->wc->cfg->auth, agw_req_header(req, "Authorization"), agent_id, key)) {
     case AGW_AUTH_OK:
         return true;
     case AGW_AUTH_FORBIDDEN:
@@ -263,9 +268,42 @@ bool agw_gw_authorize(struct agw_worker *w, struct agw_req *req, const char *age
     }
 }
 
+/* The rate limits of the key (doc/configuration.md#rate-limits): true when the run may start, with
+ * the slot it took in *<slot>; otherwise answers 429 with Retry-After. */
+static bool rate_limit_pass(struct agw_worker *w, struct agw_req *req, const char *agent_id,
+                            const struct agw_auth_key *key, struct agw_rl_entry **slot)
+{
+    const char *id = key != NULL ? key->id : "";
+    const struct agw_rate_limit *lim = key != NULL ? &key->rate_limit : &w->wc->cfg->rate_limit;
+    char msg[AGW_ID_MAX + 200], who[AGW_ID_MAX + 48], retry[16];
+    uint32_t retry_s;
+
+    if (key != NULL)
+        snprintf(who, sizeof(who), "key '%.64s'", id);
+    else
+        snprintf(who, sizeof(who), "this gateway's clients (auth is off)");
+    switch (agw_ratelimit_acquire(w->gw->ratelimit, id, agw_now_ms(), &retry_s, slot)) {
+    case AGW_RL_OK:
+        return true;
+    case AGW_RL_RATE:
+        snprintf(msg, sizeof(msg),
+                 "too many requests: %s may start %u runs per minute (burst %u); retry in %u s",
+                 who, lim->runs_per_minute, lim->burst, retry_s);
+        break;
+    case AGW_RL_CONCURRENCY:
+        snprintf(msg, sizeof(msg), "too many requests: %s may run %u runs at once", who,
+                 lim->concurrent_runs);
+        break;
+    }
+    snprintf(retry, sizeof(retry), "%u", retry_s);
+    agw_req_add_header(req, "Retry-After", retry);
+    agw_gw_reply_error(w, req, agent_id, 429, msg);
+    return false;
+}
+
 static void handle_run(struct agw_worker *w, struct agw_req *req, const struct agw_route *route)
 {
-    const struct agw_config *cfg = w->cfg;
+    const struct agw_config *cfg = w->wc->cfg;
     const struct agw_agent_config *agent;
     const struct agw_auth_key *key = NULL;
     struct agent_rt *art;
@@ -333,7 +371,12 @@ static void handle_run(struct agw_worker *w, struct agw_req *req, const struct a
         agw_input_clear(&in);
         return;
     }
-    art = &w->agents[agent - cfg->agents];
+    struct agw_rl_entry *slot = NULL;
+    if (!rate_limit_pass(w, req, agent->id, key, &slot)) {
+        agw_input_clear(&in);
+        return;
+    }
+    art = &w->wc->agents[agent - cfg->agents];
     struct agw_upstream_pool *order[AGW_MAX_UPSTREAMS];
     {
         size_t idx[AGW_MAX_UPSTREAMS];
@@ -345,6 +388,8 @@ static void handle_run(struct agw_worker *w, struct agw_req *req, const struct a
 
     struct run_ctx *rc = agw_xcalloc(1, sizeof(*rc));
     rc->w = w;
+    rc->wc = agw_gw_hold(w);
+    rc->rl = slot;
     agw_gw_req_info_copy(w, &rc->ri, req);
     rc->key_id = key != NULL ? key->id : NULL;
     struct agw_relay_params p = {
@@ -384,7 +429,7 @@ static void handle_run(struct agw_worker *w, struct agw_req *req, const struct a
 struct thread_read {
     struct agw_worker *w;
     struct agw_req *req; /* NULL once the request is gone */
-    const struct agw_auth_key *key;
+    char *key_id;        /* the key's id (NULL with auth off), looked up again with the answer */
     struct req_info ri;
     bool answered;
     char thread_id[AGW_ID_MAX + 1];
@@ -393,6 +438,7 @@ struct thread_read {
 static void thread_read_free(struct thread_read *tr)
 {
     agw_gw_req_info_clear(&tr->ri);
+    free(tr->key_id);
     free(tr);
 }
 
@@ -407,14 +453,21 @@ static void thread_read_closed(struct agw_req *req, void *arg)
 }
 
 /* A key sees a thread when it may use every agent that served it (",a,b,"): a thread never shows
- * one agent's answers to a key kept away from that agent. */
-static bool key_sees(const struct agw_auth_key *key, const char *agents)
+ * one agent's answers to a key kept away from that agent. The key is the one of the configuration
+ * in force when the answer comes (a key revoked meanwhile sees nothing). */
+static bool key_sees(const struct agw_config *cfg, const char *key_id, const char *agents)
 {
+    const struct agw_auth_key *key = NULL;
     const char *p = agents;
     char id[AGW_ID_MAX + 1];
 
-    if (key == NULL) /* auth off */
+    if (cfg->auth.mode == AGW_AUTH_NONE)
         return true;
+    for (size_t i = 0; key_id != NULL && i < cfg->auth.n_keys; i++)
+        if (strcmp(cfg->auth.keys[i].id, key_id) == 0)
+            key = &cfg->auth.keys[i];
+    if (key == NULL)
+        return false;
     while (*p == ',' && p[1] != '\0') {
         const char *end = strchr(p + 1, ',');
         size_t n = end != NULL ? (size_t)(end - p - 1) : 0;
@@ -444,7 +497,8 @@ static void thread_read_done(void *arg, const struct agw_store_page *page)
     if (page == NULL) {
         status = 503;
         agw_req_reply_error(req, status, "service unavailable: the gateway is shutting down");
-    } else if (page->status != 200 || !key_sees(tr->key, page->agents)) {
+    } else if (page->status != 200 || tr->w->wc == NULL ||
+               !key_sees(tr->w->wc->cfg, tr->key_id, page->agents)) {
         status = 404;
         snprintf(msg, sizeof(msg), "thread not found: %s", tr->thread_id);
         agw_req_reply_error(req, status, "%s", msg);
@@ -454,8 +508,8 @@ static void thread_read_done(void *arg, const struct agw_store_page *page)
         agw_req_reply(req, status, "application/json", page->body, page->len);
     }
     agw_metrics_request(tr->w->metrics, NULL, status);
-    agw_gw_access_log(&tr->ri, NULL, tr->thread_id, NULL, tr->key != NULL ? tr->key->id : NULL,
-                      status, 0, 0, agw_now_ms() - agw_req_start_ms(req), NULL,
+    agw_gw_access_log(&tr->ri, NULL, tr->thread_id, NULL, tr->key_id, status, 0, 0,
+                      agw_now_ms() - agw_req_start_ms(req), NULL,
                       status == 200 ? "history" : "error", false);
     /* The request ends after the answer is written: thread_read_closed() frees <tr>. */
 }
@@ -484,7 +538,7 @@ static void handle_thread_messages(struct agw_worker *w, struct agw_req *req,
     tr = agw_xcalloc(1, sizeof(*tr));
     tr->w = w;
     tr->req = req;
-    tr->key = key;
+    tr->key_id = key != NULL ? agw_xstrdup(key->id) : NULL;
     agw_gw_req_info_copy(w, &tr->ri, req);
     snprintf(tr->thread_id, sizeof(tr->thread_id), "%s", route->thread_id);
     agw_req_on_close(req, thread_read_closed, tr);
@@ -493,12 +547,51 @@ static void handle_thread_messages(struct agw_worker *w, struct agw_req *req,
 
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
+static void add_header(const char *name, const char *value, void *arg)
+{
+    agw_req_add_header(arg, name, value);
+}
+
+/* A CORS preflight (OPTIONS with Access-Control-Request-Method): answered here, without a token
+ * and without a backend. */
+static void answer_preflight(struct agw_worker *w, struct agw_req *req, const char *origin,
+                             enum agw_cors_origin verdict)
+{
+    const struct agw_cors_config *cors = &w->wc->cfg->cors;
+    char why[300], msg[400];
+
+    if (verdict != AGW_CORS_ALLOWED) {
+        snprintf(msg, sizeof(msg),
+                 "forbidden: origin '%.100s' is not allowed (cors.allowed_origins)", origin);
+        agw_gw_reply_error(w, req, NULL, 403, msg);
+        return;
+    }
+    if (agw_cors_check_preflight(cors, agw_req_header(req, "Access-Control-Request-Method"),
+                                 agw_req_header(req, "Access-Control-Request-Headers"), why,
+                                 sizeof(why)) != 0) {
+        snprintf(msg, sizeof(msg), "forbidden: %s", why);
+        agw_gw_reply_error(w, req, NULL, 403, msg);
+        return;
+    }
+    agw_cors_headers(cors, origin, true, add_header, req);
+    agw_req_reply(req, 204, NULL, NULL, 0);
+    agw_metrics_request(w->metrics, NULL, 204);
+}
+
 static void handle_request(struct agw_req *req, void *arg, bool admin)
 {
     struct agw_worker *w = arg;
     struct agw_route route;
     char msg[AGW_ID_MAX + 160];
+    const char *origin = admin ? NULL : agw_req_header(req, "Origin");
+    enum agw_cors_origin cors = agw_cors_check_origin(&w->wc->cfg->cors, origin);
     int rc;
+
+    /* Every answer to an allowed origin carries the CORS fields, errors and streams included (a
+     * preflight gets its own). */
+    if (cors == AGW_CORS_ALLOWED && !(agw_req_method(req) == AGW_METHOD_OPTIONS &&
+                                      agw_req_header(req, "Access-Control-Request-Method") != NULL))
+        agw_cors_headers(&w->wc->cfg->cors, origin, false, add_header, req);
 
     rc = agw_router_match(agw_req_path(req), agw_req_method(req), &route);
     if (rc == -AGW_EINVAL) {
@@ -511,7 +604,7 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
         bool admin_route = route.id == AGW_ROUTE_HEALTHZ || route.id == AGW_ROUTE_METRICS;
         if (admin && !admin_route)
             rc = -AGW_ENOTFOUND;
-        else if (!admin && route.id == AGW_ROUTE_METRICS && w->cfg->admin != NULL)
+        else if (!admin && route.id == AGW_ROUTE_METRICS && w->wc->cfg->admin != NULL)
             rc = -AGW_ENOTFOUND;
     }
     if (rc != 0) {
@@ -527,8 +620,11 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
         return;
     }
     if (agw_req_method(req) == AGW_METHOD_OPTIONS) {
-        /* CORS preflight answers arrive with the operations issue; until then: what the route
-         * accepts. */
+        if (cors != AGW_CORS_NONE && agw_req_header(req, "Access-Control-Request-Method") != NULL) {
+            answer_preflight(w, req, origin, cors);
+            return;
+        }
+        /* A plain OPTIONS: what the route accepts. */
         agw_req_add_header(req, "Allow", agw_route_allow(route.id));
         agw_req_reply(req, 204, NULL, NULL, 0);
         agw_metrics_request(w->metrics, NULL, 204);
@@ -633,14 +729,13 @@ static void drain_poll_cb(evutil_socket_t fd, short what, void *arg)
         event_base_loopexit(w->base, NULL);
         return;
     }
-    if (!w->shutdown_sent && elapsed >= w->cfg->timeouts.drain_ms) {
+    if (!w->shutdown_sent && elapsed >= gw->drain_ms) {
         if (agw_relay_set_count(w->relays) > 0)
             agw_log_warn("drain timeout: ending %zu runs with RUN_ERROR SHUTDOWN",
                          agw_relay_set_count(w->relays));
         w->shutdown_sent = true;
         agw_relay_set_shutdown(w->relays);
-    } else if (w->shutdown_sent &&
-               elapsed >= (uint64_t)w->cfg->timeouts.drain_ms + DRAIN_GRACE_MS) {
+    } else if (w->shutdown_sent && elapsed >= (uint64_t)gw->drain_ms + DRAIN_GRACE_MS) {
         if (agw_relay_set_count(w->relays) > 0 || agw_server_active_requests(w->srv) > 0)
             agw_log_warn("clients did not take their last events; closing");
         if (others_done) {
@@ -682,80 +777,78 @@ static void begin_drain(struct agw_gateway *gw, const char *why)
 {
     if (gw->draining) {
         agw_log_warn("%s again: stopping now", why);
-        gw->drain_start_ms = agw_now_ms() - gw->cfg->timeouts.drain_ms;
+        gw->drain_start_ms = agw_now_ms() - gw->drain_ms;
         for (unsigned k = 0; k < gw->n_workers; k++)
             agw_gw_post(&gw->workers[k], stop_here, &gw->workers[k]);
         return;
     }
-    agw_log_info("%s: draining (%zu runs active, up to %u ms)", why, open_relays(gw),
-                 gw->cfg->timeouts.drain_ms);
+    gw->drain_ms = gw->gc->cfg->timeouts.drain_ms;
+    agw_log_info("%s: draining (%zu runs active, up to %u ms)", why, open_relays(gw), gw->drain_ms);
     gw->draining = true;
     gw->drain_start_ms = agw_now_ms();
     for (unsigned k = 0; k < gw->n_workers; k++)
         agw_gw_post(&gw->workers[k], drain_here, &gw->workers[k]);
 }
 
-struct tls_swap {
-    struct agw_worker *w;
-    int index;
-    SSL_CTX *tls;
-};
+/* ---- configurations ----------------------------------------------------------------------------
+ */
 
-static void tls_swap_here(void *arg)
+static void gconf_unref(struct gconf *gc)
 {
-    struct tls_swap *t = arg;
-
-    agw_server_set_tls(t->w->srv, t->index, t->tls);
-    free(t);
+    if (gc == NULL || __atomic_sub_fetch(&gc->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    for (size_t i = 0; gc->listener_tls != NULL && i < gc->cfg->n_listeners; i++)
+        SSL_CTX_free(gc->listener_tls[i]);
+    for (size_t i = 0; gc->agent_tls != NULL && i < gc->cfg->n_agents; i++)
+        SSL_CTX_free(gc->agent_tls[i]);
+    free(gc->listener_tls);
+    free(gc->agent_tls);
+    agw_config_free(gc->cfg);
+    free(gc);
 }
 
-/* SIGHUP: certificates and keys are read again for every TLS listener, once, and every worker
- * takes the new context on its own loop. A listener whose new files do not load keeps its current
- * ones (and the reason is logged); streams already running are untouched, since each connection
- * keeps the context it started with. (Reloading the whole configuration is a later step.) */
-static void reload_certificates(struct agw_gateway *gw)
+/* What a configuration needs built once, before any loop uses it: the listeners' certificates and
+ * the agents' CA files. Takes <cfg> (freed on failure). Returns NULL with the reason in <err>. */
+static struct gconf *gconf_new(struct agw_config *cfg, unsigned generation, char *err,
+                               size_t errlen)
 {
-    const struct agw_config *cfg = gw->cfg;
-    size_t reloaded = 0;
+    struct gconf *gc = agw_xcalloc(1, sizeof(*gc));
 
+    gc->refs = 1;
+    gc->cfg = cfg;
+    gc->generation = generation;
+    gc->listener_tls = agw_xcalloc(cfg->n_listeners, sizeof(*gc->listener_tls));
+    gc->agent_tls = agw_xcalloc(cfg->n_agents, sizeof(*gc->agent_tls));
     for (size_t i = 0; i < cfg->n_listeners; i++) {
-        char path[64], err[AGW_CONFIG_ERR_MAX];
-        SSL_CTX *tls;
+        char path[64];
         if (cfg->listeners[i].tls.cert == NULL)
             continue;
         snprintf(path, sizeof(path), "listen[%zu].tls", i);
-        tls = agw_tls_server_ctx_new(&cfg->listeners[i].tls, path, err, sizeof(err));
-        if (tls == NULL) {
-            agw_log_error("SIGHUP: keeping the current certificate of listen[%zu]: %s", i, err);
-            continue;
-        }
-        for (unsigned k = 0; k < gw->n_workers; k++) {
-            struct tls_swap *t = agw_xmalloc(sizeof(*t));
-            SSL_CTX_up_ref(tls); /* each server owns one reference */
-            *t = (struct tls_swap){&gw->workers[k], gw->listener_index[i], tls};
-            agw_gw_post(&gw->workers[k], tls_swap_here, t);
-        }
-        SSL_CTX_free(tls);
-        reloaded++;
+        gc->listener_tls[i] = agw_tls_server_ctx_new(&cfg->listeners[i].tls, path, err, errlen);
+        if (gc->listener_tls[i] == NULL)
+            goto err;
     }
-    agw_log_info("SIGHUP: reloaded the certificates of %zu TLS listeners", reloaded);
+    for (size_t i = 0; i < cfg->n_agents; i++) {
+        const struct agw_agent_config *a = &cfg->agents[i];
+        for (size_t j = 0; j < a->n_upstreams; j++) {
+            char why[256];
+            if (!a->upstreams[j].tls)
+                continue;
+            gc->agent_tls[i] = agw_tls_client_ctx_new(a->ca_file, why, sizeof(why));
+            if (gc->agent_tls[i] == NULL) {
+                snprintf(err, errlen, "agents.%s.ca_file: %s", a->id, why);
+                goto err;
+            }
+            break;
+        }
+    }
+    return gc;
+err:
+    gconf_unref(gc);
+    return NULL;
 }
 
-static void signal_cb(evutil_socket_t sig, short what, void *arg)
-{
-    struct agw_gateway *gw = arg;
-
-    (void)what;
-    if (sig == SIGHUP) {
-        reload_certificates(gw);
-        return;
-    }
-    begin_drain(gw, sig == SIGTERM ? "SIGTERM" : "SIGINT");
-}
-
-/* ---- life ------------------------------------------------------------------------------------ */
-
-/* The header fields every upstream request of agent <a> carries: built once, at start
+/* The header fields every upstream request of agent <a> carries: built once per configuration
  * (doc/protocol.md#upstream-request). Returns an allocated string of "Name: value\r\n" lines. */
 static char *fixed_headers(const struct agw_agent_config *a)
 {
@@ -775,8 +868,262 @@ static char *fixed_headers(const struct agw_agent_config *a)
     return s;
 }
 
-/* The loop objects of worker <w>, its upstream pools, its relays and its server (the listeners
- * come later, from agw_gateway_new). */
+/* <gc> as loop <w> uses it: a pool per backend of every agent. Takes a reference to <gc>. */
+static struct wconf *wconf_new(struct agw_worker *w, struct gconf *gc)
+{
+    const struct agw_config *cfg = gc->cfg;
+    struct wconf *wc = agw_xcalloc(1, sizeof(*wc));
+    struct agw_upstream_pool_options po = {
+        .connect_ms = cfg->timeouts.connect_ms,
+        .first_byte_ms = cfg->timeouts.first_byte_ms,
+        .idle_ms = cfg->timeouts.idle_ms,
+        .max_header_bytes = cfg->limits.max_header_bytes,
+        .max_idle_conns = 64,
+        .keepalive_ms = 60000,
+    };
+
+    __atomic_add_fetch(&gc->refs, 1, __ATOMIC_RELAXED);
+    wc->w = w;
+    wc->refs = 1; /* the loop's, while it is current */
+    wc->gc = gc;
+    wc->cfg = cfg;
+    wc->agents = agw_xcalloc(cfg->n_agents, sizeof(*wc->agents));
+    for (size_t i = 0; i < cfg->n_agents; i++) {
+        const struct agw_agent_config *a = &cfg->agents[i];
+        struct agent_rt *art = &wc->agents[i];
+        char *fixed = fixed_headers(a);
+
+        art->cfg = a;
+        art->pools = agw_xcalloc(a->n_upstreams, sizeof(*art->pools));
+        art->keys = agw_xcalloc(a->n_upstreams, sizeof(*art->keys));
+        po.tls = gc->agent_tls[i]; /* each pool takes its own reference */
+        po.fixed_headers = fixed;  /* and its own copy */
+        for (size_t j = 0; j < a->n_upstreams; j++) {
+            art->keys[j] = a->upstreams[j].text;
+            art->pools[j] = agw_upstream_pool_new(w->base, w->dns, &a->upstreams[j], &po);
+        }
+        free(fixed);
+    }
+    wc->next = w->wconfs;
+    w->wconfs = wc;
+    return wc;
+}
+
+static void wconf_free(struct wconf *wc)
+{
+    struct wconf **pp = &wc->w->wconfs;
+
+    while (*pp != wc)
+        pp = &(*pp)->next;
+    *pp = wc->next;
+    for (size_t i = 0; i < wc->cfg->n_agents; i++) {
+        for (size_t j = 0; j < wc->cfg->agents[i].n_upstreams; j++)
+            agw_upstream_pool_free(wc->agents[i].pools[j]);
+        free(wc->agents[i].pools);
+        free(wc->agents[i].keys);
+    }
+    free(wc->agents);
+    gconf_unref(wc->gc);
+    free(wc);
+}
+
+struct wconf *agw_gw_hold(struct agw_worker *w)
+{
+    w->wc->refs++;
+    return w->wc;
+}
+
+void agw_gw_release(struct wconf *wc)
+{
+    if (wc == NULL)
+        return;
+    wc->pending++;
+    event_active(wc->w->reaper, EV_TIMEOUT, 0);
+}
+
+/* Drops the references released since the last turn; a configuration no longer current and no
+ * longer held goes, with its pools (their idle connections close). */
+static void reap(struct agw_worker *w)
+{
+    struct wconf *wc = w->wconfs, *next;
+
+    for (; wc != NULL; wc = next) {
+        next = wc->next;
+        assert(wc->refs >= wc->pending);
+        wc->refs -= wc->pending;
+        wc->pending = 0;
+        if (wc->refs == 0)
+            wconf_free(wc);
+    }
+}
+
+static void reaper_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    reap(arg);
+}
+
+static struct agw_server_options server_options(const struct agw_config *cfg)
+{
+    return (struct agw_server_options){.max_body_bytes = cfg->limits.max_body_bytes,
+                                       .max_head_bytes = cfg->limits.max_request_header_bytes,
+                                       .max_header_fields = cfg->limits.max_request_header_fields,
+                                       .request_ms = cfg->timeouts.request_ms};
+}
+
+struct swap {
+    struct agw_worker *w;
+    struct gconf *gc; /* one reference, taken for this loop */
+};
+
+/* On each loop: the new configuration for every request from now on. Runs in flight hold the one
+ * they started with; it goes when the last of them ends. */
+static void swap_cb(void *arg)
+{
+    struct swap *sw = arg;
+    struct agw_worker *w = sw->w;
+    struct agw_gateway *gw = w->gw;
+    const struct agw_config *cfg = sw->gc->cfg;
+    struct agw_server_options so = server_options(cfg);
+    struct wconf *old = w->wc;
+
+    w->wc = wconf_new(w, sw->gc);
+    agw_server_set_options(w->srv, &so);
+    if (w->admin != NULL)
+        agw_server_set_options(w->admin, &so);
+    for (size_t i = 0; i < cfg->n_listeners; i++) {
+        if (sw->gc->listener_tls[i] == NULL)
+            continue;
+        SSL_CTX_up_ref(sw->gc->listener_tls[i]); /* the server owns one reference */
+        agw_server_set_tls(w->srv, gw->listener_index[i], sw->gc->listener_tls[i]);
+    }
+    agw_gw_release(old);
+    gconf_unref(sw->gc);
+    free(sw);
+}
+
+static bool same_str(const char *a, const char *b)
+{
+    return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
+}
+
+/* What only a restart changes: the listeners, the worker count, the store and the history's
+ * settings, the access log's destination. Returns the first such key that differs, or NULL. */
+static const char *restart_only_change(const struct agw_config *a, const struct agw_config *b,
+                                       char *buf, size_t len)
+{
+    const struct agw_listener_config *la, *lb;
+
+    if (a->n_listeners != b->n_listeners)
+        return "listen";
+    for (size_t i = 0; i <= a->n_listeners; i++) {
+        la = i < a->n_listeners ? &a->listeners[i] : a->admin;
+        lb = i < a->n_listeners ? &b->listeners[i] : b->admin;
+        if (i < a->n_listeners)
+            snprintf(buf, len, "listen[%zu]", i);
+        else
+            snprintf(buf, len, "admin");
+        if ((la == NULL) != (lb == NULL))
+            return buf;
+        if (la == NULL)
+            continue;
+        if (strcmp(la->address, lb->address) != 0 || la->port != lb->port ||
+            (la->tls.cert == NULL) != (lb->tls.cert == NULL))
+            return buf;
+    }
+    if (a->workers != b->workers)
+        return "workers";
+    if (a->store.kind != b->store.kind || !same_str(a->store.path, b->store.path) ||
+        !same_str(a->store.url, b->store.url))
+        return "store";
+    if (a->history.enabled != b->history.enabled ||
+        a->history.max_messages_per_thread != b->history.max_messages_per_thread ||
+        a->history.ttl_s != b->history.ttl_s ||
+        a->history.cache_threads != b->history.cache_threads)
+        return "history";
+    if (strcmp(a->log.access, b->log.access) != 0)
+        return "log.access";
+    return NULL;
+}
+
+/* SIGHUP: the whole configuration, read again and applied at once, or refused whole. Loading
+ * checks every key; then the certificates and CA files are loaded; only when all of that holds does
+ * each loop take the new configuration, on its own next turn. A refused file changes nothing, and
+ * the reason is logged. */
+static void reload(struct agw_gateway *gw)
+{
+    char err[AGW_CONFIG_ERR_MAX], buf[64];
+    struct agw_config *cfg;
+    struct gconf *gc;
+    const char *changed;
+
+    if (gw->config_path == NULL) {
+        agw_log_warn("SIGHUP: no configuration file to read again");
+        return;
+    }
+    cfg = agw_config_load_file(gw->config_path, err, sizeof(err));
+    if (cfg == NULL) {
+        agw_log_error("SIGHUP: %s refused, the current configuration stays: %s", gw->config_path,
+                      err);
+        return;
+    }
+    if (gw->workers_override >= 0)
+        cfg->workers = (unsigned)gw->workers_override;
+    if ((changed = restart_only_change(gw->gc->cfg, cfg, buf, sizeof(buf))) != NULL) {
+        agw_log_error("SIGHUP: %s refused, the current configuration stays: %s changed, and only "
+                      "a restart applies that",
+                      gw->config_path, changed);
+        agw_config_free(cfg);
+        return;
+    }
+    gc = gconf_new(cfg, gw->gc->generation + 1, err, sizeof(err));
+    if (gc == NULL) {
+        agw_log_error("SIGHUP: %s refused, the current configuration stays: %s", gw->config_path,
+                      err);
+        return;
+    }
+    agw_log_set_level((enum agw_log_level)cfg->log.level);
+    agw_ratelimit_configure(gw->ratelimit, cfg, agw_now_ms());
+    for (unsigned k = 0; k < gw->n_workers; k++) {
+        struct swap *sw = agw_xmalloc(sizeof(*sw));
+        __atomic_add_fetch(&gc->refs, 1, __ATOMIC_RELAXED);
+        *sw = (struct swap){&gw->workers[k], gc};
+        agw_gw_post(&gw->workers[k], swap_cb, sw);
+    }
+    gconf_unref(gw->gc);
+    gw->gc = gc;
+    agw_log_info("SIGHUP: configuration %u in force (%zu agents, %zu keys, %s)", gc->generation,
+                 cfg->n_agents, cfg->auth.n_keys, gw->config_path);
+    if (cfg->auth.mode == AGW_AUTH_NONE)
+        agw_log_warn("AUTHENTICATION IS OFF (auth.mode = \"none\")");
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+    struct agw_gateway *gw = arg;
+
+    (void)what;
+    if (sig == SIGHUP) {
+        reload(gw);
+        return;
+    }
+    if (sig == SIGUSR1) {
+        int rc = agw_log_access_reopen();
+        if (rc == 0)
+            agw_log_info("SIGUSR1: access log %s reopened", agw_log_access_path());
+        else if (rc > 0)
+            agw_log_info("SIGUSR1: the access log is not a file; nothing to reopen");
+        else
+            agw_log_error("SIGUSR1: cannot reopen the access log %s: %s; lines go to the old file",
+                          agw_log_access_path(), strerror(errno));
+        return;
+    }
+    begin_drain(gw, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* ---- life ------------------------------------------------------------------------------------ */
+
 /* The loop probe (AGW_LOOP_PROBE_MS, for benchmarks): a timer every period; how late it fires is
  * how long the loop was busy elsewhere. */
 static void lag_probe_cb(evutil_socket_t fd, short what, void *arg)
@@ -812,21 +1159,11 @@ static void start_lag_probe(struct agw_worker *w)
     event_add(w->lag_probe, &tv);
 }
 
-static int worker_init(struct agw_worker *w, char *err, size_t errlen)
+/* The loop objects of worker <w>, its relays, its first configuration (pools) and its server (the
+ * listeners come later, from agw_gateway_new). */
+static int worker_init(struct agw_worker *w, struct gconf *gc, char *err, size_t errlen)
 {
-    const struct agw_config *cfg = w->cfg;
-    struct agw_server_options so = {.max_body_bytes = cfg->limits.max_body_bytes,
-                                    .max_head_bytes = cfg->limits.max_request_header_bytes,
-                                    .max_header_fields = cfg->limits.max_request_header_fields,
-                                    .request_ms = cfg->timeouts.request_ms};
-    struct agw_upstream_pool_options po = {
-        .connect_ms = cfg->timeouts.connect_ms,
-        .first_byte_ms = cfg->timeouts.first_byte_ms,
-        .idle_ms = cfg->timeouts.idle_ms,
-        .max_header_bytes = cfg->limits.max_header_bytes,
-        .max_idle_conns = 64,
-        .keepalive_ms = 60000,
-    };
+    struct agw_server_options so = server_options(gc->cfg);
 
     w->base = event_base_new();
     if (w->base == NULL || event_base_priority_init(w->base, AGW_N_PRIORITIES) != 0) {
@@ -841,39 +1178,10 @@ static int worker_init(struct agw_worker *w, char *err, size_t errlen)
     w->relays = agw_relay_set_new(w->base);
     if (w->gw->store != NULL)
         w->inbox = agw_store_inbox_new(w->base);
-    w->agents = agw_xcalloc(cfg->n_agents, sizeof(*w->agents));
-    for (size_t i = 0; i < cfg->n_agents; i++) {
-        const struct agw_agent_config *a = &cfg->agents[i];
-        SSL_CTX *client_tls = NULL;
-        char *fixed;
-        w->agents[i].cfg = a;
-        w->agents[i].pools = agw_xcalloc(a->n_upstreams, sizeof(struct agw_upstream_pool *));
-        w->agents[i].keys = agw_xcalloc(a->n_upstreams, sizeof(const char *));
-        for (size_t j = 0; j < a->n_upstreams; j++)
-            w->agents[i].keys[j] = a->upstreams[j].text;
-        for (size_t j = 0; j < a->n_upstreams && client_tls == NULL; j++) {
-            if (!a->upstreams[j].tls)
-                continue;
-            char why[256];
-            client_tls = agw_tls_client_ctx_new(a->ca_file, why, sizeof(why));
-            if (client_tls == NULL) {
-                snprintf(err, errlen, "agents.%s.ca_file: %s", a->id, why);
-                return -1;
-            }
-        }
-        po.tls = client_tls;
-        fixed = fixed_headers(a);
-        po.fixed_headers = fixed;
-        for (size_t j = 0; j < a->n_upstreams; j++)
-            w->agents[i].pools[j] = agw_upstream_pool_new(w->base, w->dns, &a->upstreams[j], &po);
-        /* Each pool holds its own reference, and its own copy of the header lines. */
-        SSL_CTX_free(client_tls);
-        po.tls = NULL;
-        free(fixed);
-        po.fixed_headers = NULL;
-    }
+    w->reaper = event_new(w->base, -1, 0, reaper_cb, w);
+    w->wc = wconf_new(w, gc);
     w->srv = agw_server_new(w->base, &so, main_handler, w);
-    if (w->index == 0 && cfg->admin != NULL)
+    if (w->index == 0 && gc->cfg->admin != NULL)
         w->admin = agw_server_new(w->base, &so, admin_handler, w);
     w->drain_poll = evtimer_new(w->base, drain_poll_cb, w);
     start_lag_probe(w);
@@ -882,20 +1190,20 @@ static int worker_init(struct agw_worker *w, char *err, size_t errlen)
 
 static void worker_free(struct agw_worker *w)
 {
-    const struct agw_config *cfg = w->cfg;
-
     /* Servers first: closing their connections ends the relays still attached to them. */
     agw_server_free(w->srv);
     agw_server_free(w->admin);
     agw_relay_set_free(w->relays);
-    for (size_t i = 0; w->agents != NULL && i < cfg->n_agents; i++) {
-        for (size_t j = 0; j < cfg->agents[i].n_upstreams; j++)
-            if (w->agents[i].pools != NULL)
-                agw_upstream_pool_free(w->agents[i].pools[j]);
-        free(w->agents[i].pools);
-        free(w->agents[i].keys);
+    /* Every holder has let go by now: the current configuration goes with the loop's reference. */
+    if (w->wc != NULL)
+        agw_gw_release(w->wc);
+    w->wc = NULL;
+    if (w->reaper != NULL) {
+        reap(w);
+        event_free(w->reaper);
     }
-    free(w->agents);
+    if (w->wconfs != NULL)
+        agw_log_error("worker %u: a configuration is still held at exit", w->index);
     if (w->drain_poll != NULL)
         event_free(w->drain_poll);
     if (w->lag_probe != NULL)
@@ -931,8 +1239,8 @@ static unsigned worker_count(const struct agw_config *cfg)
 }
 
 /* Binds listener <l> on every worker: the first binds (and learns an ephemeral port), the others
- * bind the same port with SO_REUSEPORT, and the kernel spreads new connections over them. Returns
- * the server listener index, or -1 with <err> set. */
+ * bind the same port with SO_REUSEPORT, and the kernel spreads new connections over them. Each
+ * server takes a reference to <tls>. Returns the server listener index, or -1 with <err> set. */
 static int listen_everywhere(struct agw_gateway *gw, bool admin, const char *address, uint16_t port,
                              SSL_CTX *tls, uint16_t *bound, char *err, size_t errlen,
                              const char *what)
@@ -944,14 +1252,12 @@ static int listen_everywhere(struct agw_gateway *gw, bool admin, const char *add
     for (unsigned k = 0; k < n; k++) {
         struct agw_worker *w = &gw->workers[k];
         int ix;
-        if (tls != NULL && k + 1 < n)
-            SSL_CTX_up_ref(tls); /* one reference per server; the last takes ours */
+        if (tls != NULL)
+            SSL_CTX_up_ref(tls); /* the server's, even when listening fails */
         ix = agw_server_listen(admin ? w->admin : w->srv, address, *bound, tls, bound);
         if (ix < 0) {
             snprintf(err, errlen, "%s: cannot listen on %s port %u: %s", what, address, *bound,
                      evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-            if (tls != NULL && k + 1 < n)
-                SSL_CTX_free(tls); /* ours: the failed call took the reference made for it */
             return -1;
         }
         if (k == 0)
@@ -960,19 +1266,27 @@ static int listen_everywhere(struct agw_gateway *gw, bool admin, const char *add
     return index;
 }
 
-struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, size_t errlen)
+struct agw_gateway *agw_gateway_new(struct agw_config *cfg, const struct agw_gateway_options *o,
+                                    char *err, size_t errlen)
 {
     struct agw_gateway *gw = agw_xcalloc(1, sizeof(*gw));
 
-    gw->cfg = cfg;
+    gw->workers_override = o != NULL ? o->workers : -1;
+    gw->config_path = o != NULL && o->config_path != NULL ? agw_xstrdup(o->config_path) : NULL;
+    if (gw->workers_override >= 0)
+        cfg->workers = (unsigned)gw->workers_override;
     gw->n_workers = worker_count(cfg);
+    gw->runs = agw_runs_new();
+    gw->metrics = agw_metrics_new();
+    gw->ratelimit = agw_ratelimit_new();
+    if ((gw->gc = gconf_new(cfg, 1, err, errlen)) == NULL)
+        goto err;
+    agw_ratelimit_configure(gw->ratelimit, cfg, agw_now_ms());
     /* Loops hand work to each other (agw_gw_post): libevent's locks are needed then. */
     if (gw->n_workers > 1 && evthread_use_pthreads() != 0) {
         snprintf(err, errlen, "cannot enable libevent's threading support");
         goto err;
     }
-    gw->runs = agw_runs_new();
-    gw->metrics = agw_metrics_new();
     if (cfg->history.enabled) {
         struct agw_store_options so = {
             .kind = cfg->store.kind,
@@ -989,20 +1303,15 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
     gw->workers = agw_xcalloc(gw->n_workers, sizeof(*gw->workers));
     for (unsigned k = 0; k < gw->n_workers; k++) {
         struct agw_worker *w = &gw->workers[k];
-        *w = (struct agw_worker){
-            .gw = gw, .cfg = cfg, .runs = gw->runs, .metrics = gw->metrics, .index = k};
-        if (worker_init(w, err, errlen) != 0)
+        *w = (struct agw_worker){.gw = gw, .runs = gw->runs, .metrics = gw->metrics, .index = k};
+        if (worker_init(w, gw->gc, err, errlen) != 0)
             goto err;
     }
     for (size_t i = 0; i < cfg->n_listeners; i++) {
         const struct agw_listener_config *l = &cfg->listeners[i];
-        SSL_CTX *tls = NULL;
+        SSL_CTX *tls = gw->gc->listener_tls[i];
         char path[64];
         int index;
-        snprintf(path, sizeof(path), "listen[%zu].tls", i);
-        if (l->tls.cert != NULL &&
-            (tls = agw_tls_server_ctx_new(&l->tls, path, err, errlen)) == NULL)
-            goto err;
         snprintf(path, sizeof(path), "listen[%zu]", i);
         index = listen_everywhere(gw, false, l->address, l->port, tls, &gw->ports[gw->n_ports], err,
                                   errlen, path);
@@ -1026,10 +1335,12 @@ struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, siz
         gw->sig_term = evsignal_new(main_base, SIGTERM, signal_cb, gw);
         gw->sig_int = evsignal_new(main_base, SIGINT, signal_cb, gw);
         gw->sig_hup = evsignal_new(main_base, SIGHUP, signal_cb, gw);
+        gw->sig_usr1 = evsignal_new(main_base, SIGUSR1, signal_cb, gw);
     }
     evsignal_add(gw->sig_term, NULL);
     evsignal_add(gw->sig_int, NULL);
     evsignal_add(gw->sig_hup, NULL);
+    evsignal_add(gw->sig_usr1, NULL);
     if (cfg->auth.mode == AGW_AUTH_NONE)
         agw_log_warn(
             "AUTHENTICATION IS OFF (auth.mode = \"none\"): anyone who reaches this gateway can run "
@@ -1048,19 +1359,22 @@ void agw_gateway_free(struct agw_gateway *gw)
         event_free(gw->sig_term);
         event_free(gw->sig_int);
         event_free(gw->sig_hup);
+        event_free(gw->sig_usr1);
     }
     /* Relays first (their last events go to the store), then the store (it answers the reads
      * still queued), then the loops with their inboxes. */
     for (unsigned k = 0; gw->workers != NULL && k < gw->n_workers; k++)
-        if (gw->workers[k].cfg != NULL)
+        if (gw->workers[k].base != NULL)
             worker_free(&gw->workers[k]);
     agw_store_close(gw->store);
     for (unsigned k = 0; gw->workers != NULL && k < gw->n_workers; k++)
-        if (gw->workers[k].cfg != NULL)
-            worker_free_loop(&gw->workers[k]);
+        worker_free_loop(&gw->workers[k]);
     free(gw->workers);
+    gconf_unref(gw->gc);
     agw_runs_free(gw->runs);
     agw_metrics_free(gw->metrics);
+    agw_ratelimit_free(gw->ratelimit);
+    free(gw->config_path);
     free(gw);
 }
 

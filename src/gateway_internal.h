@@ -6,12 +6,15 @@
 
 #include <pthread.h>
 
+#include <openssl/ssl.h>
+
 #include "agw/auth.h"
 #include "agw/config.h"
 #include "agw/gateway.h"
 #include "agw/http_server.h"
 #include "agw/limits.h"
 #include "agw/metrics.h"
+#include "agw/ratelimit.h"
 #include "agw/relay.h"
 #include "agw/runs.h"
 #include "agw/store.h"
@@ -32,15 +35,42 @@ struct agent_rt {
     size_t rr;
 };
 
+/* A configuration in force, shared by every loop: the loaded file and what is built from it once
+ * (the TLS contexts). Reference-counted (atomically): each loop's wconf holds one, and the gateway
+ * one for the current configuration. */
+struct gconf {
+    unsigned refs;
+    struct agw_config *cfg; /* owned */
+    SSL_CTX **listener_tls; /* per cfg->listeners[i]: its server context, or NULL without TLS */
+    SSL_CTX **agent_tls;    /* per cfg->agents[i]: the client context for https backends, or NULL */
+    unsigned generation;    /* 1 at start, +1 per reload */
+};
+
+/* A configuration as one loop uses it: the shared gconf and this loop's upstream pools for its
+ * agents. The loop's current one is w->wc; whatever outlives the handler that started it (a run, a
+ * decision on its way) holds a reference (agw_gw_hold), so that a reload never pulls an agent, a
+ * key or a pool from under it: runs in flight keep the settings they started with. Loop-local: no
+ * lock. References are dropped on the loop's next turn (agw_gw_release), after the object that
+ * dropped it has stopped using the pools. */
+struct wconf {
+    struct agw_worker *w;
+    unsigned refs;    /* the loop's own while current, plus one per holder */
+    unsigned pending; /* references released, to drop on the next turn */
+    struct gconf *gc;
+    const struct agw_config *cfg; /* gc->cfg */
+    struct agent_rt *agents;      /* parallel to cfg->agents */
+    struct wconf *next;           /* the loop's wconfs still alive, current first */
+};
+
 /* One event loop (a worker): its own listeners (the same addresses as every other worker's, bound
  * with SO_REUSEPORT), DNS, upstream pools and relays. A request, its relay and its upstream
  * connections live and die on the loop that accepted it; another loop reaches them only through
  * agw_gw_post(). */
 struct agw_worker {
-    struct agw_gateway *gw;       /* the process: what every loop shares */
-    const struct agw_config *cfg; /* gw->cfg */
-    struct agw_runs *runs;        /* gw->runs: shared, locked (include/agw/runs.h) */
-    struct agw_metrics *metrics;  /* gw->metrics: shared, atomic and locked */
+    struct agw_gateway *gw;      /* the process: what every loop shares */
+    struct wconf *wc;            /* the configuration this loop serves new requests with */
+    struct agw_runs *runs;       /* gw->runs: shared, locked (include/agw/runs.h) */
+    struct agw_metrics *metrics; /* gw->metrics: shared, atomic and locked */
     unsigned index;
     struct event_base *base;
     struct evdns_base *dns;
@@ -48,7 +78,8 @@ struct agw_worker {
     struct agw_server *admin; /* worker 0's only */
     struct agw_relay_set *relays;
     struct agw_store_inbox *inbox; /* thread-history answers (NULL: history off) */
-    struct agent_rt *agents;       /* parallel to cfg->agents */
+    struct wconf *wconfs;          /* every wconf of this loop still alive */
+    struct event *reaper;          /* drops released wconf references */
     struct event *drain_poll;
     struct event *lag_probe; /* AGW_LOOP_PROBE_MS only */
     uint64_t lag_period_us, lag_due_us;
@@ -59,23 +90,32 @@ struct agw_worker {
     pthread_t thread;
 };
 
-/* The process: the configuration, the shared registry and counters, the workers, the signals
- * (handled on worker 0, which runs on the main thread) and the drain. */
+/* The process: the configuration in force, the shared registry, counters and rate limits, the
+ * workers, the signals (handled on worker 0, which runs on the main thread) and the drain. */
 struct agw_gateway {
-    const struct agw_config *cfg;
+    struct gconf *gc;      /* the configuration in force (worker 0's thread only) */
+    char *config_path;     /* re-read on SIGHUP; NULL: reloads are refused */
+    int workers_override;  /* --workers, or -1 */
     struct agw_runs *runs; /* the active-run registry (doc/protocol.md#decisions) */
     struct agw_metrics *metrics;
+    struct agw_ratelimit *ratelimit;
     struct agw_store *store; /* thread history; NULL when history.enabled is false */
     struct agw_worker *workers;
     unsigned n_workers;
     uint16_t ports[MAX_PORTS];
     size_t n_ports;
     int listener_index[MAX_PORTS]; /* server listener index of cfg->listeners[i] */
-    struct event *sig_term, *sig_int, *sig_hup;
+    struct event *sig_term, *sig_int, *sig_hup, *sig_usr1;
     bool draining;           /* worker 0's thread only */
     uint64_t drain_start_ms; /* written before the drain is posted to the workers */
+    uint32_t drain_ms;       /* timeouts.drain of the configuration in force when it began */
     unsigned loops_ended;    /* workers other than 0 whose loop has ended (atomic) */
 };
+
+/* A reference to <w>'s current configuration, for an object that outlives its handler. */
+struct wconf *agw_gw_hold(struct agw_worker *w);
+/* Gives it back (NULL: nothing); dropped on the loop's next turn. */
+void agw_gw_release(struct wconf *wc);
 
 /* Runs <fn>(<arg>) on <w>'s loop, on its next turn (from any thread). */
 void agw_gw_post(struct agw_worker *w, void (*fn)(void *arg), void *arg);
@@ -115,8 +155,10 @@ bool agw_gw_authorize(struct agw_worker *w, struct agw_req *req, const char *age
  * then frees this. */
 struct run_ctx {
     struct agw_worker *w;
+    struct wconf *wc; /* held: the configuration the run started with */
     struct req_info ri;
-    const char *key_id; /* borrowed from the config */
+    const char *key_id;      /* borrowed from wc's config */
+    struct agw_rl_entry *rl; /* the rate limits' slot it took, or NULL */
 };
 
 void agw_gw_run_ended(void *arg, const struct agw_relay_summary *s);

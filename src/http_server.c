@@ -1266,6 +1266,17 @@ static void gencb(evhtp_request_t *r, void *arg)
 
 /* ---- server --------------------------------------------------------------------------------- */
 
+/* Each connection's parser copies the limits when the connection is accepted: new options reach
+ * new connections (and every request's timer from now on). */
+void agw_server_set_options(struct agw_server *srv, const struct agw_server_options *opts)
+{
+    srv->opts = *opts;
+    srv->limits = (struct agw_http1_request_limits){.max_line = AGW_MAX_REQUEST_LINE,
+                                                    .max_fields = opts->max_header_fields,
+                                                    .max_body = opts->max_body_bytes};
+    srv->hold_max = opts->max_head_bytes + opts->max_body_bytes;
+}
+
 struct agw_server *agw_server_new(struct event_base *base, const struct agw_server_options *opts,
                                   agw_req_fn *handler, void *arg)
 {
@@ -1273,13 +1284,9 @@ struct agw_server *agw_server_new(struct event_base *base, const struct agw_serv
 
     srv->base = base;
     TAILQ_INIT(&srv->conns);
-    srv->opts = *opts;
     srv->handler = handler;
     srv->arg = arg;
-    srv->limits = (struct agw_http1_request_limits){.max_line = AGW_MAX_REQUEST_LINE,
-                                                    .max_fields = opts->max_header_fields,
-                                                    .max_body = opts->max_body_bytes};
-    srv->hold_max = opts->max_head_bytes + opts->max_body_bytes;
+    agw_server_set_options(srv, opts);
     srv->accept_timer = evtimer_new(base, accept_timer_cb, srv);
     srv->trim_ev = evtimer_new(base, trim_cb, srv);
     return srv;

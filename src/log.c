@@ -17,6 +17,7 @@
 
 static volatile int log_level = AGW_LOG_INFO;
 static int access_fd = 2; /* -1 = off */
+static char *access_path; /* the file's path, when the access log is a file */
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
@@ -110,7 +111,34 @@ int agw_log_access_open(const char *where)
     }
     agw_log_access_close();
     access_fd = fd;
+    if (fd > 2)
+        access_path = agw_xstrdup(where);
     return 0;
+}
+
+/* The new file takes the old descriptor's number (dup2 replaces it in one step), so that a thread
+ * writing a line at that moment writes it whole to one file or the other, never to a closed or
+ * reused descriptor. */
+int agw_log_access_reopen(void)
+{
+    int fd;
+
+    if (access_path == NULL)
+        return 1;
+    fd = open(access_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    if (fd < 0)
+        return -AGW_EIO;
+    if (dup3(fd, access_fd, O_CLOEXEC) < 0) {
+        close(fd);
+        return -AGW_EIO;
+    }
+    close(fd);
+    return 0;
+}
+
+const char *agw_log_access_path(void)
+{
+    return access_path;
 }
 
 bool agw_log_access_enabled(void)
@@ -148,6 +176,8 @@ void agw_log_access_close(void)
     if (access_fd > 2)
         close(access_fd);
     access_fd = 2;
+    free(access_path);
+    access_path = NULL;
 }
 
 void agw_log_access_record(const struct agw_access_record *r)

@@ -183,8 +183,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "agui-gateway: %s: %s\n", config_path, err);
         return 1;
     }
-    if (workers >= 0)
-        cfg->workers = (unsigned)workers;
     if (check) {
         printf("%s: configuration is valid (%zu agents, %zu listeners)\n", config_path,
                cfg->n_agents, cfg->n_listeners);
@@ -202,7 +200,9 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
 
-    gw = agw_gateway_new(cfg, err, sizeof(err));
+    struct agw_gateway_options go = {.config_path = config_path, .workers = (int)workers};
+    gw = agw_gateway_new(cfg, &go, err, sizeof(err));
+    cfg = NULL; /* the gateway's now */
     if (gw == NULL) {
         agw_log_error("%s", err);
         goto out;
@@ -212,7 +212,7 @@ int main(int argc, char **argv)
         agw_log_error("--port-file %s: %s", port_file, strerror(errno));
         goto out;
     }
-    agw_log_info("agui-gateway %s ready (%zu agents)", PACKAGE_VERSION, cfg->n_agents);
+    agw_log_info("agui-gateway %s ready", PACKAGE_VERSION);
     agw_gateway_run(gw);
     status = 0;
 out:

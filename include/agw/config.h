@@ -113,10 +113,19 @@ struct agw_agent_config {
     enum agw_decision_forward decisions_forward;
 };
 
+/* Rate limits of one key (doc/configuration.md#rate-limits); 0 = no limit. */
+struct agw_rate_limit {
+    uint32_t runs_per_minute; /* the token bucket's refill rate */
+    uint32_t burst;           /* the bucket's size: runs a key may start at once (default: one
+                                 minute's worth) */
+    uint32_t concurrent_runs; /* runs of the key streaming at the same time */
+};
+
 struct agw_auth_key {
     char *id;
-    uint8_t sha256[32]; /* digest of the token; the token itself is never stored */
-    char **agents;      /* agent ids this key may use */
+    struct agw_rate_limit rate_limit; /* the top-level rate_limit, overridden field by field */
+    uint8_t sha256[32];               /* digest of the token; the token itself is never stored */
+    char **agents;                    /* agent ids this key may use */
     size_t n_agents;
     bool all_agents; /* "*" was listed */
 };
@@ -125,6 +134,23 @@ struct agw_auth_config {
     enum agw_auth_mode mode;
     struct agw_auth_key *keys;
     size_t n_keys;
+};
+
+/* CORS for browser frontends (doc/configuration.md#cors). */
+struct agw_cors_config {
+    bool enabled;   /* a "cors" object was given; without one no origin is allowed */
+    char **origins; /* exact origins, as browsers send them ("https://app.example.com") */
+    size_t n_origins;
+    bool any_origin; /* "*" was listed (never with allow_credentials) */
+    char **methods;  /* allowed_methods, upper case */
+    size_t n_methods;
+    char **headers; /* allowed_headers */
+    size_t n_headers;
+    char *methods_value; /* the lists as header values: "GET, POST, OPTIONS" */
+    char *headers_value;
+    char *expose_value; /* exposed_headers ("" for none) */
+    uint32_t max_age_s;
+    bool allow_credentials;
 };
 
 struct agw_limits {
@@ -185,7 +211,9 @@ struct agw_config {
     struct agw_history_config history;
     struct agw_decisions_config decisions;
     struct agw_log_config log;
-    unsigned workers; /* event loops (threads); 0 = one per core (default) */
+    struct agw_cors_config cors;
+    struct agw_rate_limit rate_limit; /* every key's default; with auth off, every client's */
+    unsigned workers;                 /* event loops (threads); 0 = one per core (default) */
 };
 
 /* Loads and validates. On error returns NULL and writes "<key path>: <reason>" into <err>. */

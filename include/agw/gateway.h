@@ -2,8 +2,8 @@
  * answers every route of doc/protocol.md#endpoints. main.c only parses the command line and calls
  * these.
  *
- * Ownership: the gateway owns its event loop objects, server, pools and relays; it borrows the
- * config, which must outlive it. */
+ * Ownership: the gateway owns its event loop objects, server, pools and relays, and the
+ * configuration it is given (and each one SIGHUP loads in its place). */
 #ifndef AGW_GATEWAY_H
 #define AGW_GATEWAY_H
 
@@ -11,9 +11,15 @@
 
 struct agw_gateway;
 
-/* Builds the gateway and binds every listener. Returns NULL with a reason in <err> (e.g. a port in
- * use). */
-struct agw_gateway *agw_gateway_new(const struct agw_config *cfg, char *err, size_t errlen);
+struct agw_gateway_options {
+    const char *config_path; /* the file SIGHUP reads again (copied); NULL: reloads are refused */
+    int workers;             /* --workers: replaces every configuration's "workers"; -1 = none */
+};
+
+/* Builds the gateway and binds every listener. Takes <cfg>, even when it fails. Returns NULL with
+ * a reason in <err> (e.g. a port in use). */
+struct agw_gateway *agw_gateway_new(struct agw_config *cfg, const struct agw_gateway_options *o,
+                                    char *err, size_t errlen);
 void agw_gateway_free(struct agw_gateway *gw);
 
 /* Bound ports, in the order of cfg->listeners, then the admin listener's when configured. */

@@ -49,6 +49,9 @@ typedef void agw_req_event_fn(struct agw_req *req, void *arg);
 struct agw_server *agw_server_new(struct event_base *base, const struct agw_server_options *opts,
                                   agw_req_fn *handler, void *arg);
 void agw_server_free(struct agw_server *srv);
+/* New options (a configuration reload): connections accepted from now on use them; those already
+ * open keep the request limits they were accepted with. */
+void agw_server_set_options(struct agw_server *srv, const struct agw_server_options *opts);
 /* Binds a listener with SO_REUSEPORT (so each worker loop can bind the same address). Port 0 picks
  * a free port; *<bound_port> receives the port actually bound. <tls> (an SSL_CTX, or NULL for plain
  * HTTP) becomes the listener's: the server frees it. Returns the listener's index (0, 1, … in call

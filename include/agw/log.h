@@ -23,6 +23,12 @@ void agw_log(enum agw_log_level level, const char *fmt, ...) AGW_PRINTF(2, 3);
 /* Writes <json_line> (no trailing newline) as one line to the access log: stderr, a file opened by
  * agw_log_access_open(), or nowhere when it was opened with "off". */
 int agw_log_access_open(const char *where);
+/* Opens the access log's file again by its path (SIGUSR1, after logrotate moved it): lines go to
+ * the new file from now on. Returns 0, 1 when the access log is not a file (stderr, off), or
+ * -AGW_EIO with errno set. */
+int agw_log_access_reopen(void);
+/* The access log file's path, or NULL when it is stderr or off. */
+const char *agw_log_access_path(void);
 void agw_log_access(const char *json_line);
 /* False when the access log was opened with "off": callers need not build their lines. */
 bool agw_log_access_enabled(void);

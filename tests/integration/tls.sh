@@ -139,7 +139,7 @@ check_contains "and ended cleanly" '"type":"RUN_FINISHED"' "$(tail -n 2 "$T/slow
 printf 'not a certificate\n' >"$T/live.pem"
 kill -HUP "$GW_PID"
 sleep 0.5
-check_contains "a bad certificate on SIGHUP is refused and logged" "keeping the current certificate of listen[0]" "$(cat "$GW_LOG")"
+check_contains "a bad certificate on SIGHUP is refused and logged" "refused, the current configuration stays: listen[0].tls" "$(cat "$GW_LOG")"
 out=$(s_client "$P1" -servername localhost)
 check_contains "and the previous certificate stays in service" "subject=CN = localhost-reloaded" "$out"
 

@@ -348,3 +348,121 @@ Test(config, history_section_and_ttl_periods)
     cr_assert_eq(agw_parse_ttl("1w", &s), -AGW_EINVAL);
     cr_assert_eq(agw_parse_ttl("99999999999999999999d", &s), -AGW_EINVAL);
 }
+
+#define KEYS(extra)                                                                                \
+    "\"listen\":[{\"address\":\"127.0.0.1\",\"port\":0}],\"auth\":{\"keys\":[{\"id\":\"web\","     \
+    "\"sha256\":\"7c43ef5ae21d43ce2743f770c68e24def1a43ee2f416d2438410c8af7af2ff2c\","             \
+    "\"agents\":[\"*\"]" extra "},{\"id\":\"ops\",\"sha256\":"                                     \
+    "\"7c43ef5ae21d43ce2743f770c68e24def1a43ee2f416d2438410c8af7af2ff2d\",\"agents\":[\"*\"]}]}"
+
+Test(config, cors_section)
+{
+    char err[AGW_CONFIG_ERR_MAX] = "";
+    struct agw_config *cfg = load("{" BASE "," AGENT "}", err);
+
+    cr_assert_not_null(cfg, "%s", err);
+    cr_assert_not(cfg->cors.enabled, "no cors object: no origin is allowed");
+    agw_config_free(cfg);
+
+    cfg = load("{" BASE "," AGENT ",\"cors\":{\"allowed_origins\":[\"https://app.example.com\","
+               "\"http://127.0.0.1:5173\",\"http://[::1]:8000\"]}}",
+               err);
+    cr_assert_not_null(cfg, "%s", err);
+    cr_assert(cfg->cors.enabled);
+    cr_assert_eq(cfg->cors.n_origins, 3);
+    cr_assert_not(cfg->cors.any_origin);
+    cr_assert_str_eq(cfg->cors.methods_value, "GET, POST, OPTIONS");
+    cr_assert_str_eq(cfg->cors.headers_value,
+                     "Authorization, Content-Type, Accept, X-Request-Id, traceparent");
+    cr_assert_str_eq(cfg->cors.expose_value, "X-Request-Id, Retry-After");
+    cr_assert_eq(cfg->cors.max_age_s, 600);
+    cr_assert_not(cfg->cors.allow_credentials);
+    agw_config_free(cfg);
+
+    cfg = load("{" BASE "," AGENT ",\"cors\":{\"allowed_origins\":[\"*\"],\"allowed_methods\":"
+               "[\"POST\"],\"allowed_headers\":[],\"exposed_headers\":[],\"max_age\":\"1h\"}}",
+               err);
+    cr_assert_not_null(cfg, "%s", err);
+    cr_assert(cfg->cors.any_origin);
+    cr_assert_str_eq(cfg->cors.methods_value, "POST");
+    cr_assert_str_eq(cfg->cors.headers_value, "");
+    cr_assert_str_eq(cfg->cors.expose_value, "");
+    cr_assert_eq(cfg->cors.max_age_s, 3600);
+    agw_config_free(cfg);
+
+    expect_error("{" BASE "," AGENT ",\"cors\":{}}", "cors.allowed_origins: required");
+    expect_error("{" BASE "," AGENT ",\"cors\":{\"allowed_origins\":[]}}",
+                 "cors.allowed_origins: required");
+    expect_error("{" BASE "," AGENT ",\"cors\":{\"allowed_origins\":[\"https://a.example/\"]}}",
+                 "cors.allowed_origins[0]: expects an origin as browsers send it");
+    expect_error("{" BASE "," AGENT ",\"cors\":{\"allowed_origins\":[\"https://A.example\"]}}",
+                 "cors.allowed_origins[0]: expects an origin");
+    expect_error("{" BASE "," AGENT ",\"cors\":{\"allowed_origins\":[\"a.example\"]}}",
+                 "cors.allowed_origins[0]: expects an origin");
+    expect_error("{" BASE "," AGENT ",\"cors\":{\"allowed_origins\":[\"http://a:123456\"]}}",
+                 "cors.allowed_origins[0]: expects an origin");
+    expect_error("{" BASE "," AGENT
+                 ",\"cors\":{\"allowed_origins\":[\"*\"],\"allow_credentials\":true}}",
+                 "cors.allowed_origins: \"*\" cannot be used with allow_credentials");
+    expect_error("{" BASE "," AGENT
+                 ",\"cors\":{\"allowed_origins\":[\"*\"],\"allowed_methods\":[\"post\"]}}",
+                 "cors.allowed_methods[0]: expects an HTTP method in upper case");
+    expect_error("{" BASE "," AGENT
+                 ",\"cors\":{\"allowed_origins\":[\"*\"],\"allowed_methods\":[]}}",
+                 "cors.allowed_methods: expects at least one method");
+    expect_error("{" BASE "," AGENT
+                 ",\"cors\":{\"allowed_origins\":[\"*\"],\"allowed_headers\":[\"a b\"]}}",
+                 "cors.allowed_headers[0]: expects a header name");
+    expect_error("{" BASE "," AGENT ",\"cors\":{\"allowed_origins\":[\"*\"],\"max_age\":\"x\"}}",
+                 "cors.max_age: expects a duration");
+    expect_error("{" BASE "," AGENT ",\"cors\":{\"allowed_origins\":[\"*\"],\"origin\":1}}",
+                 "cors.origin: unknown key");
+}
+
+Test(config, rate_limits)
+{
+    char err[AGW_CONFIG_ERR_MAX] = "";
+    struct agw_config *cfg = load("{" KEYS("") "," AGENT "}", err);
+
+    cr_assert_not_null(cfg, "%s", err);
+    cr_assert_eq(cfg->auth.keys[0].rate_limit.runs_per_minute, 0, "no limit by default");
+    cr_assert_eq(cfg->auth.keys[0].rate_limit.concurrent_runs, 0);
+    agw_config_free(cfg);
+
+    /* The top level is every key's default; a key overrides it field by field; a burst defaults
+     * to a minute's worth of the key's own rate. */
+    cfg = load(
+        "{" KEYS(",\"rate_limit\":{\"runs_per_minute\":600}") "," AGENT
+                                                              ",\"rate_limit\":{\"runs_per_"
+                                                              "minute\":60,\"concurrent_runs\":4}}",
+        err);
+    cr_assert_not_null(cfg, "%s", err);
+    cr_assert_eq(cfg->auth.keys[0].rate_limit.runs_per_minute, 600);
+    cr_assert_eq(cfg->auth.keys[0].rate_limit.burst, 600);
+    cr_assert_eq(cfg->auth.keys[0].rate_limit.concurrent_runs, 4);
+    cr_assert_eq(cfg->auth.keys[1].rate_limit.runs_per_minute, 60);
+    cr_assert_eq(cfg->auth.keys[1].rate_limit.burst, 60);
+    cr_assert_eq(cfg->rate_limit.burst, 60);
+    agw_config_free(cfg);
+
+    cfg = load("{" KEYS(",\"rate_limit\":{\"runs_per_minute\":0}") "," AGENT
+                                                                   ",\"rate_limit\":{\"runs_per_"
+                                                                   "minute\":60,\"burst\":5}}",
+               err);
+    cr_assert_not_null(cfg, "%s", err);
+    cr_assert_eq(cfg->auth.keys[0].rate_limit.runs_per_minute, 0, "a key may lift the rate");
+    cr_assert_eq(cfg->auth.keys[0].rate_limit.burst, 0);
+    cr_assert_eq(cfg->auth.keys[1].rate_limit.burst, 5);
+    agw_config_free(cfg);
+
+    expect_error("{" BASE "," AGENT ",\"rate_limit\":{\"burst\":5}}",
+                 "rate_limit.burst: needs runs_per_minute");
+    expect_error("{" BASE "," AGENT ",\"rate_limit\":{\"runs_per_minute\":-1}}",
+                 "rate_limit.runs_per_minute: expects an integer 0..1000000");
+    expect_error("{" BASE "," AGENT ",\"rate_limit\":{\"burst\":0,\"runs_per_minute\":1}}",
+                 "rate_limit.burst: expects an integer 1..1000000");
+    expect_error("{" BASE "," AGENT ",\"rate_limit\":{\"per_hour\":1}}",
+                 "rate_limit.per_hour: unknown key");
+    expect_error("{" KEYS(",\"rate_limit\":{\"concurrent_runs\":\"2\"}") "," AGENT "}",
+                 "auth.keys[0].rate_limit.concurrent_runs: expects an integer");
+}
