@@ -195,6 +195,8 @@ void agw_gw_run_ended(void *arg, const struct agw_relay_summary *s)
     agw_metrics_add(w->metrics, AGW_C_BYTES, s->bytes);
     agw_metrics_request(w->metrics, s->agent_id, s->status ? s->status : 499);
     agw_metrics_upstream_failure(w->metrics, s->upstream_error);
+    agw_metrics_observe_run(w->metrics, s->agent_id, s->connect_us, s->first_byte_us,
+                            s->duration_ms * 1000u);
     agw_gw_access_log(&rc->ri, s->agent_id, s->thread_id, s->run_id, rc->key_id, s->status,
                       s->events, s->bytes, s->duration_ms, s->upstream, s->outcome, s->detached);
     agw_gw_req_info_clear(&rc->ri);
@@ -1066,6 +1068,7 @@ static void reload(struct agw_gateway *gw)
     if (cfg == NULL) {
         agw_log_error("SIGHUP: %s refused, the current configuration stays: %s", gw->config_path,
                       err);
+        agw_metrics_add(gw->metrics, AGW_C_RELOADS_REFUSED, 1);
         return;
     }
     if (gw->workers_override >= 0)
@@ -1075,14 +1078,17 @@ static void reload(struct agw_gateway *gw)
                       "a restart applies that",
                       gw->config_path, changed);
         agw_config_free(cfg);
+        agw_metrics_add(gw->metrics, AGW_C_RELOADS_REFUSED, 1);
         return;
     }
     gc = gconf_new(cfg, gw->gc->generation + 1, err, sizeof(err));
     if (gc == NULL) {
         agw_log_error("SIGHUP: %s refused, the current configuration stays: %s", gw->config_path,
                       err);
+        agw_metrics_add(gw->metrics, AGW_C_RELOADS_REFUSED, 1);
         return;
     }
+    agw_metrics_add(gw->metrics, AGW_C_RELOADS, 1);
     agw_log_set_level((enum agw_log_level)cfg->log.level);
     agw_ratelimit_configure(gw->ratelimit, cfg, agw_now_ms());
     for (unsigned k = 0; k < gw->n_workers; k++) {

@@ -19,12 +19,46 @@ struct status_count {
 
 /* Every loop counts into the one object: the counters with relaxed atomics, the (agent, status)
  * table under a lock. */
+/* Bucket bounds in µs, per histogram (doc/metrics.md says why these). */
+#define MAX_BUCKETS 16
+static const struct {
+    const char *name, *help;
+    uint64_t le[MAX_BUCKETS]; /* upper bounds, ascending, 0-terminated */
+} histogram_info[AGW_N_HISTOGRAMS] = {
+    [AGW_H_CONNECT] = {"agw_upstream_connect_seconds",
+                       "Time to open a new backend connection (DNS, TCP and TLS), by agent; reused "
+                       "pooled connections are not counted.",
+                       {500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000,
+                        2500000, 5000000}},
+    [AGW_H_FIRST_BYTE] = {"agw_upstream_first_byte_seconds",
+                          "Time from writing the request to a backend to its first response byte, "
+                          "by agent.",
+                          {5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000,
+                           5000000, 10000000, 30000000, 60000000}},
+    [AGW_H_RUN] = {"agw_run_duration_seconds",
+                   "Relayed runs from the request to the end of the stream, by agent.",
+                   {50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000,
+                    60000000, 120000000, 300000000, 600000000, 1800000000}},
+};
+
+struct histogram {
+    uint64_t buckets[MAX_BUCKETS + 1]; /* not cumulative; the last is above every bound */
+    uint64_t count, sum_us;
+};
+
+struct agent_latency {
+    char agent[65];
+    struct histogram h[AGW_N_HISTOGRAMS];
+};
+
 struct agw_metrics {
     pthread_mutex_t lock;          /* for <requests> */
     struct status_count *requests; /* by (agent, status); agents come from the config */
     size_t n_requests, cap_requests;
     uint64_t counters[AGW_N_COUNTERS];
     uint64_t upstream_failures[AGW_UP_N_FAILURES];
+    struct agent_latency **latency; /* under <lock>, by agent, in the order first seen */
+    size_t n_latency, cap_latency;
 };
 
 static const struct {
@@ -44,6 +78,9 @@ static const struct {
                                   "Decisions the backend answered with a new stream, relayed to "
                                   "the client as a run."},
     [AGW_C_RUNS_CANCELLED] = {"agw_runs_cancelled_total", "Runs ended by the cancel endpoint."},
+    [AGW_C_RELOADS] = {"agw_config_reloads_total", "Configurations taken into service on SIGHUP."},
+    [AGW_C_RELOADS_REFUSED] = {"agw_config_reloads_refused_total",
+                               "Configurations refused on SIGHUP (the one in force stayed)."},
 };
 
 struct agw_metrics *agw_metrics_new(void)
@@ -59,6 +96,9 @@ void agw_metrics_free(struct agw_metrics *m)
     if (m == NULL)
         return;
     free(m->requests);
+    for (size_t i = 0; i < m->n_latency; i++)
+        free(m->latency[i]);
+    free(m->latency);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -102,6 +142,44 @@ void agw_metrics_upstream_failure(struct agw_metrics *m, enum agw_up_failure kin
         __atomic_add_fetch(&m->upstream_failures[kind], 1, __ATOMIC_RELAXED);
 }
 
+static void observe(struct histogram *h, int which, uint64_t us)
+{
+    size_t b = 0;
+
+    if (us == AGW_UP_NOT_MEASURED)
+        return;
+    while (histogram_info[which].le[b] != 0 && us > histogram_info[which].le[b])
+        b++;
+    h->buckets[b]++;
+    h->count++;
+    h->sum_us += us;
+}
+
+void agw_metrics_observe_run(struct agw_metrics *m, const char *agent, uint64_t connect_us,
+                             uint64_t first_byte_us, uint64_t duration_us)
+{
+    struct agent_latency *a = NULL;
+
+    if (agent == NULL)
+        return;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->n_latency && a == NULL; i++)
+        if (strcmp(m->latency[i]->agent, agent) == 0)
+            a = m->latency[i];
+    if (a == NULL) {
+        if (m->n_latency == m->cap_latency) {
+            m->cap_latency = m->cap_latency ? 2 * m->cap_latency : 8;
+            m->latency = agw_xrealloc(m->latency, m->cap_latency * sizeof(*m->latency));
+        }
+        a = m->latency[m->n_latency++] = agw_xcalloc(1, sizeof(*a));
+        snprintf(a->agent, sizeof(a->agent), "%s", agent);
+    }
+    observe(&a->h[AGW_H_CONNECT], AGW_H_CONNECT, connect_us);
+    observe(&a->h[AGW_H_FIRST_BYTE], AGW_H_FIRST_BYTE, first_byte_us);
+    observe(&a->h[AGW_H_RUN], AGW_H_RUN, duration_us);
+    pthread_mutex_unlock(&m->lock);
+}
+
 static void header(struct evbuffer *out, const char *name, const char *type, const char *help)
 {
     evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -115,6 +193,28 @@ void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g
     for (size_t i = 0; i < m->n_requests; i++)
         evbuffer_add_printf(out, "agw_requests_total{agent=\"%s\",status=\"%d\"} %" PRIu64 "\n",
                             m->requests[i].agent, m->requests[i].status, m->requests[i].n);
+    for (int k = 0; k < AGW_N_HISTOGRAMS; k++) {
+        const char *name = histogram_info[k].name;
+        header(out, name, "histogram", histogram_info[k].help);
+        for (size_t i = 0; i < m->n_latency; i++) {
+            const struct histogram *h = &m->latency[i]->h[k];
+            const char *agent = m->latency[i]->agent;
+            uint64_t cumulative = 0;
+            size_t b = 0;
+            if (h->count == 0)
+                continue;
+            for (; histogram_info[k].le[b] != 0; b++) {
+                cumulative += h->buckets[b];
+                evbuffer_add_printf(out, "%s_bucket{agent=\"%s\",le=\"%g\"} %" PRIu64 "\n", name,
+                                    agent, (double)histogram_info[k].le[b] / 1e6, cumulative);
+            }
+            evbuffer_add_printf(out, "%s_bucket{agent=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name,
+                                agent, h->count);
+            evbuffer_add_printf(out, "%s_sum{agent=\"%s\"} %.6f\n", name, agent,
+                                (double)h->sum_us / 1e6);
+            evbuffer_add_printf(out, "%s_count{agent=\"%s\"} %" PRIu64 "\n", name, agent, h->count);
+        }
+    }
     pthread_mutex_unlock(&m->lock);
     header(out, "agw_active_runs", "gauge",
            "Runs in the active-run registry (streaming, attached or detached).");

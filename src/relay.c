@@ -119,8 +119,8 @@ struct agw_relay {
     int status; /* HTTP status sent to the client, 0 until then */
     const char *outcome;
     enum agw_up_failure upstream_error; /* the last upstream failure, or AGW_UP_OK */
-    uint64_t connect_ms, first_byte_ms;
-    bool was_detached; /* for the summary: the run went on without its client */
+    uint64_t connect_us, first_byte_us; /* the last attempt's (AGW_UP_NOT_MEASURED: none) */
+    bool was_detached;                  /* for the summary: the run went on without its client */
     char request_id[72];
     unsigned busy; /* the relay's callbacks on the stack */
     /* the active-run registry */
@@ -189,8 +189,8 @@ static void drop_upstream(struct agw_relay *r, bool close)
 {
     if (r->up == NULL)
         return;
-    r->connect_ms = agw_upstream_connect_ms(r->up);
-    r->first_byte_ms = agw_upstream_first_byte_ms(r->up);
+    r->connect_us = agw_upstream_connect_us(r->up);
+    r->first_byte_us = agw_upstream_first_byte_us(r->up);
     if (close)
         agw_upstream_close(r->up);
     else
@@ -745,6 +745,7 @@ static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_r
     r->stream_buffer_bytes = p->stream_buffer_bytes;
     r->heartbeat_ms = p->heartbeat_ms;
     r->on_end = p->on_end;
+    r->connect_us = r->first_byte_us = AGW_UP_NOT_MEASURED;
     r->arg = p->arg;
     r->runs = p->runs;
     r->detach = p->detach;
@@ -810,8 +811,8 @@ static void relay_free(struct agw_relay *r)
         .upstream = r->n_backends > 0 ? current_authority(r) : NULL,
         .outcome = r->outcome != NULL ? r->outcome : "client_closed",
         .upstream_error = r->upstream_error,
-        .connect_ms = r->connect_ms,
-        .first_byte_ms = r->first_byte_ms,
+        .connect_us = r->connect_us,
+        .first_byte_us = r->first_byte_us,
         .detached = r->was_detached,
     };
 

@@ -113,10 +113,10 @@ struct agw_upstream {
     void *arg;
     enum agw_up_failure pending_kind; /* failure to report from the kick event, or AGW_UP_OK */
     char pending_detail[160];
-    uint64_t start_ms, connect_ms, first_byte_ms;
-    uint64_t last_read_ms; /* for the lazy idle timer */
-    unsigned busy;         /* depth of callbacks running */
-    bool closing;          /* agw_upstream_close() was called */
+    uint64_t start_us, connect_us, sent_us, first_byte_us; /* the latency metrics' */
+    uint64_t last_read_ms;                                 /* for the lazy idle timer */
+    unsigned busy;                                         /* depth of callbacks running */
+    bool closing;                                          /* agw_upstream_close() was called */
     bool paused;
     bool reused;    /* the connection came from the pool */
     bool got_bytes; /* at least one response byte arrived */
@@ -474,7 +474,7 @@ static bool process_input(struct agw_upstream *up)
             return true;
         if (!up->got_bytes) {
             up->got_bytes = true;
-            up->first_byte_ms = agw_now_ms() - up->start_ms;
+            up->first_byte_us = agw_now_us() - up->sent_us;
         }
         rc = agw_http1_parse_head(up->parser, in, &up->resp);
         if (rc == AGW_AGAIN)
@@ -664,7 +664,8 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
     char detail[160];
 
     if (what & BEV_EVENT_CONNECTED) {
-        up->connect_ms = agw_now_ms() - up->start_ms;
+        up->sent_us = agw_now_us();
+        up->connect_us = up->sent_us - up->start_us;
         set_state(up, UP_ST_WAITING);
         reader_start(up);
         return;
@@ -837,7 +838,8 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
     up->pool = pool;
     up->cbs = *cbs;
     up->arg = arg;
-    up->start_ms = agw_now_ms();
+    up->start_us = up->sent_us = agw_now_us();
+    up->connect_us = up->first_byte_us = AGW_UP_NOT_MEASURED;
     up->timer = evtimer_new(pool->base, timer_cb, up);
     up->parser = agw_http1_parser_new(pool->opts.max_header_bytes);
     up->body = evbuffer_new();
@@ -989,12 +991,12 @@ void agw_upstream_release(struct agw_upstream *up)
         kick(up);
 }
 
-uint64_t agw_upstream_connect_ms(const struct agw_upstream *up)
+uint64_t agw_upstream_connect_us(const struct agw_upstream *up)
 {
-    return up->connect_ms;
+    return up->connect_us;
 }
 
-uint64_t agw_upstream_first_byte_ms(const struct agw_upstream *up)
+uint64_t agw_upstream_first_byte_us(const struct agw_upstream *up)
 {
-    return up->first_byte_ms;
+    return up->first_byte_us;
 }

@@ -51,6 +51,8 @@ char *agw_xstrndup(const char *s, size_t n);
 /* Monotonic clock in milliseconds and wall clock in milliseconds since the epoch. */
 uint64_t agw_now_ms(void);
 uint64_t agw_wall_ms(void);
+/* Monotonic clock in microseconds (latency measurements). */
+uint64_t agw_now_us(void);
 
 /* Writes <nbytes_of_randomness> (at most 64) random bytes as lowercase hex plus NUL into <out>
  * (2 * n + 1 bytes): request, trace and message ids. Not for secrets: a fast generator seeded per

@@ -23,6 +23,8 @@ enum agw_counter {
     AGW_C_DECISIONS_REJECTED,  /* agw_decisions_rejected_total */
     AGW_C_DECISIONS_STREAMED,  /* agw_decisions_streamed_total */
     AGW_C_RUNS_CANCELLED,      /* agw_runs_cancelled_total */
+    AGW_C_RELOADS,             /* agw_config_reloads_total */
+    AGW_C_RELOADS_REFUSED,     /* agw_config_reloads_refused_total */
     AGW_N_COUNTERS
 };
 
@@ -50,6 +52,18 @@ uint64_t agw_metrics_get(const struct agw_metrics *m, enum agw_counter c);
 void agw_metrics_request(struct agw_metrics *m, const char *agent, int status);
 /* One upstream failure of <kind> (AGW_UP_OK counts nothing). */
 void agw_metrics_upstream_failure(struct agw_metrics *m, enum agw_up_failure kind);
+
+/* The latency histograms (by agent), observed once per run when it ends: */
+enum agw_histogram {
+    AGW_H_CONNECT = 0, /* agw_upstream_connect_seconds: a new backend connection (DNS, TCP, TLS) */
+    AGW_H_FIRST_BYTE, /* agw_upstream_first_byte_seconds: request written → first response byte */
+    AGW_H_RUN,        /* agw_run_duration_seconds: the whole run, as the access log's duration */
+    AGW_N_HISTOGRAMS
+};
+/* One run of <agent> (a configured id): each value in µs, AGW_UP_NOT_MEASURED to leave one out. One
+ * lock. */
+void agw_metrics_observe_run(struct agw_metrics *m, const char *agent, uint64_t connect_us,
+                             uint64_t first_byte_us, uint64_t duration_us);
 
 /* Appends the whole exposition (Prometheus text format 0.0.4) to <out>. */
 void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g,

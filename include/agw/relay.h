@@ -40,7 +40,9 @@ struct agw_relay_summary {
     const char
         *outcome; /* "RUN_FINISHED", "RUN_ERROR:<code>", "client_closed", "upstream_error", … */
     enum agw_up_failure upstream_error; /* the last upstream failure, or AGW_UP_OK */
-    uint64_t connect_ms, first_byte_ms;
+    /* The last backend attempt's connect and first-byte times in µs (AGW_UP_NOT_MEASURED: a reused
+     * connection has no connect; no byte came, or no backend was tried) */
+    uint64_t connect_us, first_byte_us;
     bool detached; /* the client left and the run went on without it */
 };
 

@@ -112,9 +112,11 @@ void agw_upstream_close(struct agw_upstream *up);
  */
 void agw_upstream_release(struct agw_upstream *up);
 
-/* Milliseconds from start to connected / to the first response byte (0 until known), for metrics.
- */
-uint64_t agw_upstream_connect_ms(const struct agw_upstream *up);
-uint64_t agw_upstream_first_byte_ms(const struct agw_upstream *up);
+/* For the latency metrics, in microseconds, or AGW_UP_NOT_MEASURED: connecting a new connection
+ * (DNS, TCP and the TLS handshake; a pooled connection reused has none), and from the request's
+ * write to the first response byte. */
+#define AGW_UP_NOT_MEASURED UINT64_MAX
+uint64_t agw_upstream_connect_us(const struct agw_upstream *up);
+uint64_t agw_upstream_first_byte_us(const struct agw_upstream *up);
 
 #endif

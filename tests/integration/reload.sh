@@ -115,6 +115,10 @@ check_contains "a line between the move and the signal too" '"request_id":"durin
 check_contains "a line after the signal is in the new file" '"request_id":"after-rotate"' "$(cat "$T/access.log" 2>/dev/null)"
 check_not_contains "and only there" after-rotate "$(cat "$T/access.log.1")"
 
+metrics=$(curl -s -m 5 "http://127.0.0.1:$GW_PORT/metrics")
+check_contains "one reload counted" "agw_config_reloads_total 1" "$metrics"
+check_contains "three refusals counted" "agw_config_reloads_refused_total 3" "$metrics"
+
 stop_pid "$GW_PID" >/dev/null
 check_eq "clean exit (no configuration or pool left behind)" 0 "$STOP_STATUS"
 check_not_contains "no configuration held at exit" "still held" "$(cat "$GW_LOG")"

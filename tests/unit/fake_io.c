@@ -215,13 +215,13 @@ void agw_upstream_release(struct agw_upstream *up)
     up->released = true;
 }
 
-uint64_t agw_upstream_connect_ms(const struct agw_upstream *up)
+uint64_t agw_upstream_connect_us(const struct agw_upstream *up)
 {
     (void)up;
     return 1;
 }
 
-uint64_t agw_upstream_first_byte_ms(const struct agw_upstream *up)
+uint64_t agw_upstream_first_byte_us(const struct agw_upstream *up)
 {
     (void)up;
     return 2;

@@ -82,16 +82,18 @@ static bool name_ok(const char *s, size_t n)
     return true;
 }
 
-/* Each sample's metric was announced by a HELP and a TYPE line just before its samples; every
- * failure kind has a sample; no metric is announced twice. */
+/* Each sample's metric was announced by a HELP and a TYPE line just before its samples (a
+ * histogram's as <name>_bucket, _sum and _count); every failure kind has a sample; no metric is
+ * announced twice. */
 Test(metrics, the_exposition_is_well_formed)
 {
     struct agw_metrics *m = agw_metrics_new();
     char announced[64][64];
     size_t n_announced = 0;
-    char current[64] = "";
+    char current[64] = "", type[16] = "";
 
     agw_metrics_request(m, "weather", 200);
+    agw_metrics_observe_run(m, "weather", 700, 20000, 1500000);
     char *s = expose(m);
     for (char *line = strtok(s, "\n"); line != NULL; line = strtok(NULL, "\n")) {
         char name[64];
@@ -104,16 +106,25 @@ Test(metrics, the_exposition_is_well_formed)
             continue;
         }
         if (strncmp(line, "# TYPE ", 7) == 0) {
-            char type[16];
             cr_assert_eq(sscanf(line + 7, "%63s %15s", name, type), 2, "%s", line);
             cr_assert_str_eq(name, current, "TYPE without its HELP: %s", line);
-            cr_assert(strcmp(type, "counter") == 0 || strcmp(type, "gauge") == 0, "%s", line);
+            cr_assert(strcmp(type, "counter") == 0 || strcmp(type, "gauge") == 0 ||
+                          strcmp(type, "histogram") == 0,
+                      "%s", line);
             continue;
         }
         size_t k = strcspn(line, "{ ");
+        size_t base = strlen(current);
         cr_assert(name_ok(line, k), "bad metric name: %s", line);
-        cr_assert(k == strlen(current) && strncmp(line, current, k) == 0,
-                  "a sample of a metric not announced just before: %s", line);
+        cr_assert(strncmp(line, current, base) == 0, "a sample of a metric not announced: %s",
+                  line);
+        if (strcmp(type, "histogram") == 0)
+            cr_assert(strncmp(line + base, "_bucket{", 8) == 0 ||
+                          strncmp(line + base, "_sum{", 5) == 0 ||
+                          strncmp(line + base, "_count{", 7) == 0,
+                      "a histogram's sample is a _bucket, _sum or _count: %s", line);
+        else
+            cr_assert_eq(k, base, "a sample of a metric not announced just before: %s", line);
         if (line[k] == '{') {
             char *end = strchr(line, '}');
             cr_assert_not_null(end, "%s", line);
@@ -132,6 +143,63 @@ Test(metrics, the_exposition_is_well_formed)
         snprintf(want, sizeof(want), "agw_upstream_failures_total{kind=\"%s\"} 0",
                  agw_up_failure_name((enum agw_up_failure)kind));
         cr_assert(has_line(s, want), "no line %s", want);
+    }
+    free(s);
+    agw_metrics_free(m);
+}
+
+/* A histogram: cumulative buckets in ascending order of le, +Inf equal to _count, _sum in seconds;
+ * a value not measured is left out; one table per agent. */
+Test(metrics, histograms)
+{
+    struct agw_metrics *m = agw_metrics_new();
+    char *s;
+
+    agw_metrics_observe_run(m, "weather", 400, 30000, 2000000);   /* 0.4 ms, 30 ms, 2 s */
+    agw_metrics_observe_run(m, "weather", 3000, 7000000, 700000); /* 3 ms, 7 s, 0.7 s */
+    agw_metrics_observe_run(m, "weather", AGW_UP_NOT_MEASURED, AGW_UP_NOT_MEASURED, 100000000);
+    agw_metrics_observe_run(m, "news", AGW_UP_NOT_MEASURED, 1000, 4000000000u); /* over 30 min */
+    s = expose(m);
+    cr_assert(has_line(s, "# TYPE agw_upstream_connect_seconds histogram"), "%s", s);
+    cr_assert(has_line(s, "agw_upstream_connect_seconds_bucket{agent=\"weather\",le=\"0.0005\"} 1"),
+              "%s", s);
+    cr_assert(has_line(s, "agw_upstream_connect_seconds_bucket{agent=\"weather\",le=\"0.0025\"} 1"),
+              "%s", s);
+    cr_assert(has_line(s, "agw_upstream_connect_seconds_bucket{agent=\"weather\",le=\"0.005\"} 2"),
+              "%s", s);
+    cr_assert(has_line(s, "agw_upstream_connect_seconds_bucket{agent=\"weather\",le=\"+Inf\"} 2"),
+              "%s", s);
+    cr_assert(has_line(s, "agw_upstream_connect_seconds_count{agent=\"weather\"} 2"), "%s", s);
+    cr_assert(has_line(s, "agw_upstream_connect_seconds_sum{agent=\"weather\"} 0.003400"), "%s", s);
+    cr_assert_null(strstr(s, "agw_upstream_connect_seconds_count{agent=\"news\"}"),
+                   "no connect measured for news: no series");
+    cr_assert(
+        has_line(s, "agw_upstream_first_byte_seconds_bucket{agent=\"weather\",le=\"0.05\"} 1"),
+        "%s", s);
+    cr_assert(has_line(s, "agw_upstream_first_byte_seconds_bucket{agent=\"weather\",le=\"5\"} 1"),
+              "%s", s);
+    cr_assert(has_line(s, "agw_upstream_first_byte_seconds_bucket{agent=\"weather\",le=\"10\"} 2"),
+              "%s", s);
+    cr_assert(has_line(s, "agw_upstream_first_byte_seconds_bucket{agent=\"news\",le=\"0.005\"} 1"),
+              "%s", s);
+    cr_assert(has_line(s, "agw_run_duration_seconds_count{agent=\"weather\"} 3"), "%s", s);
+    cr_assert(has_line(s, "agw_run_duration_seconds_bucket{agent=\"weather\",le=\"1\"} 1"), "%s",
+              s);
+    cr_assert(has_line(s, "agw_run_duration_seconds_bucket{agent=\"weather\",le=\"2.5\"} 2"), "%s",
+              s);
+    cr_assert(has_line(s, "agw_run_duration_seconds_bucket{agent=\"weather\",le=\"120\"} 3"), "%s",
+              s);
+    cr_assert(has_line(s, "agw_run_duration_seconds_bucket{agent=\"news\",le=\"1800\"} 0"), "%s",
+              s);
+    cr_assert(has_line(s, "agw_run_duration_seconds_bucket{agent=\"news\",le=\"+Inf\"} 1"), "%s",
+              s);
+    /* Cumulative: every bucket line of a series at least the one before. */
+    uint64_t prev = 0;
+    for (const char *p = s;
+         (p = strstr(p, "agw_run_duration_seconds_bucket{agent=\"weather\"")) != NULL; p++) {
+        uint64_t v = strtoull(strchr(p, '}') + 2, NULL, 10);
+        cr_assert_geq(v, prev);
+        prev = v;
     }
     free(s);
     agw_metrics_free(m);
