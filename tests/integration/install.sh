@@ -7,11 +7,17 @@
 
 B=$AGW_BUILDDIR
 R=$T/root
-var() { printf 'print-var:\n\t@echo $(%s)\n' "$1" | make -s --no-print-directory -C "$B" -f Makefile -f - print-var; }
+# make from inside make check: a make of its own, not a part of the parent's (its flags, its jobserver).
+mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory "$@"; }
+var() { printf 'print-var:\n\t@echo $(%s)\n' "$1" | mk -C "$B" -f Makefile -f - print-var; }
 bindir=$(var bindir) sysconfdir=$(var sysconfdir) mandir=$(var mandir) docdir=$(var docdir)
 unitdir=$(var systemdsystemunitdir)
+case "$bindir$sysconfdir$mandir$docdir$unitdir" in
+/*) ;;
+*) fail "cannot read the installation directories from $B/Makefile ('$bindir', '$unitdir')"; finish; exit 1 ;;
+esac
 
-make -s -C "$B" install DESTDIR="$R" >"$T/install.out" 2>&1 || { cat "$T/install.out"; fail "make install"; finish; exit 1; }
+mk -C "$B" install DESTDIR="$R" >"$T/install.out" 2>&1 || { cat "$T/install.out"; fail "make install"; finish; exit 1; }
 for p in agui-gateway agui-demo-agent; do
     [ -x "$R$bindir/$p" ] && ok "$p installed in $bindir" || fail "$R$bindir/$p missing"
 done
@@ -51,10 +57,10 @@ done
 # A reinstall keeps the operator's configuration and puts the new one beside it.
 printf '\n' >>"$cfg"
 sum=$(sha256sum <"$cfg")
-make -s -C "$B" install DESTDIR="$R" >"$T/install2.out" 2>&1 || fail "make install again"
+mk -C "$B" install DESTDIR="$R" >"$T/install2.out" 2>&1 || fail "make install again"
 check_eq "a reinstall keeps the configuration" "$sum" "$(sha256sum <"$cfg")"
 [ -f "$cfg.dist" ] && ok "and installs the new one as agui-gateway.json.dist" || fail "no $cfg.dist"
 
-make -s -C "$B" uninstall DESTDIR="$R" >"$T/uninstall.out" 2>&1 || fail "make uninstall"
+mk -C "$B" uninstall DESTDIR="$R" >"$T/uninstall.out" 2>&1 || fail "make uninstall"
 check_eq "make uninstall removes every file" "" "$(find "$R" -type f)"
 finish
