@@ -23,7 +23,8 @@ struct knob_word {
 
 static const struct knob_word lifecycle_words[] = {{"full", 0}, {"none", 1}, {NULL, 0}};
 static const struct knob_word dialect_words[] = {
-    {"agui", DIALECT_AGUI}, {"ag-ui", DIALECT_AGUI}, {"cloudbase", DIALECT_CLOUDBASE}, {NULL, 0}};
+    {"agui", DIALECT_AGUI},    {"ag-ui", DIALECT_AGUI},  {"cloudbase", DIALECT_CLOUDBASE},
+    {"ag-kit", DIALECT_AGKIT}, {"agkit", DIALECT_AGKIT}, {NULL, 0}};
 static const struct knob_word framing_words[] = {
     {"chunked", FRAMING_CHUNKED}, {"close", FRAMING_CLOSE}, {"length", FRAMING_LENGTH}, {NULL, 0}};
 
@@ -60,7 +61,7 @@ static const struct knob_def knob_defs[] = {
     {"write_each", KNOB_BOOL, KOFF(write_each), 0, 1, NULL},
     {"lifecycle", KNOB_ENUM, KOFF(lifecycle_none), 0, 1, lifecycle_words},
     {"done", KNOB_BOOL, KOFF(done), 0, 1, NULL},
-    {"dialect", KNOB_ENUM, KOFF(dialect), 0, 1, dialect_words},
+    {"dialect", KNOB_ENUM, KOFF(dialect), 0, 2, dialect_words},
     {"fail", KNOB_BOOL, KOFF(fail), 0, 1, NULL},
     {"multiline", KNOB_BOOL, KOFF(multiline), 0, 1, NULL},
     {"comments", KNOB_BOOL, KOFF(comments), 0, 1, NULL},

@@ -16,7 +16,7 @@
 struct header;
 
 enum framing { FRAMING_CHUNKED = 0, FRAMING_CLOSE, FRAMING_LENGTH };
-enum dialect { DIALECT_AGUI = 0, DIALECT_CLOUDBASE };
+enum dialect { DIALECT_AGUI = 0, DIALECT_CLOUDBASE, DIALECT_AGKIT };
 
 /* Per-request test knobs, from the query string and X-Demo-<Name> headers (the header wins). -1 =
  * unset. */

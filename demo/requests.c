@@ -56,6 +56,53 @@ static void record_request(struct conn *c, const char *path, const char *query)
 }
 
 /* An agent POST: validate, build the run, answer after first_byte_delay_ms. */
+/* A legacy AG-Kit request (dialect=ag-kit) in the shape the scenarios read: conversationId is the
+ * thread, tools' parameters (a JSON string) become objects, messages get ids, and a resume
+ * {interruptId, payload} becomes the confirmation's tool call and its answer, as an AG-UI client
+ * would have sent them. */
+static void agkit_normalise(json_t *in)
+{
+    json_t *messages = json_object_get(in, "messages"), *tools = json_object_get(in, "tools");
+    json_t *resume = json_object_get(in, "resume"), *m, *t;
+    size_t i;
+
+    if (json_is_string(json_object_get(in, "conversationId")))
+        json_object_set(in, "threadId", json_object_get(in, "conversationId"));
+    json_array_foreach(tools, i, t)
+    {
+        json_t *params = json_object_get(t, "parameters");
+        json_t *parsed =
+            json_is_string(params) ? json_loads(json_string_value(params), 0, NULL) : NULL;
+        if (parsed != NULL)
+            json_object_set_new(t, "parameters", parsed);
+    }
+    if (!json_is_array(messages)) {
+        messages = json_array();
+        json_object_set_new(in, "messages", messages);
+    }
+    if (json_is_object(resume) && json_is_string(json_object_get(resume, "interruptId"))) {
+        json_t *id = json_object_get(resume, "interruptId");
+        json_t *payload = json_object_get(resume, "payload");
+        char *content =
+            json_dumps(payload != NULL ? payload : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
+        json_array_append_new(messages,
+                              json_pack("{s:s,s:[{s:O,s:s,s:{s:s,s:s}}]}", "role", "assistant",
+                                        "toolCalls", "id", id, "type", "function", "function",
+                                        "name", "confirmAction", "arguments", "{}"));
+        json_array_append_new(messages, json_pack("{s:s,s:O,s:s}", "role", "tool", "toolCallId", id,
+                                                  "content", content ? content : "null"));
+        free(content);
+    }
+    json_array_foreach(messages, i, m)
+    {
+        char id[32];
+        if (json_is_object(m) && json_object_get(m, "id") == NULL) {
+            snprintf(id, sizeof(id), "legacy_%zu", i + 1);
+            json_object_set_new(m, "id", json_string(id));
+        }
+    }
+}
+
 static void handle_run(struct conn *c, const char *path, const char *query)
 {
     struct demo *d = c->d;
@@ -95,6 +142,8 @@ static void handle_run(struct conn *c, const char *path, const char *query)
             return;
         }
     }
+    if (in != NULL && r->k.dialect == DIALECT_AGKIT)
+        agkit_normalise(in);
     tid = str_field(in, "threadId");
     rid = str_field(in, "runId");
     if (in && take_decision(c, in, (enum decision_mode)r->k.decision)) {

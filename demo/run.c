@@ -336,11 +336,63 @@ static void advance(struct run *r)
         r->cur++;
 }
 
+/* The legacy AG-Kit dialect (dialect=ag-kit): lower-case events with no lifecycle and no message
+ * boundaries; a confirmation is an "interrupt" rather than a tool call. Returns the event, or NULL
+ * for a step the dialect does not show. */
+static json_t *agkit_json(const struct run *r, const struct step *s, uint64_t rep)
+{
+    bool confirm = strcmp(r->scenario, "confirm") == 0;
+
+    switch (s->kind) {
+    case EV_TEXT_CONTENT: {
+        const struct piece *p = &s->pieces[rep % s->npieces];
+        return json_pack("{s:s,s:s%}", "type", "text", "content", p->raw, p->raw_len);
+    }
+    case EV_TOOL_START:
+        if (confirm) {
+            json_t *payload = json_loads(s->text, 0, NULL);
+            return json_pack("{s:s,s:s,s:s,s:o}", "type", "interrupt", "id", s->id, "reason",
+                             "confirm", "payload", payload ? payload : json_string(s->text));
+        }
+        return json_pack("{s:s,s:s,s:s}", "type", "tool-call-start", "toolCallId", s->id,
+                         "toolCallName", s->name);
+    case EV_TOOL_ARGS:
+        return confirm ? NULL
+                       : json_pack("{s:s,s:s,s:s}", "type", "tool-call-args", "toolCallId", s->id,
+                                   "delta", s->text);
+    case EV_TOOL_END:
+        return confirm ? NULL
+                       : json_pack("{s:s,s:s}", "type", "tool-call-end", "toolCallId", s->id);
+    case EV_TOOL_RESULT: {
+        json_t *result = json_loads(s->text, 0, NULL);
+        return json_pack("{s:s,s:s,s:o}", "type", "tool-result", "toolCallId", s->call_id, "result",
+                         result ? result : json_string(s->text));
+    }
+    default: /* RUN_STARTED, TEXT_MESSAGE_START/END, RUN_FINISHED, RUN_ERROR: no legacy event */
+        return NULL;
+    }
+}
+
 /* Produces the next event into r->batch. The cursor must be on an event (not past the end, not
  * EV_STALL). */
 void emit_next(struct run *r)
 {
     const struct step *s = &r->steps[r->cur];
+
+    if (r->k.dialect == DIALECT_AGKIT && s->kind != EV_DONE) {
+        json_t *ev = agkit_json(r, s, r->rep);
+        if (ev != NULL) {
+            char *txt = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            if (!txt)
+                abort(); /* out of memory, the daemon's policy */
+            put_frame(r, r->batch, NULL, txt, strlen(txt));
+            free(txt);
+            json_decref(ev);
+        }
+        r->emitted++;
+        advance(r);
+        return;
+    }
 
     if (s->kind == EV_DONE) {
         put_frame(r, r->batch, NULL, "[DONE]", 6);

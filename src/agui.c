@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "agw/agui.h"
+#include "agw/agkit.h"
 #include "agw/log.h"
 
 const char AGW_AGUI_UPSTREAM_ERROR[] = "UPSTREAM_ERROR";
@@ -114,6 +115,12 @@ struct agw_agui {
     const char *fed;
     size_t fed_len;
     bool slow_only; /* agw_agui_set_fast_paths(false): every frame through jansson (tests) */
+    struct agw_agkit *agkit; /* "ag-kit" backends: their legacy events, translated first */
+};
+
+struct agkit_feed {
+    struct agw_agui *a;
+    const struct agw_agui_sink *out;
 };
 
 static AGW_NORETURN void oom(const char *what)
@@ -1041,10 +1048,11 @@ struct agw_agui *agw_agui_new(const char *thread_id, const char *run_id, enum ag
     assert(valid_utf8(thread_id) && valid_utf8(run_id));
     a->thread_id = agw_xstrdup(thread_id);
     a->run_id = agw_xstrdup(run_id);
-    /* AGW_PROTO_AGKIT is normalised like "ag-ui" for now: translating the legacy AG-Kit events
-     * ("text", "tool-call-*", "tool-result", "interrupt") is a later change. Until then they pass
-     * through as unknown types (the client ignores them) inside a well-formed run. */
+    /* An "ag-kit" backend's legacy events become AG-UI events first (agkit.h), then go through
+     * the same rules as any backend's. */
     a->protocol = protocol;
+    if (protocol == AGW_PROTO_AGKIT)
+        a->agkit = agw_agkit_new(run_id);
     a->state = AGW_AGUI_ST_IDLE;
     return a;
 }
@@ -1056,6 +1064,7 @@ void agw_agui_free(struct agw_agui *a)
     for (size_t i = 0; i < a->n_open; i++)
         free(a->open[i].id);
     free(a->open);
+    agw_agkit_free(a->agkit);
     free(a->thread_id);
     free(a->run_id);
     free(a);
@@ -1157,10 +1166,24 @@ out:
     return a->state == AGW_AGUI_ST_FINISHED;
 }
 
+/* One event of the ag-kit translation: the gateway's bytes, never the upstream's frame. */
+static void agkit_event(void *arg, const char *json, size_t len)
+{
+    struct agkit_feed *f = arg;
+
+    feed_event(f->a, json, len, f->out);
+}
+
 int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, const struct agw_agui_sink *out)
 {
     int rc;
 
+    if (a->agkit != NULL) {
+        struct agkit_feed f = {a, out};
+        if (a->state != AGW_AGUI_ST_FINISHED)
+            agw_agkit_feed(a->agkit, data != NULL ? data : "", len, agkit_event, &f);
+        return a->state == AGW_AGUI_ST_FINISHED;
+    }
     a->fed = data;
     a->fed_len = len;
     rc = feed_event(a, data, len, out);
@@ -1177,6 +1200,10 @@ void agw_agui_end(struct agw_agui *a, const struct agw_agui_sink *out)
 {
     if (a->state == AGW_AGUI_ST_FINISHED)
         return;
+    if (a->agkit != NULL) { /* a legacy stream ends by ending: its text message is complete */
+        struct agkit_feed f = {a, out};
+        agw_agkit_end(a->agkit, agkit_event, &f);
+    }
     if (message_open(a)) {
         run_error(a, out, AGW_AGUI_UPSTREAM_ERROR,
                   "upstream closed the stream in the middle of a message");

@@ -19,6 +19,7 @@
 #include <event2/thread.h>
 #include <jansson.h>
 
+#include "agw/agkit.h"
 #include "agw/balance.h"
 #include "agw/cors.h"
 #include "agw/decision.h"
@@ -368,7 +369,9 @@ static void handle_run(struct agw_worker *w, struct agw_req *req, const struct a
     struct fwd_ctx fc = {agent, h, &n};
     agw_req_foreach_header(req, forward_header, &fc);
 
+    /* A legacy AG-Kit backend takes no decision into a live run: a tool result is a new request. */
     if (in.decision_only && agent->decisions_forward != AGW_FORWARD_NEVER &&
+        agent->protocol != AGW_PROTO_AGKIT &&
         agw_decision_route(w, req, agent, key, &in, h, n, body_data, body_len)) {
         agw_input_clear(&in);
         return;
@@ -388,6 +391,20 @@ static void handle_run(struct agw_worker *w, struct agw_req *req, const struct a
             order[i] = art->pools[idx[i]];
     }
 
+    /* The legacy backend's request (doc/dialects.md); the thread's history keeps the client's. */
+    char *upstream_body = NULL;
+    size_t upstream_len = body_len;
+    if (agent->protocol == AGW_PROTO_AGKIT) {
+        upstream_body = agw_agkit_request(body_data, body_len, &upstream_len, err, sizeof(err));
+        if (upstream_body == NULL) { /* cannot happen: the body was validated */
+            agw_ratelimit_release(w->gw->ratelimit, slot);
+            snprintf(msg, sizeof(msg), "bad request: %s", err);
+            agw_gw_reply_error(w, req, agent->id, 400, msg);
+            agw_input_clear(&in);
+            return;
+        }
+    }
+
     struct run_ctx *rc = agw_xcalloc(1, sizeof(*rc));
     rc->w = w;
     rc->wc = agw_gw_hold(w);
@@ -405,8 +422,8 @@ static void handle_run(struct agw_worker *w, struct agw_req *req, const struct a
         .retries = agent->retries,
         .headers = h,
         .n_headers = n,
-        .body = body_data,
-        .body_len = body_len,
+        .body = upstream_body != NULL ? upstream_body : body_data,
+        .body_len = upstream_len,
         .stream_buffer_bytes = cfg->limits.stream_buffer_bytes,
         .max_frame_bytes = cfg->limits.max_frame_bytes,
         .heartbeat_ms = cfg->timeouts.heartbeat_ms,
@@ -421,6 +438,7 @@ static void handle_run(struct agw_worker *w, struct agw_req *req, const struct a
     if (w->gw->store != NULL)
         agw_store_run_input(w->gw->store, agent->id, in.thread_id, in.run_id, body_data, body_len);
     agw_relay_start(w->relays, &p);
+    free(upstream_body); /* the relay keeps its copy */
     agw_input_clear(&in);
 }
 

@@ -272,5 +272,51 @@ if (process.env.GWTLS) {
         r.error ?? JSON.stringify(r.messages.at(-1)));
 }
 
+// 9. A legacy AG-Kit backend ("protocol": "ag-kit"): the seed scenarios reach the client as AG-UI it verifies and
+// rebuilds into the same messages as from an AG-UI backend.
+{
+  const r = await run(`${GW}/agents/legacy/runs`, { messages: [user("m1", "Hello")] });
+  check("ag-kit chat: the verifier accepts the stream", !r.error, r.error);
+  check("ag-kit chat: an assistant message is rebuilt", r.messages.at(-1)?.role === "assistant" &&
+        r.messages.at(-1)?.content === "Hello! How can I help you?", JSON.stringify(r.messages.at(-1)));
+  await historyMatches("ag-kit chat", r.threadId, r.messages);
+}
+{
+  const r = await run(`${GW}/agents/legacy/runs`, { messages: [user("m1", "What is the weather in Paris?")] });
+  check("ag-kit server tool: the verifier accepts the stream", !r.error, r.error);
+  const call = r.messages.flatMap((m) => m.toolCalls ?? []).find((c) => c.function.name === "get_weather");
+  check("ag-kit server tool: assistant toolCalls with get_weather and its arguments",
+        !!call && JSON.parse(call.function.arguments).city === "Paris", JSON.stringify(r.messages));
+  check("ag-kit server tool: the tool-result became a tool message",
+        r.messages.some((m) => m.role === "tool" && m.toolCallId === call?.id && /Sunny/.test(m.content)), JSON.stringify(r.messages));
+  check("ag-kit server tool: a final assistant text", /sunny/i.test(r.messages.at(-1)?.content ?? ""), JSON.stringify(r.messages.at(-1)));
+  await historyMatches("ag-kit server tool", r.threadId, r.messages);
+}
+{
+  const tools = [{ name: "search_local_files", description: "Search files on this computer",
+                   parameters: { type: "object", properties: { keyword: { type: "string" } }, required: ["keyword"] } }];
+  const r = await run(`${GW}/agents/legacy/runs`, { messages: [user("m1", "Search my local files for report")], tools });
+  check("ag-kit client tool: the verifier accepts the stream", !r.error, r.error);
+  const call = r.messages.flatMap((m) => m.toolCalls ?? []).find((c) => c.function.name === "search_local_files");
+  check("ag-kit client tool: the run ends with a call to the client's tool", !!call && types(r.events).at(-1) === "RUN_FINISHED",
+        types(r.events).join(","));
+  const follow = [...r.messages, { id: "tool-result-1", role: "tool", toolCallId: call?.id, content: JSON.stringify(["a.pdf", "b.pdf"]) }];
+  const r2 = await run(`${GW}/agents/legacy/runs`, { threadId: r.threadId, messages: follow, tools });
+  check("ag-kit client tool: the follow-up run passes and answers", !r2.error && r2.messages.at(-1)?.role === "assistant",
+        r2.error ?? JSON.stringify(r2.messages.at(-1)));
+  const sent = await (await fetch(`${DEMO}/_demo/last-request`)).json();
+  check("ag-kit client tool: the backend got only the tool message",
+        JSON.stringify(JSON.parse(sent.body).messages) ===
+        JSON.stringify([{ role: "tool", content: JSON.stringify(["a.pdf", "b.pdf"]), toolCallId: call?.id }]), sent.body);
+}
+{
+  const tools = [{ name: "confirmAction", description: "confirm", parameters: { type: "object" } }];
+  const r = await run(`${GW}/agents/legacy/runs`, { messages: [user("m1", "Please delete the temporary files")], tools });
+  const fin = r.events.find((e) => e.type === "RUN_FINISHED");
+  check("ag-kit interrupt: the verifier accepts the run that ends with it", !r.error, r.error);
+  check("ag-kit interrupt: RUN_FINISHED carries it as its outcome",
+        fin?.outcome?.type === "interrupt" && fin.outcome.interrupts?.[0]?.id === "call_003", JSON.stringify(fin));
+}
+
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);

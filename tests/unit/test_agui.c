@@ -1476,14 +1476,21 @@ Test(agui, code_strings)
 
 /* ---- misc ------------------------------------------------------------------------------------ */
 
-Test(agui, agkit_is_normalised_like_agui_for_now)
+/* An "ag-kit" run: its legacy events are translated (agkit.c, tested in test_agkit.c) and the
+ * result passes the verifier; AG-UI events from a legacy backend have no legacy meaning and are
+ * dropped. */
+Test(agui, agkit_runs_are_translated_then_normalised)
 {
-    struct result r = run_frames_p(
-        (const char *const[]){"{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\"}",
-                              "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m\"}", NULL},
-        END_EOF, AGW_PROTO_AGKIT);
-    cr_assert_eq(r.n_out, 4);
+    struct result r =
+        run_frames_p((const char *const[]){"{\"type\":\"text\",\"content\":\"Hi\"}",
+                                           "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\"}",
+                                           "{\"type\":\"text\",\"content\":\"!\"}", NULL},
+                     END_EOF, AGW_PROTO_AGKIT);
+    cr_assert_eq(r.n_out, 6);
+    cr_assert_str_eq(str_at(&r, 1, "type"), "TEXT_MESSAGE_START");
     cr_assert_str_eq(str_at(&r, 1, "role"), "assistant");
+    cr_assert_str_eq(str_at(&r, 3, "delta"), "!");
+    cr_assert_str_eq(str_at(&r, 5, "type"), "RUN_FINISHED");
     assert_verified(&r);
     result_free(&r);
 }
