@@ -1,6 +1,7 @@
 /* The legacy AG-Kit dialect, both ways: see include/agw/agkit.h and doc/dialects.md. */
 #include "config.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,15 @@
 #include <jansson.h>
 
 #include "agw/agkit.h"
+
+/* JSON text → a value; an integer past 64 bits (valid JSON, a double for JavaScript) becomes a real
+ * rather than an error. */
+static json_t *load(const char *data, size_t len)
+{
+    json_t *v = json_loadb(data, len, 0, NULL);
+
+    return v != NULL ? v : json_loadb(data, len, JSON_DECODE_INT_AS_REAL, NULL);
+}
 
 /* ---- the request ----------------------------------------------------------------------------- */
 
@@ -55,8 +65,7 @@ static json_t *legacy_message(json_t *m)
 
 char *agw_agkit_request(const char *body, size_t len, size_t *out_len, char *err, size_t errlen)
 {
-    json_error_t jerr;
-    json_t *in = json_loadb(body, len, 0, &jerr), *out = NULL, *messages, *tools, *resume, *m;
+    json_t *in = load(body, len), *out = NULL, *messages, *tools, *resume, *m;
     size_t i, first = 0;
     char *text = NULL;
 
@@ -216,7 +225,7 @@ int agw_agkit_feed(struct agw_agkit *t, const char *data, size_t len, agw_agkit_
         t->finished = true;
         return 1;
     }
-    ev = json_loadb(data, len, 0, NULL);
+    ev = load(data, len);
     type_v = json_object_get(ev, "type");
     if (!json_is_string(type_v)) {
         emit(arg, data, len); /* not an event: the normaliser says so */
@@ -286,4 +295,215 @@ void agw_agkit_end(struct agw_agkit *t, agw_agkit_emit_fn *emit, void *arg)
 {
     if (!t->finished)
         end_text(t, emit, arg);
+}
+
+/* ---- legacy clients ----------------------------------------------------------------------------
+ */
+
+int agw_agkit_legacy_thread(const char *body, size_t len, char *out, size_t outlen)
+{
+    json_t *in = load(body, len), *c;
+    int rc = 0;
+
+    out[0] = '\0';
+    if (!json_is_object(in)) {
+        rc = -AGW_EINVAL;
+    } else if ((c = json_object_get(in, "conversationId")) != NULL) {
+        if (!json_is_string(c) || json_string_length(c) == 0 || json_string_length(c) >= outlen ||
+            strlen(json_string_value(c)) != json_string_length(c))
+            rc = -AGW_EINVAL;
+        else {
+            memcpy(out, json_string_value(c), json_string_length(c) + 1);
+            rc = 1;
+        }
+    }
+    json_decref(in);
+    return rc;
+}
+
+static int legacy_fail(char *err, size_t errlen, const char *fmt, ...) AGW_PRINTF(3, 4);
+
+static int legacy_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -AGW_EINVAL;
+}
+
+/* One legacy message → an AG-UI one with id <run_id>-in-<n>. */
+static int from_legacy_message(json_t *m, size_t i, const char *run_id, json_t *out, char *err,
+                               size_t errlen)
+{
+    static const char *const roles[] = {"user", "tool", "system", "developer", "assistant", NULL};
+    const char *role = json_string_value(json_object_get(m, "role"));
+    json_t *content = json_object_get(m, "content"), *call = json_object_get(m, "toolCallId");
+    size_t k = 0, idlen = strlen(run_id) + 32;
+    char *id;
+
+    if (!json_is_object(m))
+        return legacy_fail(err, errlen, "messages[%zu] must be an object", i);
+    while (role != NULL && roles[k] != NULL && strcmp(roles[k], role) != 0)
+        k++;
+    if (role == NULL || roles[k] == NULL)
+        return legacy_fail(err, errlen,
+                           "messages[%zu].role must be one of user, tool, system, developer, "
+                           "assistant",
+                           i);
+    if (!json_is_string(content))
+        return legacy_fail(err, errlen, "messages[%zu].content must be a string", i);
+    if (strcmp(role, "tool") == 0 && (!json_is_string(call) || json_string_length(call) == 0))
+        return legacy_fail(err, errlen, "messages[%zu].toolCallId is required for a tool message",
+                           i);
+    id = agw_xmalloc(idlen);
+    snprintf(id, idlen, "%s-in-%zu", run_id, i + 1);
+    json_t *msg = json_pack("{s:s,s:s,s:O}", "id", id, "role", role, "content", content);
+    free(id);
+    if (strcmp(role, "tool") == 0)
+        json_object_set(msg, "toolCallId", call);
+    json_array_append_new(out, msg);
+    return 0;
+}
+
+char *agw_agkit_legacy_to_input(const char *body, size_t len, const char *thread_id,
+                                const char *run_id, const char *history, size_t history_len,
+                                size_t *out_len, char *err, size_t errlen)
+{
+    json_t *in = load(body, len), *out = NULL, *messages, *tools, *resume, *x;
+    json_t *all = json_array(), *page = NULL;
+    char *text = NULL;
+    size_t i;
+
+    if (!json_is_object(in)) {
+        snprintf(err, errlen, "the body must be a JSON object");
+        goto out;
+    }
+    /* The thread so far, oldest first (the page is newest first). */
+    page = history != NULL ? load(history, history_len) : NULL;
+    x = json_object_get(page, "messages");
+    for (i = json_array_size(x); i > 0; i--)
+        json_array_append(all, json_array_get(x, i - 1));
+    messages = json_object_get(in, "messages");
+    if (messages != NULL && !json_is_array(messages)) {
+        snprintf(err, errlen, "messages must be an array");
+        goto out;
+    }
+    json_array_foreach(messages, i, x)
+    {
+        if (from_legacy_message(x, i, run_id, all, err, errlen) != 0)
+            goto out;
+    }
+    out = json_pack("{s:s,s:s,s:O,s:[],s:[],s:{},s:{}}", "threadId", thread_id, "runId", run_id,
+                    "messages", all, "tools", "context", "state", "forwardedProps");
+    tools = json_object_get(in, "tools");
+    if (tools != NULL && !json_is_array(tools)) {
+        snprintf(err, errlen, "tools must be an array");
+        goto out;
+    }
+    json_array_foreach(tools, i, x)
+    {
+        json_t *name = json_object_get(x, "name"), *params = json_object_get(x, "parameters");
+        json_t *parsed = NULL, *desc = json_object_get(x, "description");
+        if (!json_is_string(name) || json_string_length(name) == 0) {
+            legacy_fail(err, errlen, "tools[%zu].name must be a non-empty string", i);
+            goto out;
+        }
+        if (json_is_string(params))
+            parsed = json_loads(json_string_value(params), 0, NULL);
+        else if (json_is_object(params))
+            parsed = json_incref(params);
+        else if (params == NULL)
+            parsed = json_pack("{s:s}", "type", "object");
+        if (!json_is_object(parsed)) {
+            json_decref(parsed);
+            legacy_fail(err, errlen,
+                        "tools[%zu].parameters must be a JSON Schema object as a string", i);
+            goto out;
+        }
+        json_array_append_new(json_object_get(out, "tools"),
+                              json_pack("{s:O,s:o,s:o}", "name", name, "description",
+                                        json_is_string(desc) ? json_incref(desc) : json_string(""),
+                                        "parameters", parsed));
+    }
+    resume = json_object_get(in, "resume");
+    if (resume != NULL) {
+        json_t *id = json_object_get(resume, "interruptId");
+        if (!json_is_object(resume) || !json_is_string(id)) {
+            snprintf(err, errlen, "resume must be an object with a string interruptId");
+            goto out;
+        }
+        json_t *payload = json_object_get(resume, "payload");
+        json_object_set_new(out, "resume",
+                            json_pack("[{s:O,s:O}]", "interruptId", id, "payload",
+                                      payload != NULL ? payload : json_null()));
+    }
+    if (json_array_size(all) == 0 && resume == NULL) {
+        snprintf(err, errlen, "messages must not be empty (or give resume)");
+        goto out;
+    }
+    text = json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (text == NULL)
+        abort(); /* out of memory */
+    *out_len = strlen(text);
+out:
+    json_decref(in);
+    json_decref(out);
+    json_decref(all);
+    json_decref(page);
+    return text;
+}
+
+int agw_agkit_to_legacy(const char *json, size_t len, agw_agkit_emit_fn *emit, void *arg)
+{
+    json_t *ev = load(json, len);
+    const char *type = json_string_value(json_object_get(ev, "type"));
+    int rc = 0;
+
+    if (type == NULL) {
+        json_decref(ev);
+        return 0;
+    }
+    if (strcmp(type, "TEXT_MESSAGE_CONTENT") == 0 || strcmp(type, "TEXT_MESSAGE_CHUNK") == 0) {
+        json_t *delta = json_object_get(ev, "delta");
+        if (json_is_string(delta) && json_string_length(delta) > 0)
+            emit_json(json_pack("{s:s,s:O}", "type", "text", "content", delta), emit, arg);
+    } else if (strcmp(type, "TOOL_CALL_START") == 0) {
+        static const char *const keys[] = {"toolCallId", "toolCallName", NULL};
+        emit_json(event_from("tool-call-start", ev, keys), emit, arg);
+    } else if (strcmp(type, "TOOL_CALL_ARGS") == 0) {
+        static const char *const keys[] = {"toolCallId", "delta", NULL};
+        emit_json(event_from("tool-call-args", ev, keys), emit, arg);
+    } else if (strcmp(type, "TOOL_CALL_END") == 0) {
+        static const char *const keys[] = {"toolCallId", NULL};
+        emit_json(event_from("tool-call-end", ev, keys), emit, arg);
+    } else if (strcmp(type, "TOOL_CALL_RESULT") == 0) {
+        json_t *out = json_pack("{s:s}", "type", "tool-result");
+        json_t *call = json_object_get(ev, "toolCallId"), *content = json_object_get(ev, "content");
+        if (json_is_string(call))
+            json_object_set(out, "toolCallId", call);
+        json_object_set_new(out, "result",
+                            content != NULL ? json_incref(content) : json_string(""));
+        emit_json(out, emit, arg);
+    } else if (strcmp(type, "RUN_FINISHED") == 0) {
+        json_t *outcome = json_object_get(ev, "outcome"), *it;
+        const char *otype = json_string_value(json_object_get(outcome, "type"));
+        size_t i;
+        if (otype != NULL && strcmp(otype, "interrupt") == 0) {
+            json_array_foreach(json_object_get(outcome, "interrupts"), i, it)
+            {
+                static const char *const keys[] = {"id", "reason", "payload", NULL};
+                emit_json(event_from("interrupt", it, keys), emit, arg);
+            }
+        }
+        emit(arg, "[DONE]", 6);
+        rc = 1;
+    } else if (strcmp(type, "RUN_ERROR") == 0) {
+        static const char *const keys[] = {"code", "message", NULL};
+        emit_json(event_from("error", ev, keys), emit, arg);
+        rc = 1;
+    }
+    json_decref(ev);
+    return rc;
 }

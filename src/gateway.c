@@ -304,39 +304,52 @@ static bool rate_limit_pass(struct agw_worker *w, struct agw_req *req, const cha
     return false;
 }
 
-static void handle_run(struct agw_worker *w, struct agw_req *req, const struct agw_route *route)
+/* What every run request passes before its body is read: the token (401/403), the agent (404),
+ * the Content-Type (415) and the body's size (413). Answers the error itself and returns NULL;
+ * else the agent, and *<key> (NULL with auth off). */
+static const struct agw_agent_config *run_gate(struct agw_worker *w, struct agw_req *req,
+                                               const char *agent_id,
+                                               const struct agw_auth_key **key)
 {
     const struct agw_config *cfg = w->wc->cfg;
     const struct agw_agent_config *agent;
-    const struct agw_auth_key *key = NULL;
-    struct agent_rt *art;
-    struct agw_input in = {0};
-    struct evbuffer *body = agw_req_body(req);
-    size_t body_len = evbuffer_get_length(body);
-    const char *body_data;
-    char err[AGW_INPUT_ERR_MAX], msg[AGW_INPUT_ERR_MAX + 80];
-    int status;
+    char msg[AGW_ID_MAX + 80];
 
-    if (!agw_gw_authorize(w, req, route->agent_id, &key))
-        return;
-    agent = agw_config_find_agent(cfg, route->agent_id);
+    if (!agw_gw_authorize(w, req, agent_id, key))
+        return NULL;
+    agent = agw_config_find_agent(cfg, agent_id);
     if (agent == NULL) {
-        snprintf(msg, sizeof(msg), "agent not found: %s", route->agent_id);
+        snprintf(msg, sizeof(msg), "agent not found: %s", agent_id);
         agw_gw_reply_error(w, req, NULL, 404, msg);
-        return;
+        return NULL;
     }
     if (!agw_input_content_type_ok(agw_req_header(req, "Content-Type"))) {
         agw_gw_reply_error(w, req, agent->id, 415,
                            "unsupported media type: Content-Type must be application/json");
-        return;
+        return NULL;
     }
-    if (body_len > cfg->limits.max_body_bytes) {
+    if (evbuffer_get_length(agw_req_body(req)) > cfg->limits.max_body_bytes) {
         snprintf(msg, sizeof(msg), "payload too large: the limit is %zu bytes",
                  cfg->limits.max_body_bytes);
         agw_gw_reply_error(w, req, agent->id, 413, msg);
-        return;
+        return NULL;
     }
-    body_data = (const char *)evbuffer_pullup(body, -1);
+    return agent;
+}
+
+/* A RunAgentInput <body_data> for <agent>: validated (400/422), then a decision forwarded to the
+ * live run, or a run (rate limited, balanced, relayed). <legacy_client>: the client reads legacy
+ * AG-Kit events, and its tool results are always new runs. */
+static void start_run(struct agw_worker *w, struct agw_req *req,
+                      const struct agw_agent_config *agent, const struct agw_auth_key *key,
+                      const char *body_data, size_t body_len, bool legacy_client)
+{
+    const struct agw_config *cfg = w->wc->cfg;
+    struct agent_rt *art;
+    struct agw_input in = {0};
+    char err[AGW_INPUT_ERR_MAX], msg[AGW_INPUT_ERR_MAX + 80];
+    int status;
+
     status =
         agw_input_parse(body_data, body_len, cfg->limits.max_json_depth, &in, err, sizeof(err));
     if (status != 0) {
@@ -371,7 +384,7 @@ static void handle_run(struct agw_worker *w, struct agw_req *req, const struct a
 
     /* A legacy AG-Kit backend takes no decision into a live run: a tool result is a new request. */
     if (in.decision_only && agent->decisions_forward != AGW_FORWARD_NEVER &&
-        agent->protocol != AGW_PROTO_AGKIT &&
+        agent->protocol != AGW_PROTO_AGKIT && !legacy_client &&
         agw_decision_route(w, req, agent, key, &in, h, n, body_data, body_len)) {
         agw_input_clear(&in);
         return;
@@ -430,6 +443,7 @@ static void handle_run(struct agw_worker *w, struct agw_req *req, const struct a
         .run_ms = cfg->timeouts.run_ms,
         .runs = w->runs,
         .detach = agent->on_client_disconnect == AGW_DISCONNECT_DETACH,
+        .legacy_client = legacy_client,
         .store = w->gw->store,
         .on_end = agw_gw_run_ended,
         .arg = rc,
@@ -440,6 +454,148 @@ static void handle_run(struct agw_worker *w, struct agw_req *req, const struct a
     agw_relay_start(w->relays, &p);
     free(upstream_body); /* the relay keeps its copy */
     agw_input_clear(&in);
+}
+
+static void handle_run(struct agw_worker *w, struct agw_req *req, const struct agw_route *route)
+{
+    const struct agw_auth_key *key = NULL;
+    const struct agw_agent_config *agent = run_gate(w, req, route->agent_id, &key);
+    struct evbuffer *body = agw_req_body(req);
+
+    if (agent != NULL)
+        start_run(w, req, agent, key, (const char *)evbuffer_pullup(body, -1),
+                  evbuffer_get_length(body), false);
+}
+
+/* ---- legacy AG-Kit clients (doc/dialects.md) ------------------------------------------------ */
+
+static bool key_sees(const struct agw_config *cfg, const char *key_id, const char *agents);
+
+/* A legacy request waiting for its thread's history (an AG-UI backend needs the whole
+ * conversation, a legacy client sends only what is new). Freed by whichever comes second: the
+ * store's answer, or the end of the request. The agent and the key are looked up again with the
+ * answer: a reload may have come in between. */
+struct agkit_pending {
+    struct agw_worker *w;
+    struct agw_req *req; /* NULL once the request is gone */
+    bool answered;
+    char agent_id[AGW_ID_MAX + 1];
+    char *key_id;
+    char thread_id[AGW_ID_MAX + 1];
+    char run_id[48];
+};
+
+static void agkit_continue(struct agw_worker *w, struct agw_req *req,
+                           const struct agw_agent_config *agent, const struct agw_auth_key *key,
+                           const char *thread_id, const char *run_id, const char *history,
+                           size_t history_len)
+{
+    struct evbuffer *body = agw_req_body(req);
+    char err[AGW_AGKIT_ERR_MAX], msg[AGW_AGKIT_ERR_MAX + 16];
+    size_t len = 0;
+    char *input = agw_agkit_legacy_to_input((const char *)evbuffer_pullup(body, -1),
+                                            evbuffer_get_length(body), thread_id, run_id, history,
+                                            history_len, &len, err, sizeof(err));
+
+    if (input == NULL) {
+        snprintf(msg, sizeof(msg), "bad request: %s", err);
+        agw_gw_reply_error(w, req, agent->id, 400, msg);
+        return;
+    }
+    start_run(w, req, agent, key, input, len, true);
+    free(input);
+}
+
+static void agkit_pending_closed(struct agw_req *req, void *arg)
+{
+    struct agkit_pending *p = arg;
+
+    (void)req;
+    p->req = NULL;
+    if (p->answered) {
+        free(p->key_id);
+        free(p);
+    }
+}
+
+static void agkit_history_done(void *arg, const struct agw_store_page *page)
+{
+    struct agkit_pending *p = arg;
+    struct agw_worker *w = p->w;
+    const struct agw_config *cfg = w->wc != NULL ? w->wc->cfg : NULL;
+    const struct agw_agent_config *agent = NULL;
+    const struct agw_auth_key *key = NULL;
+
+    p->answered = true;
+    if (p->req == NULL) {
+        free(p->key_id);
+        free(p);
+        return;
+    }
+    if (cfg != NULL)
+        agent = agw_config_find_agent(cfg, p->agent_id);
+    for (size_t i = 0; cfg != NULL && p->key_id != NULL && i < cfg->auth.n_keys; i++)
+        if (strcmp(cfg->auth.keys[i].id, p->key_id) == 0)
+            key = &cfg->auth.keys[i];
+    if (page == NULL || agent == NULL || (p->key_id != NULL && key == NULL) ||
+        (page->status != 200 && page->status != 404)) {
+        agw_gw_reply_error(w, p->req, NULL, 503,
+                           "service unavailable: the thread's history could not be read");
+    } else if (page->status == 200 && !key_sees(cfg, p->key_id, page->agents)) {
+        /* The thread holds answers of an agent this key may not use: as for its history. */
+        char msg[AGW_ID_MAX + 32];
+        snprintf(msg, sizeof(msg), "thread not found: %s", p->thread_id);
+        agw_gw_reply_error(w, p->req, agent->id, 404, msg);
+    } else {
+        /* 404: a new thread, no history. */
+        agkit_continue(w, p->req, agent, key, p->thread_id, p->run_id,
+                       page->status == 200 ? page->body : NULL,
+                       page->status == 200 ? page->len : 0);
+    }
+    /* The request ends after its answer: agkit_pending_closed() frees <p>. */
+}
+
+static void handle_agkit_send(struct agw_worker *w, struct agw_req *req,
+                              const struct agw_route *route)
+{
+    const struct agw_auth_key *key = NULL;
+    const struct agw_agent_config *agent = run_gate(w, req, route->agent_id, &key);
+    struct evbuffer *body = agw_req_body(req);
+    char thread_id[AGW_ID_MAX + 1], run_id[48], hex[33];
+    int rc;
+
+    if (agent == NULL)
+        return;
+    rc = agw_agkit_legacy_thread((const char *)evbuffer_pullup(body, -1), evbuffer_get_length(body),
+                                 thread_id, sizeof(thread_id));
+    if (rc < 0) {
+        agw_gw_reply_error(w, req, agent->id, 400,
+                           "bad request: the body must be a JSON object whose conversationId, when "
+                           "given, is a non-empty string of at most 256 bytes");
+        return;
+    }
+    if (rc == 0) { /* a new conversation */
+        agw_random_hex(hex, 16);
+        snprintf(thread_id, sizeof(thread_id), "conv_%s", hex);
+    }
+    agw_random_hex(hex, 16);
+    snprintf(run_id, sizeof(run_id), "run_%s", hex);
+    if (w->gw->store == NULL || rc == 0) {
+        agkit_continue(w, req, agent, key, thread_id, run_id, NULL, 0);
+        return;
+    }
+    struct agkit_pending *p = agw_xcalloc(1, sizeof(*p));
+    struct agw_history_query q;
+    char err[64];
+    p->w = w;
+    p->req = req;
+    snprintf(p->agent_id, sizeof(p->agent_id), "%s", agent->id);
+    p->key_id = key != NULL ? agw_xstrdup(key->id) : NULL;
+    snprintf(p->thread_id, sizeof(p->thread_id), "%s", thread_id);
+    snprintf(p->run_id, sizeof(p->run_id), "%s", run_id);
+    agw_history_query_parse("order=desc&limit=200", &q, err, sizeof(err));
+    agw_req_on_close(req, agkit_pending_closed, p);
+    agw_store_read(w->gw->store, thread_id, &q, w->inbox, agkit_history_done, p);
 }
 
 /* ---- thread history ----------------------------------------------------------------------- */
@@ -672,6 +828,9 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
         return;
     case AGW_ROUTE_THREAD_MESSAGES:
         handle_thread_messages(w, req, &route);
+        return;
+    case AGW_ROUTE_AGKIT_SEND:
+        handle_agkit_send(w, req, &route);
         return;
     case AGW_ROUTE_NONE:
         break;

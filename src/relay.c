@@ -18,6 +18,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "agw/agkit.h"
 #include "agw/agui.h"
 #include "agw/capture.h"
 #include "agw/log.h"
@@ -109,8 +110,9 @@ struct agw_relay {
     bool flowing;        /* its first event is out (agw_upstream_set_flowing) */
     size_t stream_buffer_bytes;
     uint32_t heartbeat_ms;
-    bool detach;     /* the agent's on_client_disconnect is "detach" */
-    bool defer_head; /* a decision's stream: DEFERRED before STREAMING */
+    bool detach;        /* the agent's on_client_disconnect is "detach" */
+    bool legacy_client; /* AG-UI events are written as legacy AG-Kit ones (doc/dialects.md) */
+    bool defer_head;    /* a decision's stream: DEFERRED before STREAMING */
     agw_relay_end_fn *on_end;
     void *arg;
     /* accounting */
@@ -226,6 +228,14 @@ static void flush_capture(struct agw_relay *r)
     agw_store_run_events(r->store, r->thread_id, r->run_id, lines, len);
 }
 
+static void legacy_frame(void *arg, const char *data, size_t len)
+{
+    struct agw_relay *r = arg;
+
+    if (agw_sse_write_data(r->out, data, len) != 0)
+        abort();
+}
+
 static void relay_emit(void *arg, const char *json, size_t len, bool pass)
 {
     struct agw_relay *r = arg;
@@ -236,6 +246,11 @@ static void relay_emit(void *arg, const char *json, size_t len, bool pass)
             flush_capture(r);
     }
 
+    if (r->legacy_client) { /* the thread's history keeps the AG-UI events, the client its own */
+        flush_run(r);
+        agw_agkit_to_legacy(json, len, legacy_frame, r);
+        return;
+    }
     if (pass && r->framed) {
         const char *f = json - 6; /* "data: " */
         size_t n = len + 8;       /* and "\n\n" */
@@ -749,6 +764,7 @@ static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_r
     r->arg = p->arg;
     r->runs = p->runs;
     r->detach = p->detach;
+    r->legacy_client = p->legacy_client;
     r->store = p->store;
     if (r->store != NULL)
         r->capture = agw_capture_new();

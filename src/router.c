@@ -107,6 +107,7 @@ static bool method_allowed(enum agw_route_id id, enum agw_method m)
         return m == AGW_METHOD_GET || m == AGW_METHOD_HEAD;
     case AGW_ROUTE_RUNS:
     case AGW_ROUTE_CANCEL:
+    case AGW_ROUTE_AGKIT_SEND:
         return m == AGW_METHOD_POST || m == AGW_METHOD_OPTIONS;
     case AGW_ROUTE_THREAD_MESSAGES:
         return m == AGW_METHOD_GET || m == AGW_METHOD_HEAD || m == AGW_METHOD_OPTIONS;
@@ -166,6 +167,19 @@ static bool shape_agents(const char *p)
     return slash != NULL && strcmp(slash, "/cancel") == 0;
 }
 
+/* "/v1/ag-kit/agents/" + "{agent_id}/send-message". */
+static int match_agkit(const char *p, struct agw_route *r)
+{
+    const char *slash = strchr(p, '/');
+
+    if (slash == NULL || strcmp(slash, "/send-message") != 0)
+        return -AGW_ENOTFOUND;
+    if (eat_id(&p, r->agent_id) != 0 || !agw_agent_id_valid(r->agent_id))
+        return -AGW_EINVAL;
+    r->id = AGW_ROUTE_AGKIT_SEND;
+    return 0;
+}
+
 static bool shape_threads(const char *p)
 {
     const char *slash = strchr(p, '/');
@@ -192,6 +206,12 @@ int agw_router_match(const char *path, enum agw_method method, struct agw_route 
         rc = match_agents(p, r);
         if (rc != 0)
             goto fail;
+    } else if (eat(&p, "/v1/ag-kit/agents/")) {
+        rc = match_agkit(p, r);
+        if (rc == -AGW_ENOTFOUND)
+            return rc;
+        if (rc != 0)
+            goto fail;
     } else if (eat(&p, "/v1/ag-ui/threads/")) {
         if (!shape_threads(p))
             return -AGW_ENOTFOUND;
@@ -216,6 +236,7 @@ const char *agw_route_allow(enum agw_route_id id)
         return "GET, HEAD";
     case AGW_ROUTE_RUNS:
     case AGW_ROUTE_CANCEL:
+    case AGW_ROUTE_AGKIT_SEND:
         return "POST, OPTIONS";
     case AGW_ROUTE_THREAD_MESSAGES:
         return "GET, HEAD, OPTIONS";

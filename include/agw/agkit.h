@@ -41,4 +41,27 @@ int agw_agkit_feed(struct agw_agkit *t, const char *data, size_t len, agw_agkit_
 /* The stream ended: ends an open text message. */
 void agw_agkit_end(struct agw_agkit *t, agw_agkit_emit_fn *emit, void *arg);
 
+/* ---- legacy clients (POST /v1/ag-kit/agents/{agent_id}/send-message) ---- */
+
+/* The legacy request's conversationId, copied into <out> (<outlen> bytes with the NUL): 1 when it
+ * has one, 0 when it has none (the gateway makes one), -AGW_EINVAL when it is not a non-empty
+ * string that fits (or the body is not a JSON object). */
+int agw_agkit_legacy_thread(const char *body, size_t len, char *out, size_t outlen);
+
+/* The legacy request → a RunAgentInput for an AG-UI backend, which needs the whole conversation:
+ * the thread's messages so far (<history>: a page of the thread-history endpoint, newest first, or
+ * NULL) followed by the request's messages (ids "<run_id>-in-<n>"), tools with their parameters
+ * parsed, resume {interruptId, payload} as resume [{…}]. Returns an allocated body, or NULL with
+ * the reason in <err> (the request is not a valid legacy request: 400). */
+char *agw_agkit_legacy_to_input(const char *body, size_t len, const char *thread_id,
+                                const char *run_id, const char *history, size_t history_len,
+                                size_t *out_len, char *err, size_t errlen);
+
+/* One AG-UI event of the client's stream (after normalisation) → the legacy events a legacy client
+ * reads: TEXT_MESSAGE_CONTENT → text, TOOL_CALL_* → tool-call-*, TOOL_CALL_RESULT → tool-result,
+ * RUN_FINISHED → an interrupt per interrupt of its outcome, then "[DONE]"; RUN_ERROR → an "error"
+ * event {code, message} (the legacy protocol has none; the stream then ends without "[DONE]");
+ * anything else is not shown. Returns 1 for the run's last event, else 0. */
+int agw_agkit_to_legacy(const char *json, size_t len, agw_agkit_emit_fn *emit, void *arg);
+
 #endif

@@ -12,6 +12,7 @@ enum agw_route_id {
     AGW_ROUTE_RUNS,            /* POST /v1/ag-ui/agents/{agent_id}/runs */
     AGW_ROUTE_CANCEL,          /* POST /v1/ag-ui/agents/{agent_id}/runs/{run_id}/cancel */
     AGW_ROUTE_THREAD_MESSAGES, /* GET /v1/ag-ui/threads/{thread_id}/messages */
+    AGW_ROUTE_AGKIT_SEND,      /* POST /v1/ag-kit/agents/{agent_id}/send-message (legacy clients) */
 };
 
 #define AGW_ID_MAX 256 /* decoded bytes of one path id */
@@ -19,7 +20,7 @@ enum agw_route_id {
 struct agw_route {
     enum agw_route_id id;
     bool method_allowed;            /* false → 405 with agw_route_allow() */
-    char agent_id[AGW_ID_MAX + 1];  /* decoded, for RUNS and CANCEL */
+    char agent_id[AGW_ID_MAX + 1];  /* decoded, for RUNS, CANCEL and AGKIT_SEND */
     char run_id[AGW_ID_MAX + 1];    /* decoded, for CANCEL */
     char thread_id[AGW_ID_MAX + 1]; /* decoded, for THREAD_MESSAGES */
 };

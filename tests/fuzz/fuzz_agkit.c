@@ -1,7 +1,9 @@
 /* libFuzzer driver for the legacy AG-Kit translation (src/agkit.c) as a run meets it: the input is
  * a backend's stream of event data, frames separated by NUL bytes, fed through the normaliser of an
- * "ag-kit" agent (agw_agui with AGW_PROTO_AGKIT), then the end of the stream; the same bytes are
- * also given to the request translation, as a client's body would be.
+ * "ag-kit" agent (agw_agui with AGW_PROTO_AGKIT), then the end of the stream, and each event the
+ * client gets is written again for a legacy client (agw_agkit_to_legacy); the same bytes are also
+ * given to both request translations, as a client's body would be (the legacy one with the bytes
+ * as the thread's history too).
  *
  * Checks: every event the client gets is one JSON object with a string "type" and no line break;
  * the run starts with RUN_STARTED and has exactly one terminal event, last; the request translation
@@ -28,15 +30,29 @@ struct seen {
     bool after_terminal, first_ok;
 };
 
+static void on_legacy(void *arg, const char *json, size_t len)
+{
+    json_t *ev;
+
+    (void)arg;
+    if (len == 6 && memcmp(json, "[DONE]", 6) == 0)
+        return;
+    ev = json_loadb(json, len, JSON_DECODE_INT_AS_REAL, NULL);
+    if (!json_is_string(json_object_get(ev, "type")) || memchr(json, '\n', len) != NULL)
+        abort();
+    json_decref(ev);
+}
+
 static void on_event(void *arg, const char *json, size_t len, bool pass)
 {
     struct seen *s = arg;
-    json_t *ev = json_loadb(json, len, 0, NULL);
+    json_t *ev = json_loadb(json, len, JSON_DECODE_INT_AS_REAL, NULL);
     const char *type = json_string_value(json_object_get(ev, "type"));
 
     (void)pass;
     if (!json_is_object(ev) || type == NULL || memchr(json, '\n', len) != NULL)
         abort();
+    agw_agkit_to_legacy(json, len, on_legacy, NULL);
     if (s->events == 0)
         s->first_ok = strcmp(type, "RUN_STARTED") == 0;
     if (s->terminals > 0)
@@ -78,6 +94,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         json_t *j = json_loadb(out, out_len, 0, NULL);
         if (!json_is_object(j) || json_object_get(j, "messages") == NULL)
+            abort();
+        json_decref(j);
+        free(out);
+    }
+    out = agw_agkit_legacy_to_input((const char *)data, size, "t1", "r1", (const char *)data, size,
+                                    &out_len, err, sizeof(err));
+    if (out == NULL) {
+        if (err[0] == '\0')
+            abort();
+    } else {
+        json_t *j = json_loadb(out, out_len, 0, NULL);
+        if (!json_is_object(j) || !json_is_array(json_object_get(j, "messages")))
             abort();
         json_decref(j);
         free(out);

@@ -259,3 +259,148 @@ Test(agkit, a_legacy_stream_becomes_one_ag_ui_run)
                      "RUN_ERROR ",
                      "data that is not an event ends the run with INVALID_EVENT");
 }
+
+/* ---- legacy clients -------------------------------------------------------------------------- */
+
+Test(agkit, legacy_thread)
+{
+    char out[16];
+
+    cr_assert_eq(agw_agkit_legacy_thread("{\"conversationId\":\"c1\"}", 23, out, sizeof(out)), 1);
+    cr_assert_str_eq(out, "c1");
+    cr_assert_eq(agw_agkit_legacy_thread("{\"messages\":[]}", 15, out, sizeof(out)), 0);
+    cr_assert_eq(agw_agkit_legacy_thread("{\"conversationId\":\"\"}", 21, out, sizeof(out)),
+                 -AGW_EINVAL);
+    cr_assert_eq(agw_agkit_legacy_thread("{\"conversationId\":7}", 20, out, sizeof(out)),
+                 -AGW_EINVAL);
+    cr_assert_eq(
+        agw_agkit_legacy_thread("{\"conversationId\":\"0123456789abcdef\"}", 37, out, sizeof(out)),
+        -AGW_EINVAL, "too long for the buffer");
+    cr_assert_eq(agw_agkit_legacy_thread("[1]", 3, out, sizeof(out)), -AGW_EINVAL);
+}
+
+static json_t *to_input(const char *legacy, const char *history)
+{
+    char err[AGW_AGKIT_ERR_MAX];
+    size_t len = 0;
+    char *out =
+        agw_agkit_legacy_to_input(legacy, strlen(legacy), "c1", "r2", history,
+                                  history != NULL ? strlen(history) : 0, &len, err, sizeof(err));
+    json_t *j;
+
+    cr_assert_not_null(out, "%s", err);
+    j = json_loads(out, 0, NULL);
+    free(out);
+    return j;
+}
+
+static void expect_input_error(const char *legacy, const char *want)
+{
+    char err[AGW_AGKIT_ERR_MAX];
+    size_t len = 0;
+    char *out = agw_agkit_legacy_to_input(legacy, strlen(legacy), "c1", "r2", NULL, 0, &len, err,
+                                          sizeof(err));
+
+    cr_assert_null(out, "accepted %s", legacy);
+    cr_assert_str_eq(err, want);
+}
+
+Test(agkit, legacy_request_to_input)
+{
+    /* The thread's history (a newest-first page) comes first, oldest first; then the delta. */
+    json_t *j = to_input(
+        "{\"conversationId\":\"c1\",\"messages\":[{\"role\":\"tool\",\"content\":\"done\","
+        "\"toolCallId\":\"a_b_c\"}],\"tools\":[{\"name\":\"f\",\"description\":\"d\","
+        "\"parameters\":\"{\\\"type\\\":\\\"object\\\"}\"}],\"resume\":{\"interruptId\":\"i1\","
+        "\"payload\":true}}",
+        "{\"messages\":[{\"id\":\"a1\",\"role\":\"assistant\",\"toolCalls\":[]},{\"id\":\"m1\","
+        "\"role\":\"user\",\"content\":\"go\"}],\"has_more\":false}");
+
+    expect_json(j, "{\"threadId\":\"c1\",\"runId\":\"r2\",\"messages\":[{\"id\":\"m1\",\"role\":"
+                   "\"user\",\"content\":\"go\"},{\"id\":\"a1\",\"role\":\"assistant\","
+                   "\"toolCalls\":[]},{\"id\":\"r2-in-1\",\"role\":\"tool\",\"content\":\"done\","
+                   "\"toolCallId\":\"a_b_c\"}],\"tools\":[{\"name\":\"f\",\"description\":\"d\","
+                   "\"parameters\":{\"type\":\"object\"}}],\"context\":[],\"state\":{},"
+                   "\"forwardedProps\":{},\"resume\":[{\"interruptId\":\"i1\",\"payload\":true}]}");
+    json_decref(j);
+    j = to_input("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"name\":"
+                 "\"g\"}]}",
+                 NULL);
+    expect_json(j, "{\"threadId\":\"c1\",\"runId\":\"r2\",\"messages\":[{\"id\":\"r2-in-1\","
+                   "\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"name\":\"g\","
+                   "\"description\":\"\",\"parameters\":{\"type\":\"object\"}}],\"context\":[],"
+                   "\"state\":{},\"forwardedProps\":{}}");
+    json_decref(j);
+
+    expect_input_error("[]", "the body must be a JSON object");
+    expect_input_error("{\"messages\":{}}", "messages must be an array");
+    expect_input_error("{\"messages\":[1]}", "messages[0] must be an object");
+    expect_input_error("{\"messages\":[{\"role\":\"bot\",\"content\":\"x\"}]}",
+                       "messages[0].role must be one of user, tool, system, developer, assistant");
+    expect_input_error("{\"messages\":[{\"role\":\"user\",\"content\":[]}]}",
+                       "messages[0].content must be a string");
+    expect_input_error("{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}",
+                       "messages[0].toolCallId is required for a tool message");
+    expect_input_error("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}",
+                       "tools must be an array");
+    expect_input_error(
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"\"}]}",
+        "tools[0].name must be a non-empty string");
+    expect_input_error("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":"
+                       "\"t\",\"parameters\":\"[1]\"}]}",
+                       "tools[0].parameters must be a JSON Schema object as a string");
+    expect_input_error("{\"messages\":[],\"resume\":{\"payload\":1}}",
+                       "resume must be an object with a string interruptId");
+    expect_input_error("{\"messages\":[]}", "messages must not be empty (or give resume)");
+}
+
+static const char *legacy_of(const char *json, int *rc)
+{
+    static struct collected c;
+
+    c.text[0] = '\0';
+    *rc = agw_agkit_to_legacy(json, strlen(json), collect, &c);
+    return c.text;
+}
+
+Test(agkit, ag_ui_events_to_legacy)
+{
+    int rc;
+
+    cr_assert_str_eq(
+        legacy_of("{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}", &rc), "");
+    cr_assert_str_eq(legacy_of("{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\"}", &rc), "");
+    cr_assert_str_eq(
+        legacy_of("{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"Hi\"}", &rc),
+        "{\"type\":\"text\",\"content\":\"Hi\"}\n");
+    cr_assert_str_eq(legacy_of("{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m\"}", &rc), "");
+    cr_assert_str_eq(
+        legacy_of("{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"a\",\"toolCallName\":"
+                  "\"f\",\"parentMessageId\":\"m\"}",
+                  &rc),
+        "{\"type\":\"tool-call-start\",\"toolCallId\":\"a\",\"toolCallName\":\"f\"}\n");
+    cr_assert_str_eq(
+        legacy_of("{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"a\",\"delta\":\"{}\"}", &rc),
+        "{\"type\":\"tool-call-args\",\"toolCallId\":\"a\",\"delta\":\"{}\"}\n");
+    cr_assert_str_eq(legacy_of("{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"a\"}", &rc),
+                     "{\"type\":\"tool-call-end\",\"toolCallId\":\"a\"}\n");
+    cr_assert_str_eq(legacy_of("{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"t\",\"toolCallId\":"
+                               "\"a\",\"content\":\"ok\",\"role\":\"tool\"}",
+                               &rc),
+                     "{\"type\":\"tool-result\",\"toolCallId\":\"a\",\"result\":\"ok\"}\n");
+    cr_assert_str_eq(legacy_of("{\"type\":\"STATE_SNAPSHOT\",\"snapshot\":{}}", &rc), "");
+    cr_assert_eq(rc, 0);
+    cr_assert_str_eq(
+        legacy_of("{\"type\":\"RUN_FINISHED\",\"threadId\":\"t\",\"runId\":\"r\"}", &rc),
+        "[DONE]\n");
+    cr_assert_eq(rc, 1);
+    cr_assert_str_eq(legacy_of("{\"type\":\"RUN_FINISHED\",\"outcome\":{\"type\":\"interrupt\","
+                               "\"interrupts\":[{\"id\":\"i1\",\"reason\":\"confirm\",\"payload\":"
+                               "{\"n\":1}}]}}",
+                               &rc),
+                     "{\"type\":\"interrupt\",\"id\":\"i1\",\"reason\":\"confirm\",\"payload\":"
+                     "{\"n\":1}}\n[DONE]\n");
+    cr_assert_str_eq(legacy_of("{\"type\":\"RUN_ERROR\",\"message\":\"boom\",\"code\":\"X\"}", &rc),
+                     "{\"type\":\"error\",\"code\":\"X\",\"message\":\"boom\"}\n");
+    cr_assert_eq(rc, 1);
+}

@@ -50,6 +50,8 @@ Test(router, routes_and_methods)
         {"/v1/ag-ui/agents/weather/runs", AGW_ROUTE_RUNS, "weather", "", ""},
         {"/v1/ag-ui/agents/weather/runs/run-1/cancel", AGW_ROUTE_CANCEL, "weather", "run-1", ""},
         {"/v1/ag-ui/threads/thread-1/messages", AGW_ROUTE_THREAD_MESSAGES, "", "", "thread-1"},
+        {"/v1/ag-kit/agents/legacy/send-message", AGW_ROUTE_AGKIT_SEND, "legacy", "", ""},
+        {"/v1/ag-kit/agents/a%2Eb/send-message", AGW_ROUTE_AGKIT_SEND, "a.b", "", ""},
     };
     static const char *const method_names[] = {"GET", "HEAD", "POST", "OPTIONS", "OTHER"};
 
@@ -339,4 +341,25 @@ Test(router, agent_id_valid)
     };
     for (size_t i = 0; i < AGW_ARRAY_LEN(cases); i++)
         cr_assert_eq(agw_agent_id_valid(cases[i].id), cases[i].ok, "case %zu", i);
+}
+
+Test(router, agkit_route_shapes)
+{
+    static const char *const unknown[] = {"/v1/ag-kit/agents/legacy",
+                                          "/v1/ag-kit/agents/legacy/",
+                                          "/v1/ag-kit/agents/legacy/send-message/",
+                                          "/v1/ag-kit/agents/legacy/runs",
+                                          "/v1/ag-kit/agents/%zz/nope",
+                                          "/v1/ag-kit/legacy/send-message"};
+    struct agw_route r;
+
+    for (size_t i = 0; i < AGW_ARRAY_LEN(unknown); i++)
+        cr_assert_eq(agw_router_match(unknown[i], AGW_METHOD_POST, &r), -AGW_ENOTFOUND, "%s",
+                     unknown[i]);
+    cr_assert_eq(agw_router_match("/v1/ag-kit/agents/bad%20id/send-message", AGW_METHOD_POST, &r),
+                 -AGW_EINVAL, "an agent id outside [A-Za-z0-9._-]");
+    cr_assert_eq(agw_router_match("/v1/ag-kit/agents/%zz/send-message", AGW_METHOD_POST, &r),
+                 -AGW_EINVAL);
+    cr_assert_eq(agw_router_match("/v1/ag-kit/agents//send-message", AGW_METHOD_POST, &r),
+                 -AGW_EINVAL, "an empty id, as for /v1/ag-ui/agents//runs");
 }
