@@ -2004,3 +2004,29 @@ Test(agui, repeated_deltas_shortcut_agrees_with_the_full_parser)
     cr_assert_eq(r.n_out, 4, "%s", r.text);
     result_free(&r);
 }
+
+/* The CloudBase error codes (its documentation's table) reach the client as RUN_ERROR.code, with
+ * their message, from the {error:{code,message}} form. */
+Test(agui, cloudbase_error_codes)
+{
+    static const char *const codes[] = {"INVALID_REQUEST", "TOOL_NOT_FOUND", "TOOL_EXECUTION_ERROR",
+                                        "MODEL_ERROR", "TIMEOUT"};
+
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+        char frame[160];
+        snprintf(frame, sizeof(frame),
+                 "{\"type\":\"RUN_ERROR\",\"error\":{\"code\":\"%s\",\"message\":\"it failed\"}}",
+                 codes[i]);
+        struct result r = run_frames_p(
+            (const char *const[]){"{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+                                  frame, NULL},
+            END_EOF, AGW_PROTO_AGUI);
+        cr_assert_eq(r.n_out, 2, "%s", codes[i]);
+        cr_assert_str_eq(str_at(&r, 1, "type"), "RUN_ERROR");
+        cr_assert_str_eq(str_at(&r, 1, "code"), codes[i]);
+        cr_assert_str_eq(str_at(&r, 1, "message"), "it failed");
+        cr_assert_null(json_object_get(json_array_get(r.events, 1), "error"));
+        assert_verified(&r);
+        result_free(&r);
+    }
+}
