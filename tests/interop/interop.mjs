@@ -316,6 +316,22 @@ if (process.env.GWTLS) {
   check("ag-kit interrupt: the verifier accepts the run that ends with it", !r.error, r.error);
   check("ag-kit interrupt: RUN_FINISHED carries it as its outcome",
         fin?.outcome?.type === "interrupt" && fin.outcome.interrupts?.[0]?.id === "call_003", JSON.stringify(fin));
+  // resume: the same client answers the interrupt on its next run; the legacy backend gets resume {interruptId,
+  // payload} and goes on.
+  let error = null;
+  const before = r.agent.messages.length;
+  try {
+    await r.agent.runAgent({ tools, resume: [{ interruptId: "call_003", status: "resolved", payload: { approved: true } }] });
+  } catch (e) {
+    error = e;
+  }
+  check("ag-kit resume: the verifier accepts the run", !error, error);
+  check("ag-kit resume: the answer is rebuilt", r.agent.messages.length > before &&
+        /approved and carried out/.test(r.agent.messages.at(-1)?.content ?? ""), JSON.stringify(r.agent.messages.at(-1)));
+  const sent = await (await fetch(`${DEMO}/_demo/last-request`)).json();
+  check("ag-kit resume: the backend got resume {interruptId, payload}",
+        JSON.stringify(JSON.parse(sent.body).resume) === JSON.stringify({ interruptId: "call_003", payload: { approved: true } }),
+        sent.body);
 }
 
 console.log(`${passed} passed, ${failed} failed`);
