@@ -19,6 +19,17 @@ static json_t *load(const char *data, size_t len)
     return v != NULL ? v : json_loadb(data, len, JSON_DECODE_INT_AS_REAL, NULL);
 }
 
+/* <v> as compact JSON text, its length in *<len>. */
+static char *dump(const json_t *v, size_t *len)
+{
+    char *text = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+
+    if (text == NULL)
+        abort(); /* out of memory */
+    *len = strlen(text);
+    return text;
+}
+
 /* ---- the request ----------------------------------------------------------------------------- */
 
 /* A message's text: a string content as it is, or its "text" parts joined (an input-parts array).
@@ -116,10 +127,7 @@ char *agw_agkit_request(const char *body, size_t len, size_t *out_len, char *err
         json_object_set(r, "payload", json_object_get(resume, "payload"));
         json_object_set_new(out, "resume", r);
     }
-    text = json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (text == NULL)
-        abort(); /* out of memory */
-    *out_len = strlen(text);
+    text = dump(out, out_len);
 out:
     json_decref(in);
     json_decref(out);
@@ -443,10 +451,7 @@ char *agw_agkit_legacy_to_input(const char *body, size_t len, const char *thread
         snprintf(err, errlen, "messages must not be empty (or give resume)");
         goto out;
     }
-    text = json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (text == NULL)
-        abort(); /* out of memory */
-    *out_len = strlen(text);
+    text = dump(out, out_len);
 out:
     json_decref(in);
     json_decref(out);

@@ -19,13 +19,7 @@ fi
 # Node modules once per lock file, outside the source tree (like tests/interop).
 cache=${AGW_NODE_CACHE:-$AGW_BUILDDIR/node-cache}-browser
 src=$AGW_SRCDIR/tests/browser
-sum=$(cat "$src/package.json" "$src/package-lock.json" | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$cache/.sum" 2>/dev/null)" != "$sum" ] || [ ! -d "$cache/node_modules/playwright-core" ]; then
-    mkdir -p "$cache"
-    cp "$src/package.json" "$src/package-lock.json" "$cache/"
-    (cd "$cache" && timeout 600 npm ci --no-audit --no-fund --loglevel=error) || { echo "npm ci failed"; exit 1; }
-    echo "$sum" >"$cache/.sum"
-fi
+node_modules "$src" "$cache" || exit 1
 cp "$src/app.mjs" "$src/browser.mjs" "$cache/"
 mkdir -p "$T/web"
 cp "$src/page.html" "$T/web/"

@@ -10,13 +10,7 @@ fi
 
 # Node modules are installed once per lock file into a cache folder outside the source tree.
 cache=${AGW_NODE_CACHE:-$AGW_BUILDDIR/node-cache}
-sum=$(cat "$AGW_SRCDIR/tests/interop/package.json" "$AGW_SRCDIR/tests/interop/package-lock.json" | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$cache/.sum" 2>/dev/null)" != "$sum" ] || [ ! -d "$cache/node_modules/@ag-ui/client" ]; then
-    mkdir -p "$cache"
-    cp "$AGW_SRCDIR/tests/interop/package.json" "$AGW_SRCDIR/tests/interop/package-lock.json" "$cache/"
-    (cd "$cache" && timeout 600 npm ci --no-audit --no-fund --loglevel=error) || { echo "npm ci failed"; exit 1; }
-    echo "$sum" >"$cache/.sum"
-fi
+node_modules "$AGW_SRCDIR/tests/interop" "$cache" || exit 1
 cp "$AGW_SRCDIR/tests/interop/interop.mjs" "$cache/interop.mjs"
 
 # A CA and a certificate for the TLS listener.
