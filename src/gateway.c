@@ -472,13 +472,12 @@ static void handle_run(struct agw_worker *w, struct agw_req *req, const struct a
 static bool key_sees(const struct agw_config *cfg, const char *key_id, const char *agents);
 
 /* A legacy request waiting for its thread's history (an AG-UI backend needs the whole
- * conversation, a legacy client sends only what is new). Freed by whichever comes second: the
- * store's answer, or the end of the request. The agent and the key are looked up again with the
- * answer: a reload may have come in between. */
+ * conversation, a legacy client sends only what is new). Freed by the store's answer; when the
+ * request ended first, the answer finds it gone (req NULL). The agent and the key are looked up
+ * again with the answer: a reload may have come in between. */
 struct agkit_pending {
     struct agw_worker *w;
     struct agw_req *req; /* NULL once the request is gone */
-    bool answered;
     char agent_id[AGW_ID_MAX + 1];
     char *key_id;
     char thread_id[AGW_ID_MAX + 1];
@@ -511,48 +510,52 @@ static void agkit_pending_closed(struct agw_req *req, void *arg)
     struct agkit_pending *p = arg;
 
     (void)req;
-    p->req = NULL;
-    if (p->answered) {
-        free(p->key_id);
-        free(p);
-    }
+    p->req = NULL; /* the store's answer frees <p> */
 }
 
 static void agkit_history_done(void *arg, const struct agw_store_page *page)
 {
     struct agkit_pending *p = arg;
     struct agw_worker *w = p->w;
+    struct agw_req *req = p->req;
     const struct agw_config *cfg = w->wc != NULL ? w->wc->cfg : NULL;
     const struct agw_agent_config *agent = NULL;
     const struct agw_auth_key *key = NULL;
+    char thread_id[AGW_ID_MAX + 1], run_id[48];
+    bool no_key;
 
-    p->answered = true;
-    if (p->req == NULL) {
+    if (req == NULL) {
         free(p->key_id);
         free(p);
         return;
     }
+    /* The request goes on without <p>: its answer or its run (whose relay sets its own close
+     * callback) owns it from here. */
+    agw_req_on_close(req, NULL, NULL);
     if (cfg != NULL)
         agent = agw_config_find_agent(cfg, p->agent_id);
     for (size_t i = 0; cfg != NULL && p->key_id != NULL && i < cfg->auth.n_keys; i++)
         if (strcmp(cfg->auth.keys[i].id, p->key_id) == 0)
             key = &cfg->auth.keys[i];
-    if (page == NULL || agent == NULL || (p->key_id != NULL && key == NULL) ||
-        (page->status != 200 && page->status != 404)) {
-        agw_gw_reply_error(w, p->req, NULL, 503,
+    no_key = p->key_id != NULL && key == NULL;
+    memcpy(thread_id, p->thread_id, sizeof(thread_id));
+    memcpy(run_id, p->run_id, sizeof(run_id));
+    free(p->key_id);
+    free(p);
+    if (page == NULL || agent == NULL || no_key || (page->status != 200 && page->status != 404)) {
+        agw_gw_reply_error(w, req, NULL, 503,
                            "service unavailable: the thread's history could not be read");
-    } else if (page->status == 200 && !key_sees(cfg, p->key_id, page->agents)) {
+    } else if (page->status == 200 && !key_sees(cfg, key != NULL ? key->id : NULL, page->agents)) {
         /* The thread holds answers of an agent this key may not use: as for its history. */
         char msg[AGW_ID_MAX + 32];
-        snprintf(msg, sizeof(msg), "thread not found: %s", p->thread_id);
-        agw_gw_reply_error(w, p->req, agent->id, 404, msg);
+        snprintf(msg, sizeof(msg), "thread not found: %s", thread_id);
+        agw_gw_reply_error(w, req, agent->id, 404, msg);
     } else {
         /* 404: a new thread, no history. */
-        agkit_continue(w, p->req, agent, key, p->thread_id, p->run_id,
+        agkit_continue(w, req, agent, key, thread_id, run_id,
                        page->status == 200 ? page->body : NULL,
                        page->status == 200 ? page->len : 0);
     }
-    /* The request ends after its answer: agkit_pending_closed() frees <p>. */
 }
 
 static void handle_agkit_send(struct agw_worker *w, struct agw_req *req,
