@@ -22,6 +22,9 @@ struct agw_history {
     size_t n, alloc;
     size_t max; /* >= 1: at most this many items */
     uint64_t dropped, malformed;
+    /* The text message and the tool call that chunks without an id continue (as the client's
+     * chunk transformation: until an event that is not a chunk of the same kind), or NULL. */
+    char *chunk_text, *chunk_tool;
 };
 
 /* The out-of-memory policy (include/agw/common.h): abort. jansson's constructors fail only on
@@ -195,6 +198,8 @@ void agw_history_free(struct agw_history *h)
         free(h->items[i].run_id);
     }
     free(h->items);
+    free(h->chunk_text);
+    free(h->chunk_tool);
     free(h);
 }
 
@@ -385,6 +390,81 @@ static int on_tool_result(struct agw_history *h, const char *run_id, const json_
     return 1;
 }
 
+static void set_chunk(char **slot, const char *id)
+{
+    if (id == *slot)
+        return; /* a chunk without an id continues what is there */
+    free(*slot);
+    *slot = id != NULL ? agw_xstrdup(id) : NULL;
+}
+
+/* TEXT_MESSAGE_CHUNK {messageId?, role?, delta?}: what TEXT_MESSAGE_START and _CONTENT would make,
+ * a chunk without an id continuing the text its predecessor opened. */
+static int on_text_chunk(struct agw_history *h, const char *run_id, const json_t *ev)
+{
+    const char *id, *role;
+    const json_t *delta = json_object_get(ev, "delta");
+    size_t i;
+
+    if (opt_str_field(ev, "messageId", &id) < 0 || opt_str_field(ev, "role", &role) < 0 ||
+        (delta != NULL && !json_is_string(delta)))
+        return -AGW_EINVAL;
+    if (id == NULL)
+        id = h->chunk_text;
+    if (id == NULL)
+        return -AGW_EINVAL; /* the first chunk must name its message */
+    i = find_msg(h, id);
+    if (i == SIZE_MAX) {
+        append(h,
+               must(json_pack("{s:s, s:s, s:s}", "id", id, "role", role ? role : "assistant",
+                              "content", "")),
+               run_id);
+        i = h->n - 1;
+    }
+    set_chunk(&h->chunk_text, id);
+    if (delta != NULL)
+        append_str(h->items[i].msg, "content", delta);
+    return 1;
+}
+
+/* TOOL_CALL_CHUNK {toolCallId?, toolCallName?, parentMessageId?, delta?}: what TOOL_CALL_START and
+ * _ARGS would make; the first chunk of a call names it. */
+static int on_tool_chunk(struct agw_history *h, const char *run_id, const json_t *ev)
+{
+    const char *tc_id, *name;
+    const json_t *delta = json_object_get(ev, "delta");
+    json_t *tc, *fn;
+    int rc;
+
+    if (opt_str_field(ev, "toolCallId", &tc_id) < 0 ||
+        opt_str_field(ev, "toolCallName", &name) < 0 || (delta != NULL && !json_is_string(delta)))
+        return -AGW_EINVAL;
+    if (tc_id == NULL)
+        tc_id = h->chunk_tool;
+    if (tc_id == NULL)
+        return -AGW_EINVAL;
+    tc = find_tool_call(h, tc_id, false, NULL);
+    if (tc == NULL) {
+        if (name == NULL)
+            return -AGW_EINVAL; /* the first chunk must name its tool */
+        json_t *start = must(json_pack("{s:s, s:s, s:s}", "type", "TOOL_CALL_START", "toolCallId",
+                                       tc_id, "toolCallName", name));
+        const json_t *parent = json_object_get(ev, "parentMessageId");
+        if (json_is_string(parent))
+            must_ok(json_object_set(start, "parentMessageId", (json_t *)(uintptr_t)parent));
+        rc = on_tool_start(h, run_id, start);
+        json_decref(start);
+        if (rc < 0)
+            return rc;
+        tc = find_tool_call(h, tc_id, false, NULL);
+    }
+    set_chunk(&h->chunk_tool, tc_id);
+    fn = json_object_get(tc, "function");
+    if (delta != NULL && json_is_object(fn))
+        append_str(fn, "arguments", delta);
+    return 1;
+}
+
 /* The last element of <snap> with id <id>, or NULL (the client's Map keeps the last). */
 static const json_t *snapshot_get(const json_t *snap, const char *id)
 {
@@ -442,8 +522,16 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
     const char *type = str_field(event, "type");
     int rc = 0;
 
+    if (type != NULL && strcmp(type, "TEXT_MESSAGE_CHUNK") != 0)
+        set_chunk(&h->chunk_text, NULL);
+    if (type != NULL && strcmp(type, "TOOL_CALL_CHUNK") != 0)
+        set_chunk(&h->chunk_tool, NULL);
     if (type == NULL) {
         rc = -AGW_EINVAL;
+    } else if (strcmp(type, "TEXT_MESSAGE_CHUNK") == 0) {
+        rc = on_text_chunk(h, run_id, event);
+    } else if (strcmp(type, "TOOL_CALL_CHUNK") == 0) {
+        rc = on_tool_chunk(h, run_id, event);
     } else if (strcmp(type, "TEXT_MESSAGE_START") == 0) {
         rc = on_text_start(h, run_id, event);
     } else if (strcmp(type, "TEXT_MESSAGE_CONTENT") == 0) {

@@ -764,3 +764,46 @@ Test(history, two_runs_of_a_tool_round_trip)
     cr_assert_eq(agw_history_malformed(h), 0);
     agw_history_free(h);
 }
+
+/* Chunks make what their START/CONTENT (or START/ARGS) would, as the client's chunk transformation
+ * does: the first names the message or call, those without an id continue it until an event of
+ * another kind. */
+Test(history, text_chunks)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c1\",\"delta\":\"He\"}"), 1);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"llo\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c1\",\"delta\":\"!\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c2\",\"role\":\"developer\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"x\"}");
+    expect(h, "[{\"id\":\"c1\",\"role\":\"assistant\",\"content\":\"Hello!\"},"
+              "{\"id\":\"c2\",\"role\":\"developer\",\"content\":\"x\"}]");
+    ev(h, "r1", "{\"type\":\"STEP_STARTED\",\"stepName\":\"s\"}");
+    cr_assert_lt(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"lost\"}"), 0,
+                 "after another event, a chunk must name its message again");
+    cr_assert_lt(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":7}"), 0);
+    cr_assert_eq(agw_history_malformed(h), 2);
+    agw_history_free(h);
+}
+
+Test(history, tool_call_chunks)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"a1\",\"delta\":\"Let me\"}");
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallId\":\"t1\",\"toolCallName\":\"f\","
+                    "\"parentMessageId\":\"a1\",\"delta\":\"{\\\"a\\\":\"}"),
+                 1);
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_CHUNK\",\"delta\":\"1}\"}");
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallId\":\"t2\",\"toolCallName\":\"g\"}");
+    expect(h, "[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Let me\",\"toolCalls\":["
+              "{\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+              "\"{\\\"a\\\":1}\"}}]},{\"id\":\"t2\",\"role\":\"assistant\",\"toolCalls\":[{\"id\":"
+              "\"t2\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"\"}}]}]");
+    cr_assert_lt(ev(h, "r1", "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallId\":\"t3\"}"), 0,
+                 "the first chunk of a call names its tool");
+    agw_history_free(h);
+}
