@@ -522,10 +522,8 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
     const char *type = str_field(event, "type");
     int rc = 0;
 
-    if (type != NULL && strcmp(type, "TEXT_MESSAGE_CHUNK") != 0)
-        set_chunk(&h->chunk_text, NULL);
-    if (type != NULL && strcmp(type, "TOOL_CALL_CHUNK") != 0)
-        set_chunk(&h->chunk_tool, NULL);
+    bool known = true;
+
     if (type == NULL) {
         rc = -AGW_EINVAL;
     } else if (strcmp(type, "TEXT_MESSAGE_CHUNK") == 0) {
@@ -548,6 +546,18 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
         rc = on_tool_result(h, run_id, event);
     } else if (strcmp(type, "MESSAGES_SNAPSHOT") == 0) {
         rc = on_snapshot(h, run_id, event);
+    } else {
+        known = false;
+    }
+    /* A chunk without an id continues its predecessor's message or call until another event this
+     * recorder applies comes between. (Only those: a run's capture keeps no other, so the thread
+     * rebuilt from it must not depend on them. The client also stops at STEP_*, STATE_* and
+     * CUSTOM events, where a chunk without an id then fails its run.) */
+    if (known && rc >= 0) {
+        if (strcmp(type, "TEXT_MESSAGE_CHUNK") != 0)
+            set_chunk(&h->chunk_text, NULL);
+        if (strcmp(type, "TOOL_CALL_CHUNK") != 0)
+            set_chunk(&h->chunk_tool, NULL);
     }
     if (rc < 0)
         h->malformed++;

@@ -781,8 +781,14 @@ Test(history, text_chunks)
     expect(h, "[{\"id\":\"c1\",\"role\":\"assistant\",\"content\":\"Hello!\"},"
               "{\"id\":\"c2\",\"role\":\"developer\",\"content\":\"x\"}]");
     ev(h, "r1", "{\"type\":\"STEP_STARTED\",\"stepName\":\"s\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"y\"}");
+    expect(h, "[{\"id\":\"c1\",\"role\":\"assistant\",\"content\":\"Hello!\"},"
+              "{\"id\":\"c2\",\"role\":\"developer\",\"content\":\"xy\"}]");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"r\",\"toolCallId\":\"z\",\"content\":"
+       "\"ok\"}");
     cr_assert_lt(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"lost\"}"), 0,
-                 "after another event, a chunk must name its message again");
+                 "after another event the recorder applies, a chunk must name its message again");
     cr_assert_lt(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":7}"), 0);
     cr_assert_eq(agw_history_malformed(h), 2);
     agw_history_free(h);
