@@ -151,7 +151,9 @@ void pump(struct conn *c)
             r->blocked = true; /* the socket is full: the write callback resumes */
             break;
         }
-        if (n >= BATCH_MAX || one)
+        /* A wait is not an event: the run waits as soon as the event before it is out (in this
+         * turn, paced or not), so that a client that saw that event finds the run waiting. */
+        if ((n >= BATCH_MAX || one) && !(r->cur < r->nsteps && r->steps[r->cur].kind == EV_WAIT))
             break;
     }
     flush_batch(c, false);

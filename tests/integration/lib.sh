@@ -27,7 +27,7 @@ cleanup() {
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$p" 2>/dev/null
     done
-    rm -rf "$T"
+    [ -n "${AGW_KEEP_TMP:-}" ] && echo "kept $T" >&2 || rm -rf "$T"
 }
 trap cleanup EXIT
 
