@@ -1241,9 +1241,10 @@ static int cmp_agent(const void *a, const void *b)
 
 static int parse_root(struct ctx *c, json_t *root, struct agw_config *cfg)
 {
-    static const char *const keys[] = {"listen",   "admin", "auth",       "agents",    "limits",
-                                       "timeouts", "store", "history",    "decisions", "log",
-                                       "workers",  "cors",  "rate_limit", NULL};
+    static const char *const keys[] = {
+        "listen",   "admin", "auth",       "agents",          "limits",
+        "timeouts", "store", "history",    "decisions",       "log",
+        "workers",  "cors",  "rate_limit", "batch_window_us", NULL};
     json_t *x, *v;
     const char *id;
     size_t i;
@@ -1302,6 +1303,9 @@ static int parse_root(struct ctx *c, json_t *root, struct agw_config *cfg)
     if ((x = json_object_get(root, "workers")) != NULL &&
         get_uint(c, "workers", x, 0, AGW_MAX_WORKERS, &cfg->workers))
         return -AGW_EINVAL;
+    if ((x = json_object_get(root, "batch_window_us")) != NULL &&
+        get_uint(c, "batch_window_us", x, 0, AGW_MAX_BATCH_WINDOW_US, &cfg->batch_window_us))
+        return -AGW_EINVAL;
     return 0;
 }
 
@@ -1324,6 +1328,7 @@ static struct agw_config *config_new(void)
     cfg->timeouts.drain_ms = 30000;
     cfg->timeouts.request_ms = 30000;
     cfg->log.level = AGW_LOG_INFO;
+    cfg->batch_window_us = AGW_DEFAULT_BATCH_WINDOW_US;
     return cfg;
 }
 

@@ -79,6 +79,8 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
         int64_t lag = (int64_t)__atomic_load_n(&o->lag_max_us, __ATOMIC_RELAXED);
         if (o->lag_probe != NULL && lag > g.loop_lag_max_us)
             g.loop_lag_max_us = lag;
+        g.loop_turns += __atomic_load_n(&o->loop_stats.turns, __ATOMIC_RELAXED);
+        g.loop_naps += __atomic_load_n(&o->loop_stats.naps, __ATOMIC_RELAXED);
     }
     agw_metrics_write(w->metrics, &g, b);
     agw_ratelimit_write_metrics(gw->ratelimit, b);
@@ -1216,6 +1218,8 @@ static const char *restart_only_change(const struct agw_config *a, const struct 
     }
     if (a->workers != b->workers)
         return "workers";
+    if (a->batch_window_us != b->batch_window_us)
+        return "batch_window_us";
     if (a->store.kind != b->store.kind || !same_str(a->store.path, b->store.path) ||
         !same_str(a->store.url, b->store.url))
         return "store";
@@ -1350,8 +1354,14 @@ static void start_lag_probe(struct agw_worker *w)
 static int worker_init(struct agw_worker *w, struct gconf *gc, char *err, size_t errlen)
 {
     struct agw_server_options so = server_options(gc->cfg);
+    struct event_config *ec = event_config_new();
+    const struct timeval slice = {.tv_sec = 0, .tv_usec = AGW_LOOP_SLICE_US};
 
-    w->base = event_base_new();
+    if (ec != NULL) {
+        if (event_config_set_max_dispatch_interval(ec, &slice, -1, AGW_PRIO_NEW) == 0)
+            w->base = event_base_new_with_config(ec);
+        event_config_free(ec);
+    }
     if (w->base == NULL || event_base_priority_init(w->base, AGW_N_PRIORITIES) != 0) {
         snprintf(err, errlen, "cannot create the event loop");
         return -1;
@@ -1370,6 +1380,7 @@ static int worker_init(struct agw_worker *w, struct gconf *gc, char *err, size_t
     if (w->index == 0 && gc->cfg->admin != NULL)
         w->admin = agw_server_new(w->base, &so, admin_handler, w);
     w->drain_poll = evtimer_new(w->base, drain_poll_cb, w);
+    w->batch_window_us = gc->cfg->batch_window_us;
     start_lag_probe(w);
     return 0;
 }
@@ -1576,7 +1587,7 @@ static void *worker_main(void *arg)
 {
     struct agw_worker *w = arg;
 
-    event_base_dispatch(w->base);
+    agw_loop_run(w->base, w->batch_window_us, &w->loop_stats);
     __atomic_add_fetch(&w->gw->loops_ended, 1, __ATOMIC_RELEASE);
     return NULL;
 }
@@ -1603,7 +1614,7 @@ int agw_gateway_run(struct agw_gateway *gw)
         w->thread_started = true;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    event_base_dispatch(gw->workers[0].base);
+    agw_loop_run(gw->workers[0].base, gw->workers[0].batch_window_us, &gw->workers[0].loop_stats);
     for (unsigned k = 1; k < gw->n_workers; k++)
         if (gw->workers[k].thread_started)
             pthread_join(gw->workers[k].thread, NULL);

@@ -13,6 +13,7 @@
 #include "agw/gateway.h"
 #include "agw/http_server.h"
 #include "agw/limits.h"
+#include "agw/loop.h"
 #include "agw/metrics.h"
 #include "agw/ratelimit.h"
 #include "agw/relay.h"
@@ -83,7 +84,9 @@ struct agw_worker {
     struct event *drain_poll;
     struct event *lag_probe; /* AGW_LOOP_PROBE_MS only */
     uint64_t lag_period_us, lag_due_us;
-    uint64_t lag_max_us; /* read by /metrics on any loop: atomic */
+    uint64_t lag_max_us;              /* read by /metrics on any loop: atomic */
+    uint32_t batch_window_us;         /* the configuration's batch_window_us (restart only) */
+    struct agw_loop_stats loop_stats; /* read by /metrics on any loop: atomic */
     bool draining;
     bool shutdown_sent;
     bool thread_started;

@@ -268,6 +268,12 @@ void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g
         header(out, "agw_history_cached_threads", "gauge", "Threads held in memory.");
         evbuffer_add_printf(out, "agw_history_cached_threads %zu\n", h->cached);
     }
+    header(out, "agw_event_loop_turns_total", "counter",
+           "Looks at the sockets that ran callbacks (wake-up batching on; summed over the loops).");
+    evbuffer_add_printf(out, "agw_event_loop_turns_total %" PRIu64 "\n", g->loop_turns);
+    header(out, "agw_event_loop_naps_total", "counter",
+           "Turns after which a busy loop waited for its batch window before looking again.");
+    evbuffer_add_printf(out, "agw_event_loop_naps_total %" PRIu64 "\n", g->loop_naps);
     if (g->loop_lag_max_us >= 0) {
         header(out, "agw_event_loop_lag_seconds_max", "gauge",
                "The longest an event loop was late for its probe timer (AGW_LOOP_PROBE_MS).");

@@ -214,6 +214,7 @@ struct agw_config {
     struct agw_cors_config cors;
     struct agw_rate_limit rate_limit; /* every key's default; with auth off, every client's */
     unsigned workers;                 /* event loops (threads); 0 = one per core (default) */
+    unsigned batch_window_us; /* wake-up batching of a busy loop (include/agw/loop.h); 0 = off */
 };
 
 /* Loads and validates. On error returns NULL and writes "<key path>: <reason>" into <err>. */

@@ -3,10 +3,12 @@
 #ifndef AGW_LIMITS_H
 #define AGW_LIMITS_H
 
-#define AGW_MAX_LISTENERS        16 /* listen[] entries (the admin listener comes on top) */
-#define AGW_MAX_WORKERS          64 /* event loops ("workers") */
-#define AGW_MAX_UPSTREAMS        64 /* upstream URLs of one agent */
-#define AGW_MAX_UPSTREAM_HEADERS 64 /* headers of one upstream request, all sources together */
+#define AGW_MAX_LISTENERS           16    /* listen[] entries (the admin listener comes on top) */
+#define AGW_MAX_WORKERS             64    /* event loops ("workers") */
+#define AGW_MAX_BATCH_WINDOW_US     10000 /* "batch_window_us" */
+#define AGW_DEFAULT_BATCH_WINDOW_US 100
+#define AGW_MAX_UPSTREAMS           64 /* upstream URLs of one agent */
+#define AGW_MAX_UPSTREAM_HEADERS    64 /* headers of one upstream request, all sources together */
 /* A client's request line, and each of its header field lines, line end excluded: longer ones are
  * refused with 414 and 431 (as nginx's default large_client_header_buffers does). */
 #define AGW_MAX_REQUEST_LINE 8192

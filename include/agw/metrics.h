@@ -38,6 +38,7 @@ struct agw_metrics_gauges {
     size_t n_refusals;
     const struct agw_store_stats *history; /* the thread-history store's, or NULL when off */
     int64_t loop_lag_max_us; /* the loop probe's longest lateness; < 0 when the probe is off */
+    uint64_t loop_turns, loop_naps; /* summed over the loops (include/agw/loop.h) */
 };
 
 /* Requests are counted by agent id as given: callers pass only configured agents (NULL otherwise),

@@ -51,6 +51,7 @@ Test(config, minimal_and_defaults)
     cr_assert_eq(cfg->timeouts.run_ms, 0);
     cr_assert_eq(cfg->timeouts.heartbeat_ms, 15000);
     cr_assert_eq(cfg->timeouts.drain_ms, 30000);
+    cr_assert_eq(cfg->batch_window_us, 100, "wake-up batching is on by default");
     cr_assert_eq(cfg->store.kind, AGW_STORE_EMBEDDED);
     cr_assert_str_eq(cfg->store.path, "var/agui-gateway");
     cr_assert(cfg->history.enabled);
@@ -105,7 +106,8 @@ Test(config, full)
              "\"drain\":1000,\"request\":\"10s\"},"
              "\"store\":{\"kind\":\"redis\",\"url\":\"redis://127.0.0.1:6379/0\"},"
              "\"decisions\":{\"match\":\"thread\",\"no_active_run\":\"reject\"},"
-             "\"log\":{\"level\":\"debug\",\"access\":\"off\"},\"workers\":2}",
+             "\"log\":{\"level\":\"debug\",\"access\":\"off\"},\"workers\":2,"
+             "\"batch_window_us\":250}",
              err);
 
     cr_assert_not_null(cfg, "%s", err);
@@ -148,6 +150,7 @@ Test(config, full)
     cr_assert_eq(cfg->decisions.match, AGW_MATCH_THREAD);
     cr_assert_eq(cfg->log.level, AGW_LOG_DEBUG);
     cr_assert_eq(cfg->workers, 2);
+    cr_assert_eq(cfg->batch_window_us, 250);
     agw_config_free(cfg);
 }
 
@@ -277,6 +280,10 @@ Test(config, errors_name_the_key_path)
     expect_error("{" BASE "," AGENT ",\"history\":{\"keep\":1}}", "history.keep: unknown key");
     expect_error("{" BASE "," AGENT ",\"log\":{\"level\":\"loud\"}}", "log.level: expects one of");
     expect_error("{" BASE "," AGENT ",\"workers\":-1}", "workers: expects an integer 0..64");
+    expect_error("{" BASE "," AGENT ",\"batch_window_us\":10001}",
+                 "batch_window_us: expects an integer 0..10000");
+    expect_error("{" BASE "," AGENT ",\"batch_window_us\":\"100us\"}",
+                 "batch_window_us: expects an integer 0..10000");
     expect_error("{\"listen\": [", "invalid JSON at line 1");
     expect_error("{" BASE "," AGENT ",\"workers\":1,\"workers\":2}", "invalid JSON");
 }

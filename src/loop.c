@@ -1,0 +1,47 @@
+/* Running an event loop with wake-up batching: see include/agw/loop.h. */
+#include "config.h"
+
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "agw/loop.h"
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_stats *st)
+{
+    const int64_t window = window_us;
+    /* The mean turn, smoothed over about eight turns; it starts as an idle loop's. */
+    int64_t mean = 8 * window;
+    uint64_t turns = 0, naps = 0;
+
+    if (window_us == 0)
+        return event_base_dispatch(base);
+    for (;;) {
+        int64_t t0 = mono_us(), turn;
+        int rc = event_base_loop(base, EVLOOP_ONCE);
+
+        if (rc != 0 || event_base_got_exit(base) || event_base_got_break(base))
+            return rc;
+        turn = mono_us() - t0;
+        mean += (turn - mean) / 8;
+        turns++;
+        if (turn < window && mean < window) {
+            struct timespec d = {.tv_sec = 0, .tv_nsec = (long)(window - turn) * 1000};
+
+            nanosleep(&d, NULL);
+            naps++;
+        }
+        if (st != NULL) {
+            __atomic_store_n(&st->turns, turns, __ATOMIC_RELAXED);
+            __atomic_store_n(&st->naps, naps, __ATOMIC_RELAXED);
+        }
+    }
+}

@@ -1,0 +1,95 @@
+/* Tests for src/loop.c: a busy loop (turns shorter than the window) naps and so turns less often,
+ * an idle one never naps, a window of 0 is plain dispatch, and an exit or a break ends the run.
+ * The bounds are counts with wide margins, not timings. */
+#include <criterion/criterion.h>
+
+#include <event2/event.h>
+
+#include "agw/loop.h"
+
+struct ticker {
+    struct event *ev;
+    unsigned ticks;
+};
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct ticker *t = arg;
+
+    (void)fd;
+    (void)what;
+    t->ticks++;
+}
+
+/* Runs a loop with one persistent timer of <period_ms> for <run_ms>, batching over <window_us>. */
+static void run_ticker(unsigned period_ms, unsigned run_ms, uint32_t window_us,
+                       struct agw_loop_stats *st, struct ticker *t)
+{
+    struct event_base *base = event_base_new();
+    struct timeval period = {.tv_sec = 0, .tv_usec = (suseconds_t)period_ms * 1000};
+    struct timeval run = {.tv_sec = run_ms / 1000, .tv_usec = (suseconds_t)(run_ms % 1000) * 1000};
+
+    cr_assert_not_null(base);
+    t->ticks = 0;
+    t->ev = event_new(base, -1, EV_PERSIST, tick_cb, t);
+    event_add(t->ev, &period);
+    event_base_loopexit(base, &run);
+    cr_assert_eq(agw_loop_run(base, window_us, st), 0, "an exit ends the run with 0");
+    event_free(t->ev);
+    event_base_free(base);
+}
+
+Test(loop, a_busy_loop_naps_and_turns_less_often)
+{
+    struct agw_loop_stats st = {0};
+    struct ticker t;
+
+    /* A tick every millisecond for 600 ms: about 600 turns without batching. With a 10 ms window,
+     * once the mean turn is under it (about 20 turns), each turn is followed by a nap. */
+    run_ticker(1, 600, 10000, &st, &t);
+    cr_assert_lt(t.ticks, 250, "ticks %u: the loop did not batch", t.ticks);
+    cr_assert_gt(t.ticks, 10, "ticks %u: the loop stalled", t.ticks);
+    cr_assert_gt(st.naps, 10, "naps %llu", (unsigned long long)st.naps);
+    cr_assert_geq(st.turns, st.naps);
+}
+
+Test(loop, without_a_window_every_tick_is_a_turn)
+{
+    struct agw_loop_stats st = {0};
+    struct ticker t;
+
+    run_ticker(1, 300, 0, &st, &t);
+    cr_assert_gt(t.ticks, 20, "ticks %u", t.ticks);
+    cr_assert_eq(st.naps, 0);
+    cr_assert_eq(st.turns, 0, "plain dispatch keeps no statistics");
+}
+
+Test(loop, an_idle_loop_never_naps)
+{
+    struct agw_loop_stats st = {0};
+    struct ticker t;
+
+    /* Turns that wait 30 ms for their event are longer than a 5 ms window: no nap, ever. */
+    run_ticker(30, 400, 5000, &st, &t);
+    cr_assert_geq(t.ticks, 8, "ticks %u", t.ticks);
+    cr_assert_eq(st.naps, 0, "naps %llu", (unsigned long long)st.naps);
+    cr_assert_geq(st.turns, t.ticks);
+}
+
+static void break_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    event_base_loopbreak(arg);
+}
+
+Test(loop, a_break_ends_the_run_and_an_empty_loop_returns_1)
+{
+    struct event_base *base = event_base_new();
+    struct timeval soon = {.tv_sec = 0, .tv_usec = 20000};
+
+    cr_assert_eq(agw_loop_run(base, 1000, NULL), 1, "nothing to wait for");
+    event_base_once(base, -1, EV_TIMEOUT, break_cb, base, &soon);
+    cr_assert_eq(agw_loop_run(base, 1000, NULL), 0);
+    event_base_free(base);
+}
