@@ -1354,15 +1354,9 @@ static void start_lag_probe(struct agw_worker *w)
 static int worker_init(struct agw_worker *w, struct gconf *gc, char *err, size_t errlen)
 {
     struct agw_server_options so = server_options(gc->cfg);
-    struct event_config *ec = event_config_new();
-    const struct timeval slice = {.tv_sec = 0, .tv_usec = AGW_LOOP_SLICE_US};
 
-    if (ec != NULL) {
-        if (event_config_set_max_dispatch_interval(ec, &slice, -1, AGW_PRIO_NEW) == 0)
-            w->base = event_base_new_with_config(ec);
-        event_config_free(ec);
-    }
-    if (w->base == NULL || event_base_priority_init(w->base, AGW_N_PRIORITIES) != 0) {
+    w->base = agw_loop_new();
+    if (w->base == NULL) {
         snprintf(err, errlen, "cannot create the event loop");
         return -1;
     }

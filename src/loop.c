@@ -15,6 +15,24 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+struct event_base *agw_loop_new(void)
+{
+    struct event_config *ec = event_config_new();
+    const struct timeval slice = {.tv_sec = 0, .tv_usec = AGW_LOOP_SLICE_US};
+    struct event_base *base = NULL;
+
+    if (ec == NULL)
+        return NULL;
+    if (event_config_set_max_dispatch_interval(ec, &slice, -1, AGW_PRIO_NEW) == 0)
+        base = event_base_new_with_config(ec);
+    event_config_free(ec);
+    if (base != NULL && event_base_priority_init(base, AGW_N_PRIORITIES) != 0) {
+        event_base_free(base);
+        base = NULL;
+    }
+    return base;
+}
+
 int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_stats *st)
 {
     const int64_t window = window_us;

@@ -28,12 +28,6 @@ enum {
  * flow, so that streams already flowing cannot starve a new run's first event. */
 enum { AGW_PRIO_NEW = 1, AGW_PRIO_FLOWING = 2, AGW_N_PRIORITIES = 3 };
 
-/* Bounded work per loop turn: once callbacks of AGW_PRIO_NEW and below have run this long in one
- * turn, the loop asks the kernel again for readiness and runs its timers before the rest, so that
- * a saturated loop still answers a new connection (and fires its timers) within about this time
- * plus one callback (a callback's work is itself bounded: one read of at most 64 KiB). */
-#define AGW_LOOP_SLICE_US 1000
-
 #define AGW_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #if defined(__GNUC__)

@@ -18,6 +18,17 @@
 
 struct event_base;
 
+/* Bounded work per loop turn (agw_loop_new()): a callback's own work is bounded elsewhere (one read
+ * of at most 64 KiB), so a saturated loop answers within about this plus one callback. */
+#define AGW_LOOP_SLICE_US 1000
+
+/* A new event loop as every worker runs one: AGW_N_PRIORITIES priorities (include/agw/common.h),
+ * and bounded work per turn — once callbacks of AGW_PRIO_NEW and lower priorities have run for
+ * AGW_LOOP_SLICE_US in a turn, libevent looks at the sockets and the timers again before running
+ * the rest, so that a saturated loop still accepts, answers and fires its timers. NULL when
+ * libevent cannot make one. */
+struct event_base *agw_loop_new(void);
+
 /* What a loop did; updated with relaxed atomic stores, so another thread may read it. */
 struct agw_loop_stats {
     uint64_t turns; /* looks at the sockets that ran callbacks */

@@ -3,6 +3,8 @@
  * The bounds are counts with wide margins, not timings. */
 #include <criterion/criterion.h>
 
+#include <time.h>
+
 #include <event2/event.h>
 
 #include "agw/loop.h"
@@ -91,5 +93,64 @@ Test(loop, a_break_ends_the_run_and_an_empty_loop_returns_1)
     cr_assert_eq(agw_loop_run(base, 1000, NULL), 1, "nothing to wait for");
     event_base_once(base, -1, EV_TIMEOUT, break_cb, base, &soon);
     cr_assert_eq(agw_loop_run(base, 1000, NULL), 0);
+    event_base_free(base);
+}
+
+struct busy {
+    unsigned done;     /* busy callbacks run */
+    unsigned at_probe; /* busy callbacks run when the probe timer fired */
+    bool probed;
+};
+
+static void busy_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct busy *b = arg;
+    struct timespec t0, t;
+
+    (void)fd;
+    (void)what;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do /* 200 µs of work */
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 200000L);
+    b->done++;
+}
+
+static void probe_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct busy *b = arg;
+
+    (void)fd;
+    (void)what;
+    b->at_probe = b->done;
+    b->probed = true;
+}
+
+Test(loop, a_turn_of_busy_callbacks_lets_timers_in)
+{
+    struct event_base *base = agw_loop_new();
+    struct busy b = {0};
+    struct event *ev[100], *probe;
+    const struct timeval half_ms = {.tv_sec = 0, .tv_usec = 500};
+
+    cr_assert_not_null(base);
+    probe = evtimer_new(base, probe_cb, &b);
+    event_priority_set(probe, 0);
+    event_add(probe, &half_ms);
+    /* 100 callbacks of 200 µs, all ready at once, as flowing streams are: 20 ms of work. */
+    for (int i = 0; i < 100; i++) {
+        ev[i] = event_new(base, -1, 0, busy_cb, &b);
+        event_priority_set(ev[i], AGW_PRIO_FLOWING);
+        event_active(ev[i], EV_READ, 0);
+    }
+    cr_assert_eq(agw_loop_run(base, 0, NULL), 1, "the loop ran out of events");
+    cr_assert_eq(b.done, 100);
+    cr_assert(b.probed);
+    /* The probe was due after 0.5 ms; the loop looked at its timers again after a 1 ms slice
+     * (about 5 callbacks), not after the 20 ms turn. */
+    cr_assert_lt(b.at_probe, 40, "the timer waited for %u callbacks", b.at_probe);
+    for (int i = 0; i < 100; i++)
+        event_free(ev[i]);
+    event_free(probe);
     event_base_free(base);
 }
