@@ -4,8 +4,8 @@
  * one event per write(), a busy loop wakes tens of thousands of times a second, finds one socket
  * ready each time, and spends most of its CPU going to sleep and waking up. agw_loop_run() runs
  * the loop like event_base_dispatch(), and while the loop is busy — its turns, measured from one
- * look at the sockets to the end of the callbacks it ran, are shorter than <window_us> on average
- * and this one was too — it waits until <window_us> after that look before looking again. Each
+ * look at the sockets to the end of the callbacks it ran, are shorter than half <window_us> on
+ * average and this one was shorter than the window — it waits until <window_us> after that look before looking again. Each
  * look then finds every event that arrived meanwhile, so a busy loop makes fewer wake-ups and
  * fewer reads and writes per event, and an event waits at most <window_us> (plus the kernel's
  * timer slack) longer than it would have. A loop that is idle or lightly loaded (its turns
