@@ -17,11 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <sys/queue.h>
-#ifdef HAVE_MALLOC_H
-#include <malloc.h>
-#endif
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
@@ -37,6 +35,7 @@
 #include "agw/io.h"
 #include "agw/http_server.h"
 #include "agw/log.h"
+#include "agw/mem.h"
 
 #define REQUEST_ID_MAX 64
 /* After a refusal, what the client still sends is read and dropped for at most this long and this
@@ -57,9 +56,8 @@
  * alone; its connection then closes after the last chunk (libevhtp cannot adopt a connection again,
  * so a released connection is not kept alive). See "Releasing an idle stream" below. */
 #define RELEASE_IDLE_MS 500
-/* Released streams give their memory back to the system in batches: a malloc_trim() at most this
- * long after a release (glibc keeps freed heap pages otherwise, and those freed objects lie between
- * live ones). */
+/* Released streams give their memory back to the system in batches: agw_mem_release() at most this
+ * long after a release (the allocator keeps freed pages otherwise). */
 #define RELEASE_TRIM_MS 200
 
 struct conn_ctx;
@@ -82,7 +80,7 @@ struct agw_server {
     struct agw_server_stats stats;
     size_t n_conns, peak_conns; /* open connections now, and their peak since the last trim */
     bool trim_at_zero;          /* trimmed during a fall: trim once more when none is left */
-    struct event *trim_ev;      /* deferred malloc_trim() */
+    struct event *trim_ev;      /* deferred agw_mem_release() */
     size_t n_released;          /* connections whose libevhtp objects were released */
 };
 
@@ -106,7 +104,7 @@ struct conn_ctx {
                    the lingering close's limit in GATE_CLOSING; the idle check of a stream */
     struct event *abort_ev; /* deferred agw_req_abort() */
     struct event *gate_ev;  /* deferred gate_run(): the next request after an answer */
-    struct agw_req *cur;    /* the request being answered, or NULL */
+    struct agw_req *cur; /* the request being answered, or NULL */
     enum gate_state gate;
     struct agw_http1_parser *parser; /* NULL once released */
     struct agw_http1_request hreq;   /* the head being read, from GATE_BODY on */
@@ -1240,9 +1238,7 @@ static void trim_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     (void)arg;
-#ifdef HAVE_MALLOC_TRIM
-    malloc_trim(0);
-#endif
+    agw_mem_release();
 }
 
 static void accept_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -1266,6 +1262,31 @@ static void gencb(evhtp_request_t *r, void *arg)
 
 /* ---- server --------------------------------------------------------------------------------- */
 
+/* libevhtp's objects go to a heap of their own (include/agw/mem.h) when the build has one: the
+ * connection, its request, their header copies and URI are allocated at accept and freed while the
+ * stream goes on (release()); on the heap of the stream's long-lived objects they would leave holes
+ * that no page could be given back for. Two things stay on the main heap: the parser (libevhtp
+ * allocates it with plain malloc() and frees it through the hook: the separate heap's free takes
+ * it), and libevent's objects, since evhtp_set_mem_functions() also sets libevent's allocator and
+ * it is set back at once: the connection's bufferevent, made by libevhtp, outlives libevhtp's
+ * objects. Both calls run before any libevhtp object exists and, the first time a server is made,
+ * before the loops run, so no block is allocated by one allocator and freed by the other (with
+ * jemalloc both free any block anyway). libevhtp copies strings through the hook with one byte
+ * more than their length (its strndup): those strings lie in its parser's NUL-terminated buffer. */
+static pthread_once_t lib_heap_once = PTHREAD_ONCE_INIT;
+
+static void lib_heap_init(void)
+{
+    agw_malloc_fn *m;
+    agw_realloc_fn *r;
+    agw_free_fn *f;
+
+    if (!agw_mem_separate_heap(&m, &r, &f))
+        return;
+    evhtp_set_mem_functions(m, r, f);
+    event_set_mem_functions(malloc, realloc, free);
+}
+
 /* Each connection's parser copies the limits when the connection is accepted: new options reach
  * new connections (and every request's timer from now on). */
 void agw_server_set_options(struct agw_server *srv, const struct agw_server_options *opts)
@@ -1282,6 +1303,7 @@ struct agw_server *agw_server_new(struct event_base *base, const struct agw_serv
 {
     struct agw_server *srv = agw_xcalloc(1, sizeof(*srv));
 
+    pthread_once(&lib_heap_once, lib_heap_init);
     srv->base = base;
     TAILQ_INIT(&srv->conns);
     srv->handler = handler;

@@ -1,0 +1,132 @@
+/* The process's heap: see include/agw/mem.h. */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#ifdef HAVE_MALLOC_H
+#include <malloc.h>
+#endif
+#ifdef HAVE_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
+#ifdef HAVE_VALGRIND_VALGRIND_H
+#include <valgrind/valgrind.h>
+#endif
+
+#include "agw/mem.h"
+
+#ifdef HAVE_JEMALLOC
+
+/* The separate heap: an arena of its own, and no thread cache. A thread cache is shared by every
+ * arena: a block freed into it could be handed to any later malloc(), and a long-lived object would
+ * then land on the separate heap's pages and keep them resident. */
+static int sep_flags;
+static bool sep_ok;
+static pthread_once_t sep_once = PTHREAD_ONCE_INIT;
+
+static void sep_init(void)
+{
+    unsigned arena;
+    size_t len = sizeof(arena);
+
+#ifdef HAVE_VALGRIND_VALGRIND_H
+    /* Valgrind replaces malloc() and free(), not jemalloc's own entry points: a block that one
+     * allocated and the other freed would be a crash. Under valgrind: one heap. */
+    if (RUNNING_ON_VALGRIND)
+        return;
+#endif
+    if (mallctl("arenas.create", &arena, &len, NULL, 0) != 0)
+        return;
+    sep_flags = MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
+    sep_ok = true;
+}
+
+/* mallocx() and rallocx() take no size 0. */
+static void *sep_malloc(size_t n)
+{
+    return mallocx(n > 0 ? n : 1, sep_flags);
+}
+
+/* dallocx() finds any block's arena itself: this also frees blocks malloc() returned. */
+static void sep_free(void *p)
+{
+    if (p != NULL)
+        dallocx(p, MALLOCX_TCACHE_NONE);
+}
+
+static void *sep_realloc(void *p, size_t n)
+{
+    if (p == NULL)
+        return sep_malloc(n);
+    if (n == 0) {
+        sep_free(p);
+        return NULL;
+    }
+    return rallocx(p, n, sep_flags);
+}
+
+bool agw_mem_separate_heap(agw_malloc_fn **malloc_fn, agw_realloc_fn **realloc_fn,
+                           agw_free_fn **free_fn)
+{
+    pthread_once(&sep_once, sep_init);
+    if (!sep_ok)
+        return false;
+    *malloc_fn = sep_malloc;
+    *realloc_fn = sep_realloc;
+    *free_fn = sep_free;
+    return true;
+}
+
+void agw_mem_release(void)
+{
+    char name[64];
+
+    snprintf(name, sizeof(name), "arena.%u.purge", (unsigned)MALLCTL_ARENAS_ALL);
+    mallctl(name, NULL, NULL, NULL, 0);
+}
+
+static char version[96];
+static pthread_once_t version_once = PTHREAD_ONCE_INIT;
+
+static void version_init(void)
+{
+    const char *v = NULL;
+    size_t len = sizeof(v);
+
+    if (mallctl("version", (void *)&v, &len, NULL, 0) == 0 && v != NULL)
+        snprintf(version, sizeof(version), "jemalloc %s", v);
+    else
+        snprintf(version, sizeof(version), "jemalloc");
+}
+
+const char *agw_mem_allocator(void)
+{
+    pthread_once(&version_once, version_init);
+    return version;
+}
+
+#else /* the C library's malloc */
+
+bool agw_mem_separate_heap(agw_malloc_fn **malloc_fn, agw_realloc_fn **realloc_fn,
+                           agw_free_fn **free_fn)
+{
+    (void)malloc_fn;
+    (void)realloc_fn;
+    (void)free_fn;
+    return false;
+}
+
+void agw_mem_release(void)
+{
+#ifdef HAVE_MALLOC_TRIM
+    malloc_trim(0);
+#endif
+}
+
+const char *agw_mem_allocator(void)
+{
+    return "libc";
+}
+
+#endif
