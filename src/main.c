@@ -202,6 +202,7 @@ int main(int argc, char **argv)
     raise_fd_limit();
 
     struct agw_gateway_options go = {.config_path = config_path, .workers = (int)workers};
+    agw_auth_prepare();
     gw = agw_gateway_new(cfg, &go, err, sizeof(err));
     cfg = NULL; /* the gateway's now */
     if (gw == NULL) {
