@@ -102,8 +102,9 @@ struct conn_ctx {
     struct event
         *timer; /* request read timeout (slow clients), armed while no request is complete;
                    the lingering close's limit in GATE_CLOSING; the idle check of a stream */
-    struct event *abort_ev; /* deferred agw_req_abort() */
-    struct event *gate_ev;  /* deferred gate_run(): the next request after an answer */
+    /* Deferred work, run from the loop: agw_req_abort() (abort_pending), else gate_run() for the
+     * next request after an answer. One event for both: an idle stream keeps this structure. */
+    struct event *defer_ev;
     struct agw_req *cur; /* the request being answered, or NULL */
     enum gate_state gate;
     struct agw_http1_parser *parser; /* NULL once released */
@@ -120,6 +121,7 @@ struct conn_ctx {
     bool peer_eof;      /* the client closed its sending side */
     bool continue_sent; /* "100 Continue" written for the current request */
     bool shut_wr;       /* GATE_CLOSING: the answer is out and our side is shut */
+    bool abort_pending; /* agw_req_abort() was called: defer_ev closes the connection */
     /* The stream's libevhtp connection and request were freed (release()): the bufferevent is ours,
      * the connection serves this stream only and closes after it. */
     bool owned;
@@ -227,15 +229,6 @@ static void request_timeout_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     agw_log_debug("conn %s: request read timeout, closing", cc->peer);
-    conn_close(cc);
-}
-
-static void abort_cb(evutil_socket_t fd, short what, void *arg)
-{
-    struct conn_ctx *cc = arg;
-
-    (void)fd;
-    (void)what;
     conn_close(cc);
 }
 
@@ -558,7 +551,8 @@ void agw_req_detach(struct agw_req *req)
 
 void agw_req_abort(struct agw_req *req)
 {
-    event_active(req->cc->abort_ev, EV_TIMEOUT, 0);
+    req->cc->abort_pending = true;
+    event_active(req->cc->defer_ev, EV_TIMEOUT, 0);
 }
 
 /* ---- accessors ------------------------------------------------------------------------------ */
@@ -909,13 +903,18 @@ out:
     conn_leave(cc);
 }
 
-/* The answer to the previous request is out: the next one may be in <raw> already. */
-static void gate_ev_cb(evutil_socket_t fd, short what, void *arg)
+/* An abort (agw_req_abort()) closes the connection. Else the answer to the previous request is
+ * out: the next one may be in <raw> already. */
+static void defer_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct conn_ctx *cc = arg;
 
     (void)fd;
     (void)what;
+    if (cc->abort_pending) {
+        conn_close(cc);
+        return;
+    }
     if (cc->gate != GATE_HEAD)
         return;
     conn_enter(cc);
@@ -959,7 +958,7 @@ static evhtp_res on_request_fini(evhtp_request_t *r, void *arg)
      * from the loop, once it has. A kept-alive connection must deliver its next request within
      * the same limit. */
     cc->gate = GATE_HEAD;
-    event_active(cc->gate_ev, EV_TIMEOUT, 0);
+    event_active(cc->defer_ev, EV_TIMEOUT, 0);
     arm_request_timer(cc);
     return EVHTP_RES_OK;
 }
@@ -1057,9 +1056,8 @@ static void conn_gone(struct conn_ctx *cc)
         event_active(cc->srv->trim_ev, EV_TIMEOUT, 0);
     }
     event_free(cc->timer);
-    event_free(cc->abort_ev);
-    event_free(cc->gate_ev);
-    cc->timer = cc->abort_ev = cc->gate_ev = NULL;
+    event_free(cc->defer_ev);
+    cc->timer = cc->defer_ev = NULL;
     cc->dead = true;
     if (cc->depth == 0)
         conn_ctx_free(cc);
@@ -1182,8 +1180,7 @@ static evhtp_res post_accept(evhtp_connection_t *conn, void *arg)
     cc->conn = conn;
     cc->bev = evhtp_connection_get_bev(conn);
     cc->timer = evtimer_new(srv->base, request_timeout_cb, cc);
-    cc->abort_ev = evtimer_new(srv->base, abort_cb, cc);
-    cc->gate_ev = evtimer_new(srv->base, gate_ev_cb, cc);
+    cc->defer_ev = evtimer_new(srv->base, defer_cb, cc);
     cc->parser = agw_http1_request_parser_new(srv->opts.max_head_bytes, &srv->limits);
     cc->raw = evbuffer_new();
     cc->pass = evbuffer_new();
