@@ -105,8 +105,7 @@ struct conn_ctx {
     /* Deferred work, run from the loop: agw_req_abort() (abort_pending), else gate_run() for the
      * next request after an answer. One event for both: an idle stream keeps this structure. */
     struct event *defer_ev;
-    struct agw_req *cur; /* the request being answered, or NULL */
-    enum gate_state gate;
+    struct agw_req *cur;             /* the request being answered, or NULL */
     struct agw_http1_parser *parser; /* NULL once released */
     struct agw_http1_request hreq;   /* the head being read, from GATE_BODY on */
     struct evbuffer *raw;            /* read from the client and not yet handed to libevhtp */
@@ -116,7 +115,8 @@ struct conn_ctx {
     bufferevent_data_cb lib_read, lib_write; /* libevhtp's callbacks */
     bufferevent_event_cb lib_event;
     void *lib_arg;
-    unsigned depth;     /* our callbacks on the stack */
+    unsigned depth; /* our callbacks on the stack */
+    enum gate_state gate;
     bool dead;          /* the connection was freed meanwhile: free this when depth reaches 0 */
     bool peer_eof;      /* the client closed its sending side */
     bool continue_sent; /* "100 Continue" written for the current request */
