@@ -668,14 +668,23 @@ static bool conn_alive(const struct conn_ctx *cc)
     return !cc->dead;
 }
 
+/* The gate's parser (made in post_accept()); NULL is a no-op. */
+static void gate_parser_free(struct agw_http1_parser *p)
+{
+    agw_http1_parser_clear(p);
+    agw_mem_separate_free(p);
+}
+
 static void conn_ctx_free(struct conn_ctx *cc)
 {
-    agw_http1_parser_free(cc->parser);
+    gate_parser_free(cc->parser);
     evbuffer_free(cc->raw);
+    agw_mem_separate_enter();
     if (cc->pass != NULL)
         evbuffer_free(cc->pass);
     if (cc->body != NULL)
         evbuffer_free(cc->body);
+    agw_mem_separate_leave();
     free(cc);
 }
 
@@ -758,7 +767,9 @@ static void hand_over(struct conn_ctx *cc)
     evbuffer_prepend_buffer(in, cc->pass);
     agw_http1_parser_reset(cc->parser);
     cc->gate = GATE_BUSY;
+    agw_mem_separate_enter();
     cc->lib_read(cc->bev, cc->lib_arg);
+    agw_mem_separate_leave();
 }
 
 /* Moves the gate on with what <raw> holds: reads a head, then a body, and hands the request over
@@ -787,8 +798,11 @@ static void gate_run(struct conn_ctx *cc)
         evbuffer_remove_buffer(cc->raw, cc->pass, cc->hreq.head_len);
         cc->gate = GATE_BODY;
         cc->continue_sent = false;
-        if (cc->hreq.rewrite && cc->body == NULL)
+        if (cc->hreq.rewrite && cc->body == NULL) {
+            agw_mem_separate_enter();
             cc->body = evbuffer_new();
+            agw_mem_separate_leave();
+        }
     }
     rc = agw_http1_parse_body(cc->parser, cc->raw, cc->hreq.rewrite ? cc->body : cc->pass);
     if (rc == 0) {
@@ -865,8 +879,19 @@ static void gate_write_cb(struct bufferevent *bev, void *arg)
         return;
     }
     conn_enter(cc);
+    agw_mem_separate_enter();
     cc->lib_write(bev, cc->lib_arg);
+    agw_mem_separate_leave();
     conn_leave(cc);
+}
+
+/* libevhtp's event callback, in a section (include/agw/mem.h): it frees the connection's request
+ * on an error or a close. */
+static void lib_event_call(struct conn_ctx *cc, struct bufferevent *bev, short what)
+{
+    agw_mem_separate_enter();
+    cc->lib_event(bev, what, cc->lib_arg);
+    agw_mem_separate_leave();
 }
 
 static void gate_event_cb(struct bufferevent *bev, short what, void *arg)
@@ -898,7 +923,7 @@ static void gate_event_cb(struct bufferevent *bev, short what, void *arg)
     if (cc->owned)
         conn_close(cc); /* what libevhtp does on an error or a close */
     else
-        cc->lib_event(bev, what, cc->lib_arg);
+        lib_event_call(cc, bev, what);
 out:
     conn_leave(cc);
 }
@@ -950,10 +975,13 @@ static evhtp_res on_request_fini(evhtp_request_t *r, void *arg)
 {
     struct conn_ctx *cc = arg;
     struct agw_req *req = cc->cur;
+    unsigned saved;
 
     if (req == NULL || req->r != r)
         return EVHTP_RES_OK;
+    saved = agw_mem_separate_suspend(); /* the owner's close callback runs */
     end_request(cc, req);
+    agw_mem_separate_resume(saved);
     /* libevhtp is about to ready its parser for the next request (keep-alive): the gate goes on
      * from the loop, once it has. A kept-alive connection must deliver its next request within
      * the same limit. */
@@ -1013,7 +1041,13 @@ static void request_complete_cb(evhtp_request_t *r, void *arg)
         return;
     req->complete = true;
     evtimer_del(cc->timer);
-    cc->srv->handler(req, cc->srv->arg);
+    {
+        /* The handler starts the stream's long-lived objects: they belong on the main heap. */
+        unsigned saved = agw_mem_separate_suspend();
+
+        cc->srv->handler(req, cc->srv->arg);
+        agw_mem_separate_resume(saved);
+    }
 }
 
 static evhtp_res on_write(evhtp_connection_t *conn, void *arg)
@@ -1022,14 +1056,19 @@ static evhtp_res on_write(evhtp_connection_t *conn, void *arg)
     struct agw_req *req = cc->cur;
 
     (void)conn;
-    if (req != NULL && req->streaming && req->on_drain != NULL)
+    if (req != NULL && req->streaming && req->on_drain != NULL) {
+        unsigned saved = agw_mem_separate_suspend();
+
         req->on_drain(req, req->cb_arg);
+        agw_mem_separate_resume(saved);
+    }
     return EVHTP_RES_OK;
 }
 
 static evhtp_res on_connection_fini(evhtp_connection_t *conn, void *arg)
 {
     struct conn_ctx *cc = arg;
+    unsigned saved = agw_mem_separate_suspend(); /* the request's close callback runs */
 
     (void)conn;
     /* libevhtp runs this hook before it frees the connection's request: end the request here and
@@ -1039,6 +1078,7 @@ static evhtp_res on_connection_fini(evhtp_connection_t *conn, void *arg)
         end_request(cc, cc->cur);
     }
     conn_gone(cc);
+    agw_mem_separate_resume(saved);
     return EVHTP_RES_OK;
 }
 
@@ -1096,10 +1136,13 @@ static void close_owned(struct conn_ctx *cc)
  * inside libevhtp's callbacks. */
 static void conn_close(struct conn_ctx *cc)
 {
-    if (cc->owned)
+    if (cc->owned) {
         close_owned(cc);
-    else
+    } else {
+        agw_mem_separate_enter();
         evhtp_connection_free(cc->conn);
+        agw_mem_separate_leave();
+    }
 }
 
 static bool release(struct conn_ctx *cc)
@@ -1111,6 +1154,7 @@ static bool release(struct conn_ctx *cc)
         req->out_direct == NULL || evbuffer_get_length(cc->raw) > 0 ||
         evbuffer_get_length(req->out_direct) > 0)
         return false;
+    agw_mem_separate_enter();
     evhtp_connection_take_ownership(conn);
     evhtp_connection_free(conn);
     cc->conn = NULL;
@@ -1119,7 +1163,7 @@ static bool release(struct conn_ctx *cc)
     bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
     bufferevent_enable(cc->bev, EV_READ | EV_WRITE);
     /* The gate's own request state is not needed either: no request follows on this connection. */
-    agw_http1_parser_free(cc->parser);
+    gate_parser_free(cc->parser);
     cc->parser = NULL;
     evbuffer_free(cc->pass);
     cc->pass = NULL;
@@ -1127,6 +1171,7 @@ static bool release(struct conn_ctx *cc)
         evbuffer_free(cc->body);
         cc->body = NULL;
     }
+    agw_mem_separate_leave();
     cc->srv->n_released++;
     if (!evtimer_pending(cc->srv->trim_ev, NULL))
         arm_ms(cc->srv->trim_ev, RELEASE_TRIM_MS);
@@ -1181,9 +1226,15 @@ static evhtp_res post_accept(evhtp_connection_t *conn, void *arg)
     cc->bev = evhtp_connection_get_bev(conn);
     cc->timer = evtimer_new(srv->base, request_timeout_cb, cc);
     cc->defer_ev = evtimer_new(srv->base, defer_cb, cc);
-    cc->parser = agw_http1_request_parser_new(srv->opts.max_head_bytes, &srv->limits);
+    /* The gate's parser and assembly buffer are given back when an idle stream is released: on
+     * the separate heap (include/agw/mem.h), they leave no hole among the stream's objects. */
+    cc->parser =
+        agw_http1_request_parser_init(agw_mem_separate_alloc(agw_http1_request_parser_size()),
+                                      srv->opts.max_head_bytes, &srv->limits);
     cc->raw = evbuffer_new();
+    agw_mem_separate_enter();
     cc->pass = evbuffer_new();
+    agw_mem_separate_leave();
     format_peer(conn->saddr, cc->peer, sizeof(cc->peer));
     TAILQ_INSERT_TAIL(&srv->conns, cc, link);
     if (++srv->n_conns > srv->peak_conns)
@@ -1253,8 +1304,11 @@ static void accept_timer_cb(evutil_socket_t fd, short what, void *arg)
  * happen with the hooks above, but an unanswered request would hang the connection). */
 static void gencb(evhtp_request_t *r, void *arg)
 {
+    unsigned saved = agw_mem_separate_suspend(); /* its answer's buffers outlive the call */
+
     (void)arg;
     evhtp_send_reply(r, EVHTP_RES_SERVERR);
+    agw_mem_separate_resume(saved);
 }
 
 /* ---- server --------------------------------------------------------------------------------- */
@@ -1281,7 +1335,10 @@ static void lib_heap_init(void)
     if (!agw_mem_separate_heap(&m, &r, &f))
         return;
     evhtp_set_mem_functions(m, r, f);
-    event_set_mem_functions(malloc, realloc, free);
+    if (agw_mem_libevent_functions(&m, &r, &f))
+        event_set_mem_functions(m, r, f);
+    else
+        event_set_mem_functions(malloc, realloc, free);
 }
 
 /* Each connection's parser copies the limits when the connection is accepted: new options reach

@@ -14,6 +14,7 @@
 #include <valgrind/valgrind.h>
 #endif
 
+#include "agw/common.h"
 #include "agw/mem.h"
 
 #ifdef HAVE_JEMALLOC
@@ -78,6 +79,86 @@ bool agw_mem_separate_heap(agw_malloc_fn **malloc_fn, agw_realloc_fn **realloc_f
     return true;
 }
 
+void *agw_mem_separate_alloc(size_t n)
+{
+    void *p;
+
+    pthread_once(&sep_once, sep_init);
+    if (!sep_ok)
+        return agw_xmalloc(n);
+    p = sep_malloc(n);
+    if (p == NULL) /* the policy of agw_xmalloc() */
+        return agw_xmalloc(n);
+    return p;
+}
+
+void agw_mem_separate_free(void *p)
+{
+    if (sep_ok)
+        sep_free(p); /* any jemalloc block, separate heap or not */
+    else
+        free(p);
+}
+
+/* Sections (agw_mem_separate_enter()): their depth on this thread. */
+static _Thread_local unsigned sep_depth;
+
+static void *lev_malloc(size_t n)
+{
+    return sep_depth > 0 ? sep_malloc(n) : malloc(n);
+}
+
+/* A block being grown stays with its heap's allocator (realloc() may move it to the main heap). */
+static void *lev_realloc(void *p, size_t n)
+{
+    if (p == NULL)
+        return lev_malloc(n);
+    return realloc(p, n);
+}
+
+static void lev_free(void *p)
+{
+    if (sep_depth > 0)
+        sep_free(p);
+    else
+        free(p);
+}
+
+bool agw_mem_libevent_functions(agw_malloc_fn **malloc_fn, agw_realloc_fn **realloc_fn,
+                                agw_free_fn **free_fn)
+{
+    pthread_once(&sep_once, sep_init);
+    if (!sep_ok)
+        return false;
+    *malloc_fn = lev_malloc;
+    *realloc_fn = lev_realloc;
+    *free_fn = lev_free;
+    return true;
+}
+
+void agw_mem_separate_enter(void)
+{
+    sep_depth++;
+}
+
+void agw_mem_separate_leave(void)
+{
+    sep_depth--;
+}
+
+unsigned agw_mem_separate_suspend(void)
+{
+    unsigned saved = sep_depth;
+
+    sep_depth = 0;
+    return saved;
+}
+
+void agw_mem_separate_resume(unsigned saved)
+{
+    sep_depth = saved;
+}
+
 void agw_mem_release(void)
 {
     char name[64];
@@ -115,6 +196,43 @@ bool agw_mem_separate_heap(agw_malloc_fn **malloc_fn, agw_realloc_fn **realloc_f
     (void)realloc_fn;
     (void)free_fn;
     return false;
+}
+
+void *agw_mem_separate_alloc(size_t n)
+{
+    return agw_xmalloc(n);
+}
+
+void agw_mem_separate_free(void *p)
+{
+    free(p);
+}
+
+bool agw_mem_libevent_functions(agw_malloc_fn **malloc_fn, agw_realloc_fn **realloc_fn,
+                                agw_free_fn **free_fn)
+{
+    (void)malloc_fn;
+    (void)realloc_fn;
+    (void)free_fn;
+    return false;
+}
+
+void agw_mem_separate_enter(void)
+{
+}
+
+void agw_mem_separate_leave(void)
+{
+}
+
+unsigned agw_mem_separate_suspend(void)
+{
+    return 0;
+}
+
+void agw_mem_separate_resume(unsigned saved)
+{
+    (void)saved;
 }
 
 void agw_mem_release(void)

@@ -28,6 +28,32 @@ typedef void agw_free_fn(void *p);
 bool agw_mem_separate_heap(agw_malloc_fn **malloc_fn, agw_realloc_fn **realloc_fn,
                            agw_free_fn **free_fn);
 
+/* A block of <n> bytes on the separate heap (malloc()'s without one), for an object of ours that
+ * dies while the stream it serves goes on; aborts when memory is out, as agw_xmalloc() does. Free
+ * it with agw_mem_separate_free() (free() works too, through the thread's cache: see below). */
+void *agw_mem_separate_alloc(size_t n);
+void agw_mem_separate_free(void *p);
+
+/* libevent's allocation functions, for event_set_mem_functions(), with which the sections below
+ * work: outside a section they are malloc(), realloc() and free(); inside one (on the calling
+ * thread) new blocks come from the separate heap, and blocks are freed straight to their own heap
+ * (never through the thread's cache, from which a later malloc() would take a block of the
+ * separate heap for a long-lived object). Returns false, setting nothing, when the build has no
+ * separate heap. */
+bool agw_mem_libevent_functions(agw_malloc_fn **malloc_fn, agw_realloc_fn **realloc_fn,
+                                agw_free_fn **free_fn);
+
+/* A section: what libevent allocates and frees between enter and leave, on this thread, is an
+ * object that dies while the connection it serves goes on (a request's buffers, the gate's
+ * assembly buffer, the request sent upstream): it goes to the separate heap, and is freed inside
+ * a section again (a block of the separate heap freed outside one still works, through the cache).
+ * Sections nest. A callback out of a section into code that allocates long-lived objects runs
+ * between suspend and resume. No-ops without a separate heap. */
+void agw_mem_separate_enter(void);
+void agw_mem_separate_leave(void);
+unsigned agw_mem_separate_suspend(void); /* returns what resume takes */
+void agw_mem_separate_resume(unsigned saved);
+
 /* Hands the pages that freed memory left empty back to the system, in every heap (jemalloc: every
  * arena's dirty pages are purged; the C library: malloc_trim()). It walks the heap: call it from a
  * timer after many objects were freed, never per request. */
