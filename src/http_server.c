@@ -1154,15 +1154,19 @@ static bool release(struct conn_ctx *cc)
         req->out_direct == NULL || evbuffer_get_length(cc->raw) > 0 ||
         evbuffer_get_length(req->out_direct) > 0)
         return false;
+    /* What libevhtp and the gate free here was allocated on the separate heap (see
+     * lib_heap_init()): freed in a section, straight back to it. */
     agw_mem_separate_enter();
     evhtp_connection_take_ownership(conn);
     evhtp_connection_free(conn);
+    agw_mem_separate_leave();
     cc->conn = NULL;
     cc->owned = true;
     req->r = NULL;
     bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
     bufferevent_enable(cc->bev, EV_READ | EV_WRITE);
     /* The gate's own request state is not needed either: no request follows on this connection. */
+    agw_mem_separate_enter();
     gate_parser_free(cc->parser);
     cc->parser = NULL;
     evbuffer_free(cc->pass);
@@ -1316,14 +1320,16 @@ static void gencb(evhtp_request_t *r, void *arg)
 /* libevhtp's objects go to a heap of their own (include/agw/mem.h) when the build has one: the
  * connection, its request, their header copies and URI are allocated at accept and freed while the
  * stream goes on (release()); on the heap of the stream's long-lived objects they would leave holes
- * that no page could be given back for. Two things stay on the main heap: the parser (libevhtp
- * allocates it with plain malloc() and frees it through the hook: the separate heap's free takes
- * it), and libevent's objects, since evhtp_set_mem_functions() also sets libevent's allocator and
- * it is set back at once: the connection's bufferevent, made by libevhtp, outlives libevhtp's
- * objects. Both calls run before any libevhtp object exists and, the first time a server is made,
- * before the loops run, so no block is allocated by one allocator and freed by the other (with
- * jemalloc both free any block anyway). libevhtp copies strings through the hook with one byte
- * more than their length (its strndup): those strings lie in its parser's NUL-terminated buffer. */
+ * that no page could be given back for. Its parser stays on the main heap (libevhtp allocates it
+ * with plain malloc() and frees it through the hook: the separate heap's free takes any block).
+ * evhtp_set_mem_functions() also sets libevent's allocator: it is set again at once, to mem's
+ * section-aware functions, so that libevent's objects go to the main heap (the connection's
+ * bufferevent, made by libevhtp, outlives libevhtp's objects) except in a section: libevhtp's
+ * callbacks run in one (hand_over(), gate_write_cb(), lib_event_call(), conn_close(), release()),
+ * and every hook of ours that calls out of libevhtp suspends it. Both calls run before any
+ * libevhtp object exists and, the first time a server is made, before the loops run; with jemalloc
+ * any free takes any block anyway. libevhtp copies strings through the hook with one byte more
+ * than their length (its strndup): those strings lie in its parser's NUL-terminated buffer. */
 static pthread_once_t lib_heap_once = PTHREAD_ONCE_INIT;
 
 static void lib_heap_init(void)
