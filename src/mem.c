@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #ifdef HAVE_MALLOC_H
@@ -19,17 +20,30 @@
 
 #ifdef HAVE_JEMALLOC
 
-/* The separate heap: an arena of its own, and no thread cache. A thread cache is shared by every
- * arena: a block freed into it could be handed to any later malloc(), and a long-lived object would
- * then land on the separate heap's pages and keep them resident. */
-static int sep_flags;
+/* The separate heap: an arena of its own, and a thread cache of its own on each thread. The
+ * thread's default cache is shared by every arena: a block of the separate heap freed into it would
+ * be handed to a later malloc(), maybe for a long-lived object, which would keep the separate
+ * heap's page resident. Without any cache, each allocation would take the arena's lock (about 95 ns
+ * a malloc/free pair here, against 10 with a cache: 4 µs per short run). Blocks of the main heap
+ * freed here (libevhtp's parser, libevent's objects freed in a section) pass through that cache and
+ * go back to their own arena when it overflows: a bounded amount, a few hundred KiB per thread at
+ * most. */
+static unsigned sep_arena;
 static bool sep_ok;
 static pthread_once_t sep_once = PTHREAD_ONCE_INIT;
+static pthread_key_t sep_key;             /* destroys a thread's cache when the thread ends */
+static _Thread_local unsigned sep_tcache; /* this thread's cache + 1; 0 before its first use */
+
+static void sep_tcache_destroy(void *v)
+{
+    unsigned tc = (unsigned)(uintptr_t)v - 1;
+
+    mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc));
+}
 
 static void sep_init(void)
 {
-    unsigned arena;
-    size_t len = sizeof(arena);
+    size_t len = sizeof(sep_arena);
 
 #ifdef HAVE_VALGRIND_VALGRIND_H
     /* Valgrind replaces malloc() and free(), not jemalloc's own entry points: a block that one
@@ -37,23 +51,40 @@ static void sep_init(void)
     if (RUNNING_ON_VALGRIND)
         return;
 #endif
-    if (mallctl("arenas.create", &arena, &len, NULL, 0) != 0)
+    if (pthread_key_create(&sep_key, sep_tcache_destroy) != 0)
         return;
-    sep_flags = MALLOCX_ARENA(arena) | MALLOCX_TCACHE_NONE;
+    if (mallctl("arenas.create", &sep_arena, &len, NULL, 0) != 0)
+        return;
     sep_ok = true;
+}
+
+/* The MALLOCX_TCACHE flag of this thread's cache (made on first use), or no cache if none can be
+ * made. */
+static int sep_cache_flag(void)
+{
+    if (sep_tcache == 0) {
+        unsigned tc;
+        size_t len = sizeof(tc);
+
+        if (mallctl("tcache.create", &tc, &len, NULL, 0) != 0)
+            return MALLOCX_TCACHE_NONE;
+        sep_tcache = tc + 1;
+        pthread_setspecific(sep_key, (void *)(uintptr_t)sep_tcache);
+    }
+    return MALLOCX_TCACHE(sep_tcache - 1);
 }
 
 /* mallocx() and rallocx() take no size 0. */
 static void *sep_malloc(size_t n)
 {
-    return mallocx(n > 0 ? n : 1, sep_flags);
+    return mallocx(n > 0 ? n : 1, (int)MALLOCX_ARENA(sep_arena) | sep_cache_flag());
 }
 
 /* dallocx() finds any block's arena itself: this also frees blocks malloc() returned. */
 static void sep_free(void *p)
 {
     if (p != NULL)
-        dallocx(p, MALLOCX_TCACHE_NONE);
+        dallocx(p, sep_cache_flag());
 }
 
 static void *sep_realloc(void *p, size_t n)
@@ -64,7 +95,7 @@ static void *sep_realloc(void *p, size_t n)
         sep_free(p);
         return NULL;
     }
-    return rallocx(p, n, sep_flags);
+    return rallocx(p, n, (int)MALLOCX_ARENA(sep_arena) | sep_cache_flag());
 }
 
 bool agw_mem_separate_heap(agw_malloc_fn **malloc_fn, agw_realloc_fn **realloc_fn,
@@ -162,6 +193,12 @@ void agw_mem_separate_resume(unsigned saved)
 void agw_mem_release(void)
 {
     char name[64];
+
+    if (sep_tcache != 0) { /* what this thread's separate cache holds goes back to its arenas */
+        unsigned tc = sep_tcache - 1;
+
+        mallctl("tcache.flush", NULL, NULL, &tc, sizeof(tc));
+    }
 
     snprintf(name, sizeof(name), "arena.%u.purge", (unsigned)MALLCTL_ARENAS_ALL);
     mallctl(name, NULL, NULL, NULL, 0);

@@ -30,16 +30,17 @@ bool agw_mem_separate_heap(agw_malloc_fn **malloc_fn, agw_realloc_fn **realloc_f
 
 /* A block of <n> bytes on the separate heap (malloc()'s without one), for an object of ours that
  * dies while the stream it serves goes on; aborts when memory is out, as agw_xmalloc() does. Free
- * it with agw_mem_separate_free() (free() works too, through the thread's cache: see below). */
+ * it with agw_mem_separate_free() (free() works too, through the thread's default cache: see
+ * below). */
 void *agw_mem_separate_alloc(size_t n);
 void agw_mem_separate_free(void *p);
 
 /* libevent's allocation functions, for event_set_mem_functions(), with which the sections below
  * work: outside a section they are malloc(), realloc() and free(); inside one (on the calling
- * thread) new blocks come from the separate heap, and blocks are freed straight to their own heap
- * (never through the thread's cache, from which a later malloc() would take a block of the
- * separate heap for a long-lived object). Returns false, setting nothing, when the build has no
- * separate heap. */
+ * thread) new blocks come from the separate heap, and blocks are freed through the separate heap's
+ * own per-thread cache (never the thread's default cache, from which a later malloc() would take a
+ * block of the separate heap for a long-lived object). Returns false, setting nothing, when the
+ * build has no separate heap. */
 bool agw_mem_libevent_functions(agw_malloc_fn **malloc_fn, agw_realloc_fn **realloc_fn,
                                 agw_free_fn **free_fn);
 
@@ -54,9 +55,10 @@ void agw_mem_separate_leave(void);
 unsigned agw_mem_separate_suspend(void); /* returns what resume takes */
 void agw_mem_separate_resume(unsigned saved);
 
-/* Hands the pages that freed memory left empty back to the system, in every heap (jemalloc: every
- * arena's dirty pages are purged; the C library: malloc_trim()). It walks the heap: call it from a
- * timer after many objects were freed, never per request. */
+/* Hands the pages that freed memory left empty back to the system, in every heap (jemalloc: the
+ * calling thread's separate cache is flushed and every arena's dirty pages are purged; the C
+ * library: malloc_trim()). It walks the heap: call it from a timer after many objects were freed,
+ * never per request. */
 void agw_mem_release(void);
 
 /* The allocator, for logs and metrics: "jemalloc 5.3.0-…" or "libc". Static storage. */
