@@ -39,6 +39,7 @@ static void sep_tcache_destroy(void *v)
     unsigned tc = (unsigned)(uintptr_t)v - 1;
 
     mallctl("tcache.destroy", NULL, NULL, &tc, sizeof(tc));
+    sep_tcache = 0; /* runs on the ending thread: a later use there makes a new one */
 }
 
 static void sep_init(void)
