@@ -92,6 +92,7 @@ struct open_item {
 };
 
 #define AGUI_CACHED_PREFIX 160
+#define OUTCOME_MAX        96 /* bytes of an outcome, its NUL included */
 
 struct agw_agui {
     char *thread_id; /* the client's ids, owned */
@@ -108,8 +109,11 @@ struct agw_agui {
     char cached[AGUI_CACHED_PREFIX];
     size_t cached_len; /* 0: nothing cached */
     enum item_kind cached_kind;
-    /* "RUN_FINISHED" or "RUN_ERROR[:<code>]" (a long code is cut) once FINISHED, "" before */
-    char outcome[96];
+    /* "RUN_FINISHED" or "RUN_ERROR[:<code>]" (a long code is cut: OUTCOME_MAX) once FINISHED; a
+     * static string or <outcome_buf>, which holds one with a code (owned; allocated at the end:
+     * an open stream does not carry its room) */
+    const char *outcome;
+    char *outcome_buf;
     /* The data of the event being fed: an event written with exactly these bytes is the
      * upstream's own, relayed unchanged (the sink's <pass>). */
     const char *fed;
@@ -238,12 +242,18 @@ static void begin(struct agw_agui *a, const struct agw_agui_sink *out)
 
 static void finish(struct agw_agui *a, const char *code, bool error)
 {
-    if (!error)
-        snprintf(a->outcome, sizeof(a->outcome), "RUN_FINISHED");
-    else if (code != NULL)
-        snprintf(a->outcome, sizeof(a->outcome), "RUN_ERROR:%s", code);
-    else
-        snprintf(a->outcome, sizeof(a->outcome), "RUN_ERROR");
+    free(a->outcome_buf);
+    a->outcome_buf = NULL;
+    if (!error) {
+        a->outcome = "RUN_FINISHED";
+    } else if (code != NULL) {
+        char buf[OUTCOME_MAX];
+
+        snprintf(buf, sizeof(buf), "RUN_ERROR:%s", code);
+        a->outcome = a->outcome_buf = agw_xstrdup(buf);
+    } else {
+        a->outcome = "RUN_ERROR";
+    }
     for (size_t i = 0; i < a->n_open; i++)
         free(a->open[i].id);
     a->n_open = 0;
@@ -1067,6 +1077,7 @@ void agw_agui_free(struct agw_agui *a)
     agw_agkit_free(a->agkit);
     free(a->thread_id);
     free(a->run_id);
+    free(a->outcome_buf);
     free(a);
 }
 

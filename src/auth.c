@@ -42,6 +42,11 @@ static void sha256_fetch(void)
         abort();
 }
 
+void agw_auth_prepare(void)
+{
+    pthread_once(&sha256_once, sha256_fetch);
+}
+
 static void sha256(const void *data, size_t len, uint8_t md[32])
 {
     unsigned int mdlen = 0;

@@ -328,13 +328,18 @@ static enum kind classify(const char *t, size_t n)
 
 /* ---- the buffer ------------------------------------------------------------------------------ */
 
+/* The buffer's first size, doubled as needed. Small: a run that waits (on a model, a tool, a human)
+ * keeps what it captured so far for as long as it waits, often a message's start and a few deltas;
+ * a long run's doublings are a handful of realloc() calls. */
+#define CAPTURE_FIRST_CAP 256
+
 /* Makes room for <n> more bytes; returns where they go. */
 static char *room(struct agw_capture *c, size_t n)
 {
     assert(n < SIZE_MAX / 4 &&
            c->len < SIZE_MAX / 4); /* events are bounded by the SSE frame limit */
     if (c->cap - c->len < n) {
-        size_t cap = c->cap > 0 ? c->cap : 1024;
+        size_t cap = c->cap > 0 ? c->cap : CAPTURE_FIRST_CAP;
         while (cap - c->len < n)
             cap *= 2;
         c->buf = agw_xrealloc(c->buf, cap);

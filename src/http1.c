@@ -92,23 +92,44 @@ struct agw_http1_parser *agw_http1_parser_new(size_t max_head)
     return parser_new(max_head, RESPONSE_PARSER_SIZE);
 }
 
-void agw_http1_parser_free(struct agw_http1_parser *p)
+void agw_http1_parser_clear(struct agw_http1_parser *p)
 {
     if (p == NULL)
         return;
     free(p->line);
+    p->line = NULL;
+    p->line_len = p->line_cap = 0;
+}
+
+void agw_http1_parser_free(struct agw_http1_parser *p)
+{
+    agw_http1_parser_clear(p);
     free(p);
+}
+
+size_t agw_http1_request_parser_size(void)
+{
+    return sizeof(struct agw_http1_parser);
+}
+
+struct agw_http1_parser *agw_http1_request_parser_init(void *mem, size_t max_head,
+                                                       const struct agw_http1_request_limits *lim)
+{
+    struct agw_http1_parser *p = mem;
+
+    assert(max_head > 0 && lim->max_line > 0 && lim->max_fields > 0);
+    memset(p, 0, sizeof(*p));
+    p->max_head = max_head;
+    p->request = true;
+    p->lim = *lim;
+    return p;
 }
 
 struct agw_http1_parser *agw_http1_request_parser_new(size_t max_head,
                                                       const struct agw_http1_request_limits *lim)
 {
-    struct agw_http1_parser *p = parser_new(max_head, sizeof(*p));
-
-    assert(lim->max_line > 0 && lim->max_fields > 0);
-    p->request = true;
-    p->lim = *lim;
-    return p;
+    return agw_http1_request_parser_init(agw_xmalloc(sizeof(struct agw_http1_parser)), max_head,
+                                         lim);
 }
 
 void agw_http1_parser_reset(struct agw_http1_parser *p)

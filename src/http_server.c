@@ -17,11 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <sys/queue.h>
-#ifdef HAVE_MALLOC_H
-#include <malloc.h>
-#endif
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
@@ -37,6 +35,7 @@
 #include "agw/io.h"
 #include "agw/http_server.h"
 #include "agw/log.h"
+#include "agw/mem.h"
 
 #define REQUEST_ID_MAX 64
 /* After a refusal, what the client still sends is read and dropped for at most this long and this
@@ -57,9 +56,8 @@
  * alone; its connection then closes after the last chunk (libevhtp cannot adopt a connection again,
  * so a released connection is not kept alive). See "Releasing an idle stream" below. */
 #define RELEASE_IDLE_MS 500
-/* Released streams give their memory back to the system in batches: a malloc_trim() at most this
- * long after a release (glibc keeps freed heap pages otherwise, and those freed objects lie between
- * live ones). */
+/* Released streams give their memory back to the system in batches: agw_mem_release() at most this
+ * long after a release (the allocator keeps freed pages otherwise). */
 #define RELEASE_TRIM_MS 200
 
 struct conn_ctx;
@@ -82,7 +80,7 @@ struct agw_server {
     struct agw_server_stats stats;
     size_t n_conns, peak_conns; /* open connections now, and their peak since the last trim */
     bool trim_at_zero;          /* trimmed during a fall: trim once more when none is left */
-    struct event *trim_ev;      /* deferred malloc_trim() */
+    struct event *trim_ev;      /* deferred agw_mem_release() */
     size_t n_released;          /* connections whose libevhtp objects were released */
 };
 
@@ -104,10 +102,10 @@ struct conn_ctx {
     struct event
         *timer; /* request read timeout (slow clients), armed while no request is complete;
                    the lingering close's limit in GATE_CLOSING; the idle check of a stream */
-    struct event *abort_ev; /* deferred agw_req_abort() */
-    struct event *gate_ev;  /* deferred gate_run(): the next request after an answer */
-    struct agw_req *cur;    /* the request being answered, or NULL */
-    enum gate_state gate;
+    /* Deferred work, run from the loop: agw_req_abort() (abort_pending), else gate_run() for the
+     * next request after an answer. One event for both: an idle stream keeps this structure. */
+    struct event *defer_ev;
+    struct agw_req *cur;             /* the request being answered, or NULL */
     struct agw_http1_parser *parser; /* NULL once released */
     struct agw_http1_request hreq;   /* the head being read, from GATE_BODY on */
     struct evbuffer *raw;            /* read from the client and not yet handed to libevhtp */
@@ -117,11 +115,13 @@ struct conn_ctx {
     bufferevent_data_cb lib_read, lib_write; /* libevhtp's callbacks */
     bufferevent_event_cb lib_event;
     void *lib_arg;
-    unsigned depth;     /* our callbacks on the stack */
+    unsigned depth; /* our callbacks on the stack */
+    enum gate_state gate;
     bool dead;          /* the connection was freed meanwhile: free this when depth reaches 0 */
     bool peer_eof;      /* the client closed its sending side */
     bool continue_sent; /* "100 Continue" written for the current request */
     bool shut_wr;       /* GATE_CLOSING: the answer is out and our side is shut */
+    bool abort_pending; /* agw_req_abort() was called: defer_ev closes the connection */
     /* The stream's libevhtp connection and request were freed (release()): the bufferevent is ours,
      * the connection serves this stream only and closes after it. */
     bool owned;
@@ -229,15 +229,6 @@ static void request_timeout_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     agw_log_debug("conn %s: request read timeout, closing", cc->peer);
-    conn_close(cc);
-}
-
-static void abort_cb(evutil_socket_t fd, short what, void *arg)
-{
-    struct conn_ctx *cc = arg;
-
-    (void)fd;
-    (void)what;
     conn_close(cc);
 }
 
@@ -560,7 +551,8 @@ void agw_req_detach(struct agw_req *req)
 
 void agw_req_abort(struct agw_req *req)
 {
-    event_active(req->cc->abort_ev, EV_TIMEOUT, 0);
+    req->cc->abort_pending = true;
+    event_active(req->cc->defer_ev, EV_TIMEOUT, 0);
 }
 
 /* ---- accessors ------------------------------------------------------------------------------ */
@@ -676,14 +668,23 @@ static bool conn_alive(const struct conn_ctx *cc)
     return !cc->dead;
 }
 
+/* The gate's parser (made in post_accept()); NULL is a no-op. */
+static void gate_parser_free(struct agw_http1_parser *p)
+{
+    agw_http1_parser_clear(p);
+    agw_mem_separate_free(p);
+}
+
 static void conn_ctx_free(struct conn_ctx *cc)
 {
-    agw_http1_parser_free(cc->parser);
+    gate_parser_free(cc->parser);
     evbuffer_free(cc->raw);
+    agw_mem_separate_enter();
     if (cc->pass != NULL)
         evbuffer_free(cc->pass);
     if (cc->body != NULL)
         evbuffer_free(cc->body);
+    agw_mem_separate_leave();
     free(cc);
 }
 
@@ -766,7 +767,9 @@ static void hand_over(struct conn_ctx *cc)
     evbuffer_prepend_buffer(in, cc->pass);
     agw_http1_parser_reset(cc->parser);
     cc->gate = GATE_BUSY;
+    agw_mem_separate_enter();
     cc->lib_read(cc->bev, cc->lib_arg);
+    agw_mem_separate_leave();
 }
 
 /* Moves the gate on with what <raw> holds: reads a head, then a body, and hands the request over
@@ -795,8 +798,11 @@ static void gate_run(struct conn_ctx *cc)
         evbuffer_remove_buffer(cc->raw, cc->pass, cc->hreq.head_len);
         cc->gate = GATE_BODY;
         cc->continue_sent = false;
-        if (cc->hreq.rewrite && cc->body == NULL)
+        if (cc->hreq.rewrite && cc->body == NULL) {
+            agw_mem_separate_enter();
             cc->body = evbuffer_new();
+            agw_mem_separate_leave();
+        }
     }
     rc = agw_http1_parse_body(cc->parser, cc->raw, cc->hreq.rewrite ? cc->body : cc->pass);
     if (rc == 0) {
@@ -873,8 +879,19 @@ static void gate_write_cb(struct bufferevent *bev, void *arg)
         return;
     }
     conn_enter(cc);
+    agw_mem_separate_enter();
     cc->lib_write(bev, cc->lib_arg);
+    agw_mem_separate_leave();
     conn_leave(cc);
+}
+
+/* libevhtp's event callback, in a section (include/agw/mem.h): it frees the connection's request
+ * on an error or a close. */
+static void lib_event_call(struct conn_ctx *cc, struct bufferevent *bev, short what)
+{
+    agw_mem_separate_enter();
+    cc->lib_event(bev, what, cc->lib_arg);
+    agw_mem_separate_leave();
 }
 
 static void gate_event_cb(struct bufferevent *bev, short what, void *arg)
@@ -906,18 +923,23 @@ static void gate_event_cb(struct bufferevent *bev, short what, void *arg)
     if (cc->owned)
         conn_close(cc); /* what libevhtp does on an error or a close */
     else
-        cc->lib_event(bev, what, cc->lib_arg);
+        lib_event_call(cc, bev, what);
 out:
     conn_leave(cc);
 }
 
-/* The answer to the previous request is out: the next one may be in <raw> already. */
-static void gate_ev_cb(evutil_socket_t fd, short what, void *arg)
+/* An abort (agw_req_abort()) closes the connection. Else the answer to the previous request is
+ * out: the next one may be in <raw> already. */
+static void defer_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct conn_ctx *cc = arg;
 
     (void)fd;
     (void)what;
+    if (cc->abort_pending) {
+        conn_close(cc);
+        return;
+    }
     if (cc->gate != GATE_HEAD)
         return;
     conn_enter(cc);
@@ -953,15 +975,18 @@ static evhtp_res on_request_fini(evhtp_request_t *r, void *arg)
 {
     struct conn_ctx *cc = arg;
     struct agw_req *req = cc->cur;
+    unsigned saved;
 
     if (req == NULL || req->r != r)
         return EVHTP_RES_OK;
+    saved = agw_mem_separate_suspend(); /* the owner's close callback runs */
     end_request(cc, req);
+    agw_mem_separate_resume(saved);
     /* libevhtp is about to ready its parser for the next request (keep-alive): the gate goes on
      * from the loop, once it has. A kept-alive connection must deliver its next request within
      * the same limit. */
     cc->gate = GATE_HEAD;
-    event_active(cc->gate_ev, EV_TIMEOUT, 0);
+    event_active(cc->defer_ev, EV_TIMEOUT, 0);
     arm_request_timer(cc);
     return EVHTP_RES_OK;
 }
@@ -1016,7 +1041,13 @@ static void request_complete_cb(evhtp_request_t *r, void *arg)
         return;
     req->complete = true;
     evtimer_del(cc->timer);
-    cc->srv->handler(req, cc->srv->arg);
+    {
+        /* The handler starts the stream's long-lived objects: they belong on the main heap. */
+        unsigned saved = agw_mem_separate_suspend();
+
+        cc->srv->handler(req, cc->srv->arg);
+        agw_mem_separate_resume(saved);
+    }
 }
 
 static evhtp_res on_write(evhtp_connection_t *conn, void *arg)
@@ -1025,14 +1056,19 @@ static evhtp_res on_write(evhtp_connection_t *conn, void *arg)
     struct agw_req *req = cc->cur;
 
     (void)conn;
-    if (req != NULL && req->streaming && req->on_drain != NULL)
+    if (req != NULL && req->streaming && req->on_drain != NULL) {
+        unsigned saved = agw_mem_separate_suspend();
+
         req->on_drain(req, req->cb_arg);
+        agw_mem_separate_resume(saved);
+    }
     return EVHTP_RES_OK;
 }
 
 static evhtp_res on_connection_fini(evhtp_connection_t *conn, void *arg)
 {
     struct conn_ctx *cc = arg;
+    unsigned saved = agw_mem_separate_suspend(); /* the request's close callback runs */
 
     (void)conn;
     /* libevhtp runs this hook before it frees the connection's request: end the request here and
@@ -1042,6 +1078,7 @@ static evhtp_res on_connection_fini(evhtp_connection_t *conn, void *arg)
         end_request(cc, cc->cur);
     }
     conn_gone(cc);
+    agw_mem_separate_resume(saved);
     return EVHTP_RES_OK;
 }
 
@@ -1059,9 +1096,8 @@ static void conn_gone(struct conn_ctx *cc)
         event_active(cc->srv->trim_ev, EV_TIMEOUT, 0);
     }
     event_free(cc->timer);
-    event_free(cc->abort_ev);
-    event_free(cc->gate_ev);
-    cc->timer = cc->abort_ev = cc->gate_ev = NULL;
+    event_free(cc->defer_ev);
+    cc->timer = cc->defer_ev = NULL;
     cc->dead = true;
     if (cc->depth == 0)
         conn_ctx_free(cc);
@@ -1100,10 +1136,13 @@ static void close_owned(struct conn_ctx *cc)
  * inside libevhtp's callbacks. */
 static void conn_close(struct conn_ctx *cc)
 {
-    if (cc->owned)
+    if (cc->owned) {
         close_owned(cc);
-    else
+    } else {
+        agw_mem_separate_enter();
         evhtp_connection_free(cc->conn);
+        agw_mem_separate_leave();
+    }
 }
 
 static bool release(struct conn_ctx *cc)
@@ -1115,15 +1154,20 @@ static bool release(struct conn_ctx *cc)
         req->out_direct == NULL || evbuffer_get_length(cc->raw) > 0 ||
         evbuffer_get_length(req->out_direct) > 0)
         return false;
+    /* What libevhtp and the gate free here was allocated on the separate heap (see
+     * lib_heap_init()): freed in a section, straight back to it. */
+    agw_mem_separate_enter();
     evhtp_connection_take_ownership(conn);
     evhtp_connection_free(conn);
+    agw_mem_separate_leave();
     cc->conn = NULL;
     cc->owned = true;
     req->r = NULL;
     bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
     bufferevent_enable(cc->bev, EV_READ | EV_WRITE);
     /* The gate's own request state is not needed either: no request follows on this connection. */
-    agw_http1_parser_free(cc->parser);
+    agw_mem_separate_enter();
+    gate_parser_free(cc->parser);
     cc->parser = NULL;
     evbuffer_free(cc->pass);
     cc->pass = NULL;
@@ -1131,6 +1175,7 @@ static bool release(struct conn_ctx *cc)
         evbuffer_free(cc->body);
         cc->body = NULL;
     }
+    agw_mem_separate_leave();
     cc->srv->n_released++;
     if (!evtimer_pending(cc->srv->trim_ev, NULL))
         arm_ms(cc->srv->trim_ev, RELEASE_TRIM_MS);
@@ -1184,11 +1229,16 @@ static evhtp_res post_accept(evhtp_connection_t *conn, void *arg)
     cc->conn = conn;
     cc->bev = evhtp_connection_get_bev(conn);
     cc->timer = evtimer_new(srv->base, request_timeout_cb, cc);
-    cc->abort_ev = evtimer_new(srv->base, abort_cb, cc);
-    cc->gate_ev = evtimer_new(srv->base, gate_ev_cb, cc);
-    cc->parser = agw_http1_request_parser_new(srv->opts.max_head_bytes, &srv->limits);
+    cc->defer_ev = evtimer_new(srv->base, defer_cb, cc);
+    /* The gate's parser and assembly buffer are given back when an idle stream is released: on
+     * the separate heap (include/agw/mem.h), they leave no hole among the stream's objects. */
+    cc->parser =
+        agw_http1_request_parser_init(agw_mem_separate_alloc(agw_http1_request_parser_size()),
+                                      srv->opts.max_head_bytes, &srv->limits);
     cc->raw = evbuffer_new();
+    agw_mem_separate_enter();
     cc->pass = evbuffer_new();
+    agw_mem_separate_leave();
     format_peer(conn->saddr, cc->peer, sizeof(cc->peer));
     TAILQ_INSERT_TAIL(&srv->conns, cc, link);
     if (++srv->n_conns > srv->peak_conns)
@@ -1240,9 +1290,7 @@ static void trim_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     (void)arg;
-#ifdef HAVE_MALLOC_TRIM
-    malloc_trim(0);
-#endif
+    agw_mem_release();
 }
 
 static void accept_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -1260,11 +1308,44 @@ static void accept_timer_cb(evutil_socket_t fd, short what, void *arg)
  * happen with the hooks above, but an unanswered request would hang the connection). */
 static void gencb(evhtp_request_t *r, void *arg)
 {
+    unsigned saved = agw_mem_separate_suspend(); /* its answer's buffers outlive the call */
+
     (void)arg;
     evhtp_send_reply(r, EVHTP_RES_SERVERR);
+    agw_mem_separate_resume(saved);
 }
 
 /* ---- server --------------------------------------------------------------------------------- */
+
+/* libevhtp's objects go to a heap of their own (include/agw/mem.h) when the build has one: the
+ * connection, its request, their header copies and URI are allocated at accept and freed while the
+ * stream goes on (release()); on the heap of the stream's long-lived objects they would leave holes
+ * that no page could be given back for. Its parser stays on the main heap (libevhtp allocates it
+ * with plain malloc() and frees it through the hook: the separate heap's free takes any block).
+ * evhtp_set_mem_functions() also sets libevent's allocator: it is set again at once, to mem's
+ * section-aware functions, so that libevent's objects go to the main heap (the connection's
+ * bufferevent, made by libevhtp, outlives libevhtp's objects) except in a section: libevhtp's
+ * callbacks run in one (hand_over(), gate_write_cb(), lib_event_call(), conn_close(), release()),
+ * and every hook of ours that calls out of libevhtp suspends it. Both calls run before any
+ * libevhtp object exists and, the first time a server is made, before the loops run; with jemalloc
+ * any free takes any block anyway. libevhtp copies strings through the hook with one byte more
+ * than their length (its strndup): those strings lie in its parser's NUL-terminated buffer. */
+static pthread_once_t lib_heap_once = PTHREAD_ONCE_INIT;
+
+static void lib_heap_init(void)
+{
+    agw_malloc_fn *m;
+    agw_realloc_fn *r;
+    agw_free_fn *f;
+
+    if (!agw_mem_separate_heap(&m, &r, &f))
+        return;
+    evhtp_set_mem_functions(m, r, f);
+    if (agw_mem_libevent_functions(&m, &r, &f))
+        event_set_mem_functions(m, r, f);
+    else
+        event_set_mem_functions(malloc, realloc, free);
+}
 
 /* Each connection's parser copies the limits when the connection is accepted: new options reach
  * new connections (and every request's timer from now on). */
@@ -1282,6 +1363,7 @@ struct agw_server *agw_server_new(struct event_base *base, const struct agw_serv
 {
     struct agw_server *srv = agw_xcalloc(1, sizeof(*srv));
 
+    pthread_once(&lib_heap_once, lib_heap_init);
     srv->base = base;
     TAILQ_INIT(&srv->conns);
     srv->handler = handler;

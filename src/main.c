@@ -17,6 +17,7 @@
 #include "agw/gateway.h"
 #include "agw/limits.h"
 #include "agw/log.h"
+#include "agw/mem.h"
 
 static void usage(FILE *f)
 {
@@ -201,6 +202,7 @@ int main(int argc, char **argv)
     raise_fd_limit();
 
     struct agw_gateway_options go = {.config_path = config_path, .workers = (int)workers};
+    agw_auth_prepare();
     gw = agw_gateway_new(cfg, &go, err, sizeof(err));
     cfg = NULL; /* the gateway's now */
     if (gw == NULL) {
@@ -212,7 +214,7 @@ int main(int argc, char **argv)
         agw_log_error("--port-file %s: %s", port_file, strerror(errno));
         goto out;
     }
-    agw_log_info("agui-gateway %s ready", PACKAGE_VERSION);
+    agw_log_info("agui-gateway %s ready (malloc: %s)", PACKAGE_VERSION, agw_mem_allocator());
     agw_gateway_run(gw);
     status = 0;
 out:

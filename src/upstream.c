@@ -26,6 +26,7 @@
 #include "agw/io.h"
 #include "agw/limits.h"
 #include "agw/log.h"
+#include "agw/mem.h"
 #include "agw/tls.h"
 #include "agw/upstream.h"
 
@@ -94,15 +95,16 @@ enum up_state {
     UP_ST_FAILED,
 };
 
+#define PENDING_DETAIL_MAX 159 /* bytes of a deferred failure's text */
+
 static const char *const state_names[] = {"CONNECTING", "WAITING", "BODY", "DONE", "FAILED"};
 
 struct agw_upstream {
     struct agw_upstream_pool *pool;
     struct up_conn *conn; /* owned while the exchange runs; NULL before a connection exists */
-    enum up_state state;
-    struct event *timer; /* the current state's timeout */
-    struct event *kick;  /* deferred work: reported failure, input left while paused (made when
-                            first needed) */
+    struct event *timer;  /* the current state's timeout */
+    struct event *kick;   /* deferred work: reported failure, input left while paused (made when
+                             first needed) */
     struct agw_http1_parser *parser;
     struct agw_http1_response resp;
     /* The whole request, kept for one retry on a stale pooled connection until the response head
@@ -111,8 +113,11 @@ struct agw_upstream {
     struct evbuffer *body; /* decoded body bytes handed to on_body */
     struct agw_upstream_callbacks cbs;
     void *arg;
+    enum up_state state;
     enum agw_up_failure pending_kind; /* failure to report from the kick event, or AGW_UP_OK */
-    char pending_detail[160];
+    /* Its text (owned), at most PENDING_DETAIL_MAX bytes: allocated when a failure is deferred,
+     * rather than carried by every open stream. */
+    char *pending_detail;
     uint64_t start_us, connect_us, sent_us, first_byte_us; /* the latency metrics' */
     uint64_t last_read_ms;                                 /* for the lazy idle timer */
     unsigned busy;                                         /* depth of callbacks running */
@@ -385,7 +390,8 @@ static void kick(struct agw_upstream *up)
 static void fail_later(struct agw_upstream *up, enum agw_up_failure kind, const char *detail)
 {
     up->pending_kind = kind;
-    snprintf(up->pending_detail, sizeof(up->pending_detail), "%s", detail);
+    free(up->pending_detail);
+    up->pending_detail = agw_xstrndup(detail, strnlen(detail, PENDING_DETAIL_MAX));
     kick(up);
 }
 
@@ -488,7 +494,9 @@ static bool process_input(struct agw_upstream *up)
         set_state(up, UP_ST_BODY);
         /* The backend answered: no retry will send the request again. What the output still
          * references of it stays alive until written (the chains are shared). */
+        agw_mem_separate_enter();
         evbuffer_free(up->request);
+        agw_mem_separate_leave();
         up->request = NULL;
         call_begin(up);
         up->cbs.on_head(up->arg, &up->resp);
@@ -648,8 +656,12 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (up->pending_kind != AGW_UP_OK) {
         enum agw_up_failure kind = up->pending_kind;
+        char *detail = up->pending_detail;
+
         up->pending_kind = AGW_UP_OK;
-        fail(up, kind, up->pending_detail);
+        up->pending_detail = NULL;
+        fail(up, kind, detail);
+        free(detail);
         return;
     }
     if (up->state == UP_ST_BODY && !up->paused && up->conn != NULL)
@@ -843,7 +855,11 @@ struct agw_upstream *agw_upstream_start(struct agw_upstream_pool *pool,
     up->timer = evtimer_new(pool->base, timer_cb, up);
     up->parser = agw_http1_parser_new(pool->opts.max_header_bytes);
     up->body = evbuffer_new();
+    /* Freed when the response head arrives, while the stream goes on: on the separate heap
+     * (include/agw/mem.h), so that it leaves no hole among the stream's objects. */
+    agw_mem_separate_enter();
     up->request = evbuffer_new();
+    agw_mem_separate_leave();
     build_request(pool, headers, n_headers, body, body_len, up->request);
 
     up->conn = conn_from_pool(pool, up);
@@ -925,8 +941,12 @@ static void destroy(struct agw_upstream *up)
     agw_http1_parser_free(up->parser);
     agw_http1_response_clear(&up->resp);
     evbuffer_free(up->body);
-    if (up->request != NULL)
+    if (up->request != NULL) {
+        agw_mem_separate_enter();
         evbuffer_free(up->request);
+        agw_mem_separate_leave();
+    }
+    free(up->pending_detail);
     free(up);
 }
 

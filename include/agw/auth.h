@@ -27,6 +27,12 @@ enum agw_auth_result agw_auth_check(const struct agw_auth_config *auth, const ch
  * <agent_id>: true; NULL <key>: false. */
 bool agw_auth_key_allows(const struct agw_auth_key *key, const char *agent_id);
 
+/* Fetches SHA-256 from OpenSSL now rather than at the first token checked. The first fetch loads
+ * OpenSSL's default provider, about 2 MB of code and tables paged in: once, at start, not in the
+ * first request (its latency, and the memory an open stream seems to cost). Thread-safe; any
+ * number of calls. */
+void agw_auth_prepare(void);
+
 /* SHA-256 of <token> as 64 lowercase hex characters + NUL in <hex>. */
 void agw_auth_hash_hex(const char *token, size_t len, char hex[65]);
 /* Parses exactly 64 hex characters (either case) followed by NUL. Returns 0, or -AGW_EINVAL leaving

@@ -34,6 +34,9 @@ struct agw_http1_response {
  * body's trailer section; a chunk-size line is capped at 1024 bytes. */
 struct agw_http1_parser *agw_http1_parser_new(size_t max_head);
 void agw_http1_parser_free(struct agw_http1_parser *p);
+/* Frees what <p> holds, not <p> itself (a parser made by agw_http1_request_parser_init()), and
+ * leaves it unusable until initialised again. NULL is a no-op. */
+void agw_http1_parser_clear(struct agw_http1_parser *p);
 /* Forget everything (before the next response on a kept-alive connection, or to leave the error
  * state). */
 void agw_http1_parser_reset(struct agw_http1_parser *p);
@@ -95,6 +98,12 @@ struct agw_http1_request {
  * trailer section. */
 struct agw_http1_parser *agw_http1_request_parser_new(size_t max_head,
                                                       const struct agw_http1_request_limits *lim);
+/* The same parser in <mem>, agw_http1_request_parser_size() bytes aligned as malloc() aligns,
+ * which the caller allocated and frees (after agw_http1_parser_clear(); never
+ * agw_http1_parser_free()): for a caller that keeps its parsers on a heap of its own. */
+size_t agw_http1_request_parser_size(void);
+struct agw_http1_parser *agw_http1_request_parser_init(void *mem, size_t max_head,
+                                                       const struct agw_http1_request_limits *lim);
 
 /* Looks for a complete request head at the start of <in> (empty lines before it are drained, as
  * RFC 9112 §2.2 allows) and checks it. Returns 0 when it is complete and valid: <req> describes it,

@@ -1,7 +1,8 @@
 /* An LD_PRELOAD library for tests/integration/alloc.sh and idle_mem.sh: counts malloc, calloc and
- * realloc calls of the process it is loaded into, and the bytes its heap blocks hold (glibc's
- * malloc_usable_size() of every live block), and writes both to stderr on SIGUSR2:
- * "ALLOCATIONS <calls> LIVE <bytes>". */
+ * realloc calls (and jemalloc's mallocx and rallocx) of the process it is loaded into, and the
+ * bytes its heap blocks hold (the allocator's malloc_usable_size() of every live block), and writes
+ * both to stderr on SIGUSR2: "ALLOCATIONS <calls> LIVE <bytes> SEPARATE <mallocx calls>" (only
+ * the daemon's separate heap calls mallocx(), src/mem.c). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 static unsigned long n_alloc;
+static unsigned long n_separate; /* mallocx() calls: the daemon's separate heap (src/mem.c) */
 static long live_bytes;
 static void *(*real_malloc)(size_t);
 static void *(*real_calloc)(size_t, size_t);
@@ -105,10 +107,63 @@ void free(void *p)
     real_free(p);
 }
 
+/* jemalloc's own entry points: the daemon's allocator when it is built with jemalloc, whose
+ * separate heap (src/mem.c) allocates through them. Counted as malloc, realloc and free are. */
+void *mallocx(size_t n, int flags)
+{
+    static void *(*real)(size_t, int);
+    void *p;
+
+    if (real == NULL)
+        real = (void *(*)(size_t, int))dlsym(RTLD_NEXT, "mallocx");
+    __atomic_fetch_add(&n_alloc, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&n_separate, 1, __ATOMIC_RELAXED);
+    p = real(n, flags);
+    if (p != NULL)
+        __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
+    return p;
+}
+
+void *rallocx(void *p, size_t n, int flags)
+{
+    static void *(*real)(void *, size_t, int);
+    size_t old = malloc_usable_size(p);
+    void *q;
+
+    if (real == NULL)
+        real = (void *(*)(void *, size_t, int))dlsym(RTLD_NEXT, "rallocx");
+    __atomic_fetch_add(&n_alloc, 1, __ATOMIC_RELAXED);
+    q = real(p, n, flags);
+    if (q != NULL) /* else the old block stays */
+        __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(q) - (long)old, __ATOMIC_RELAXED);
+    return q;
+}
+
+void dallocx(void *p, int flags)
+{
+    static void (*real)(void *, int);
+
+    if (real == NULL)
+        real = (void (*)(void *, int))dlsym(RTLD_NEXT, "dallocx");
+    __atomic_fetch_sub(&live_bytes, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
+    real(p, flags);
+}
+
+void sdallocx(void *p, size_t n, int flags)
+{
+    static void (*real)(void *, size_t, int);
+
+    if (real == NULL)
+        real = (void (*)(void *, size_t, int))dlsym(RTLD_NEXT, "sdallocx");
+    __atomic_fetch_sub(&live_bytes, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
+    real(p, n, flags);
+}
+
 static void dump(int sig)
 {
-    char b[96];
-    int k = snprintf(b, sizeof(b), "ALLOCATIONS %lu LIVE %ld\n", n_alloc, live_bytes);
+    char b[128];
+    int k = snprintf(b, sizeof(b), "ALLOCATIONS %lu LIVE %ld SEPARATE %lu\n", n_alloc, live_bytes,
+                     n_separate);
 
     (void)sig;
     if (write(2, b, (size_t)k) < 0)

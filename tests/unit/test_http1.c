@@ -1588,3 +1588,37 @@ Test(http1_request, errors_are_sticky)
     agw_http1_parser_free(p);
     evbuffer_free(in);
 }
+
+/* A request parser in memory the caller allocated (the server keeps its parsers on a heap of its
+ * own): it parses as one from agw_http1_request_parser_new() does, a chunk-size line cut between
+ * reads included (the one thing it allocates), and agw_http1_parser_clear() frees that. */
+Test(http1_request, parser_in_caller_memory)
+{
+    void *mem = malloc(agw_http1_request_parser_size());
+    struct agw_http1_parser *p = agw_http1_request_parser_init(mem, 1024, &REQ_LIMITS);
+    struct evbuffer *in = evbuffer_new(), *out = evbuffer_new();
+    struct agw_http1_request req;
+
+    cr_assert_eq((void *)p, mem);
+    evbuffer_add_printf(in, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+    cr_assert_eq(agw_http1_parse_request_head(p, in, &req), 0);
+    evbuffer_drain(in, req.head_len);
+    evbuffer_add_printf(in, "3;ext=");
+    cr_assert_eq(agw_http1_parse_body(p, in, out), 0);
+    evbuffer_add_printf(in, "1\r\nabc\r\n0\r\n\r\n");
+    cr_assert_eq(agw_http1_parse_body(p, in, out), 1);
+    cr_assert_eq(evbuffer_get_length(out), 3);
+    agw_http1_parser_clear(p);
+    agw_http1_parser_clear(NULL);
+    /* Cleared, it can be made again in the same memory, cut line and all. */
+    p = agw_http1_request_parser_init(mem, 1024, &REQ_LIMITS);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    evbuffer_add_printf(in, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1");
+    cr_assert_eq(agw_http1_parse_request_head(p, in, &req), 0);
+    evbuffer_drain(in, req.head_len);
+    cr_assert_eq(agw_http1_parse_body(p, in, out), 0);
+    agw_http1_parser_clear(p);
+    free(mem);
+    evbuffer_free(in);
+    evbuffer_free(out);
+}
