@@ -435,6 +435,37 @@ void agw_capture_event(struct agw_capture *c, const char *json, size_t len)
     coalesce(c, kind, id, &ev.delta);
 }
 
+bool agw_capture_line_delta(const char *line, size_t len, struct agw_capture_delta *d)
+{
+    static const char text[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":";
+    static const char args[] = "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":";
+    static const char delta[] = ",\"delta\":";
+    const char *p, *q, *end = line + len;
+
+    if (len > sizeof(text) - 1 && memcmp(line, text, sizeof(text) - 1) == 0) {
+        d->args = false;
+        p = line + sizeof(text) - 1;
+    } else if (len > sizeof(args) - 1 && memcmp(line, args, sizeof(args) - 1) == 0) {
+        d->args = true;
+        p = line + sizeof(args) - 1;
+    } else {
+        return false;
+    }
+    if (*p != '"' || (q = scan_string(p, end, &d->id_escaped)) == NULL)
+        return false;
+    d->id = p + 1;
+    d->id_len = (size_t)(q - p) - 2;
+    if ((size_t)(end - q) < sizeof(delta) - 1 || memcmp(q, delta, sizeof(delta) - 1) != 0)
+        return false;
+    p = q + sizeof(delta) - 1;
+    if (p == end || *p != '"' || (q = scan_string(p, end, NULL)) == NULL || q + 1 != end ||
+        *q != '}')
+        return false;
+    d->delta = p + 1;
+    d->delta_len = (size_t)(q - p) - 2;
+    return true;
+}
+
 size_t agw_capture_size(const struct agw_capture *c)
 {
     return c->len;

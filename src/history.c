@@ -8,19 +8,48 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agw/capture.h"
 #include "agw/history.h"
 
-#define DUMP_VERSION 1
+#define DUMP_VERSION   1
+#define LINEAR_MAX     8 /* messages a thread finds by a scan, without a table */
+#define TEXT_MIN_CAP   256
+#define TEXT_CLOSE     "\"}" /* what ends a text message's JSON */
+#define TEXT_CLOSE_LEN 2
 
+/* One message. Most are held as jansson values (<msg>); a text message made by the events
+ * (TEXT_MESSAGE_START, a first TEXT_MESSAGE_CHUNK) is held as its compact JSON text instead, while
+ * nothing but content deltas touches it: {"id":…,"role":…,"content":"<content> without the closing
+ * '"}', so that a delta is appended as its escaped bytes, without decoding or copying the content,
+ * and a store writes the text as it is. The first operation that needs a jansson value (a tool call
+ * added to it, a comparison with a client's copy, a page, a dump) parses the text and the message
+ * is held as a value from then on. */
 struct item {
-    json_t *msg;  /* owned; an object with a string "id" */
-    char *run_id; /* owned; NULL = no run known */
+    json_t *msg;     /* owned; NULL while the message is held as <text> */
+    char *text;      /* owned; NULL when held as <msg> */
+    size_t text_len; /* bytes of <text>, without the closing '"}' */
+    size_t text_cap; /* >= text_len + TEXT_CLOSE_LEN + 1 */
+    char *json; /* owned: <msg> as compact JSON for agw_history_message_json(); NULL until asked,
+                   freed when the message changes or is saved */
+    size_t json_len;
+    const char *id; /* the message's "id" (never changes), in this item's block */
+    size_t id_len;
+    const char *run_id;             /* in this item's block; NULL = no run known */
+    uint64_t hash;                  /* of id */
+    uint64_t pos;                   /* position in the thread's life: h->dropped + its index */
+    struct item *next;              /* hash chain */
+    bool text_assistant, text_tool; /* held as text: its role is "assistant", "tool" */
+    bool changed;                   /* made, edited or moved since agw_history_mark_saved() */
+    char strings[];                 /* id, then run_id, each NUL-terminated */
 };
 
 struct agw_history {
-    struct item *items; /* oldest first */
+    struct item **items; /* oldest first */
     size_t n, alloc;
-    size_t max; /* >= 1: at most this many items */
+    size_t max;            /* >= 1: at most this many items */
+    struct item **buckets; /* items by id (every item is in one chain) */
+    size_t n_buckets;      /* 0 or a power of two >= the number of items */
+    size_t first_changed;  /* no item below this index is changed */
     uint64_t dropped, malformed;
     /* The text message and the tool call that chunks without an id continue (as the client's
      * chunk transformation: until an event that is not a chunk of the same kind), or NULL. */
@@ -73,39 +102,287 @@ static const char *msg_id(const json_t *m)
     return str_field(m, "id");
 }
 
-static bool is_assistant(const json_t *m)
+static uint64_t hash_bytes(const char *s, size_t n)
 {
-    return str_eq(json_object_get(m, "role"), "assistant");
+    uint64_t h = 1469598103934665603ULL;
+
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    return h ^ (h >> 29);
 }
 
-/* The first message with id <id> (the client's messages.find), or SIZE_MAX. */
+/* ---- the text form ------------------------------------------------------------------------- */
+
+static void text_reserve(struct item *it, size_t more)
+{
+    size_t need = it->text_len + more + TEXT_CLOSE_LEN + 1;
+
+    if (need <= it->text_cap)
+        return;
+    if (it->text_cap < TEXT_MIN_CAP)
+        it->text_cap = TEXT_MIN_CAP;
+    while (it->text_cap < need)
+        it->text_cap *= 2;
+    it->text = agw_xrealloc(it->text, it->text_cap);
+}
+
+static void text_put(struct item *it, const char *s, size_t n)
+{
+    text_reserve(it, n);
+    memcpy(it->text + it->text_len, s, n);
+    it->text_len += n;
+}
+
+/* Appends <s> (<n> bytes of valid UTF-8) as the body of a JSON string, escaped as jansson's
+ * json_dumps() escapes it. */
+static void text_put_escaped(struct item *it, const char *s, size_t n)
+{
+    size_t from = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        const char *e = esc;
+        size_t elen = 2;
+
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        text_put(it, s + from, i - from);
+        from = i + 1;
+        esc[0] = '\\';
+        switch (c) {
+        case '"':
+        case '\\':
+            esc[1] = (char)c;
+            break;
+        case '\b':
+            esc[1] = 'b';
+            break;
+        case '\f':
+            esc[1] = 'f';
+            break;
+        case '\n':
+            esc[1] = 'n';
+            break;
+        case '\r':
+            esc[1] = 'r';
+            break;
+        case '\t':
+            esc[1] = 't';
+            break;
+        default:
+            snprintf(esc, sizeof(esc), "\\u%04X", (unsigned)c);
+            elen = 6;
+            break;
+        }
+        text_put(it, e, elen);
+    }
+    text_put(it, s + from, n - from);
+}
+
+static void text_put_string(struct item *it, const char *s)
+{
+    text_put(it, "\"", 1);
+    text_put_escaped(it, s, strlen(s));
+    text_put(it, "\"", 1);
+}
+
+/* The text message's whole JSON (<text> closed in place; the room is always there). */
+static const char *text_closed(const struct item *it, size_t *len)
+{
+    memcpy(it->text + it->text_len, TEXT_CLOSE, TEXT_CLOSE_LEN);
+    it->text[it->text_len + TEXT_CLOSE_LEN] = '\0';
+    *len = it->text_len + TEXT_CLOSE_LEN;
+    return it->text;
+}
+
+/* A new value of the text message: what it holds, parsed. */
+static json_t *text_parse(const struct item *it)
+{
+    size_t len;
+    const char *s = text_closed(it, &len);
+
+    /* made of a parsed id and role and of deltas that were valid string bodies: always valid */
+    return must(json_loadb(s, len, 0, NULL));
+}
+
+/* ---- items --------------------------------------------------------------------------------- */
+
+/* A new item (changed) for message <id> of run <run_id> (may be NULL), both copied into its block.
+ */
+static struct item *item_new(const char *id, const char *run_id)
+{
+    size_t id_len = strlen(id), run_len = run_id != NULL ? strlen(run_id) + 1 : 0;
+    struct item *it = agw_xcalloc(1, sizeof(*it) + id_len + 1 + run_len);
+
+    memcpy(it->strings, id, id_len + 1);
+    it->id = it->strings;
+    it->id_len = id_len;
+    if (run_id != NULL) {
+        memcpy(it->strings + id_len + 1, run_id, run_len);
+        it->run_id = it->strings + id_len + 1;
+    }
+    it->hash = hash_bytes(id, id_len);
+    it->changed = true;
+    return it;
+}
+
+static void item_free(struct item *it)
+{
+    json_decref(it->msg);
+    free(it->text);
+    free(it->json);
+    free(it);
+}
+
+/* The message as a jansson value, borrowed: a text message is parsed and held as a value from now
+ * on (the same message, so not a change). */
+static json_t *item_msg(struct item *it)
+{
+    if (it->msg == NULL) {
+        it->msg = text_parse(it);
+        free(it->text);
+        it->text = NULL;
+        it->text_len = it->text_cap = 0;
+    }
+    return it->msg;
+}
+
+/* A new value equal to the message, sharing nothing with it. */
+static json_t *item_copy(const struct item *it)
+{
+    return it->msg != NULL ? must(json_deep_copy(it->msg)) : text_parse(it);
+}
+
+static bool item_is_assistant(const struct item *it)
+{
+    return it->msg != NULL ? str_eq(json_object_get(it->msg, "role"), "assistant")
+                           : it->text_assistant;
+}
+
+static bool item_is_tool(const struct item *it)
+{
+    return it->msg != NULL ? str_eq(json_object_get(it->msg, "role"), "tool") : it->text_tool;
+}
+
+/* Item <i> changed (made, edited or moved): a store writes it again. */
+static void touch(struct agw_history *h, size_t i)
+{
+    struct item *it = h->items[i];
+
+    it->changed = true;
+    free(it->json);
+    it->json = NULL;
+    if (i < h->first_changed)
+        h->first_changed = i;
+}
+
+/* ---- the index by id ----------------------------------------------------------------------- */
+
+static struct item **bucket_of(const struct agw_history *h, uint64_t hash)
+{
+    return &h->buckets[hash & (h->n_buckets - 1)];
+}
+
+/* Puts <it> in the chain of its bucket. */
+static void chain(struct agw_history *h, struct item *it)
+{
+    struct item **b = bucket_of(h, it->hash);
+
+    it->next = *b;
+    *b = it;
+}
+
+/* Indexes <it>, about to be one of the thread's items. A thread of at most LINEAR_MAX messages has
+ * no table (a scan is as fast and costs no memory); past it, the table has at least as many buckets
+ * as items. */
+static void index_add(struct agw_history *h, struct item *it)
+{
+    if (h->n + 1 > h->n_buckets && h->n + 1 > LINEAR_MAX) {
+        struct item **old = h->buckets;
+        size_t old_n = h->n_buckets;
+
+        h->n_buckets = old_n == 0 ? 2 * LINEAR_MAX : old_n * 2;
+        h->buckets = agw_xcalloc(h->n_buckets, sizeof(*h->buckets));
+        if (old_n == 0) {
+            for (size_t i = 0; i < h->n; i++)
+                chain(h, h->items[i]);
+        }
+        for (size_t i = 0; i < old_n; i++) {
+            struct item *x, *next;
+            for (x = old[i]; x != NULL; x = next) {
+                next = x->next;
+                chain(h, x);
+            }
+        }
+        free(old);
+    }
+    if (h->n_buckets > 0)
+        chain(h, it);
+}
+
+static void index_remove(struct agw_history *h, struct item *it)
+{
+    struct item **p;
+
+    if (h->n_buckets == 0)
+        return;
+    p = bucket_of(h, it->hash);
+    while (*p != it)
+        p = &(*p)->next;
+    *p = it->next;
+}
+
+static bool item_has_id(const struct item *it, uint64_t hash, const char *id, size_t len)
+{
+    return it->hash == hash && it->id_len == len && memcmp(it->id, id, len) == 0;
+}
+
+/* The index of the first message with id <id> (<len> bytes; the client's messages.find), or
+ * SIZE_MAX. */
+static size_t find_msgn(const struct agw_history *h, const char *id, size_t len)
+{
+    const struct item *best = NULL;
+    uint64_t hash;
+
+    if (h->n == 0)
+        return SIZE_MAX;
+    hash = hash_bytes(id, len);
+    if (h->n_buckets == 0) {
+        for (size_t i = 0; i < h->n; i++)
+            if (item_has_id(h->items[i], hash, id, len))
+                return i;
+        return SIZE_MAX;
+    }
+    for (const struct item *it = *bucket_of(h, hash); it != NULL; it = it->next)
+        if (item_has_id(it, hash, id, len) && (best == NULL || it->pos < best->pos))
+            best = it;
+    return best != NULL ? (size_t)(best->pos - h->dropped) : SIZE_MAX;
+}
+
 static size_t find_msg(const struct agw_history *h, const char *id)
 {
-    for (size_t i = 0; i < h->n; i++)
-        if (strcmp(msg_id(h->items[i].msg), id) == 0)
-            return i;
-    return SIZE_MAX;
+    return find_msgn(h, id, strlen(id));
 }
 
 /* The tool call with id <tc_id> in the first message whose toolCalls hold one, or NULL; its
- * message's index in *<at> (when <at> is not NULL). With <assistant_only>, only assistant messages
- * count. */
+ * message's index in *<at>. With <assistant_only>, only assistant messages count. A message held
+ * as text has no tool calls. */
 static json_t *find_tool_call(const struct agw_history *h, const char *tc_id, bool assistant_only,
                               size_t *at)
 {
     for (size_t i = 0; i < h->n; i++) {
-        const json_t *m = h->items[i].msg;
+        const json_t *m = h->items[i]->msg;
         const json_t *calls = json_object_get(m, "toolCalls");
         size_t k;
         json_t *tc;
 
-        if (!json_is_array(calls) || (assistant_only && !is_assistant(m)))
+        if (!json_is_array(calls) || (assistant_only && !item_is_assistant(h->items[i])))
             continue;
         json_array_foreach(calls, k, tc)
         {
             if (str_eq(json_object_get(tc, "id"), tc_id)) {
-                if (at != NULL)
-                    *at = i;
+                *at = i;
                 return tc;
             }
         }
@@ -113,25 +390,60 @@ static json_t *find_tool_call(const struct agw_history *h, const char *tc_id, bo
     return NULL;
 }
 
-/* Takes <msg> (owned) and a copy of <run_id> into position <at> (<= h->n). May leave more than
- * h->max items: callers trim() once their operation is done, so that indices they hold stay valid.
- */
-static void insert_at(struct agw_history *h, size_t at, json_t *msg, const char *run_id)
+/* Takes <it> (owned) into position <at> (<= h->n); the items after it move (their positions
+ * follow), but none is marked changed. */
+static void place(struct agw_history *h, size_t at, struct item *it)
 {
     assert(at <= h->n);
+    index_add(h, it);
     if (h->n == h->alloc) {
         h->alloc = h->alloc ? h->alloc * 2 : 8;
         h->items = agw_xrealloc(h->items, h->alloc * sizeof(*h->items));
     }
     memmove(&h->items[at + 1], &h->items[at], (h->n - at) * sizeof(*h->items));
-    h->items[at].msg = msg;
-    h->items[at].run_id = run_id != NULL ? agw_xstrdup(run_id) : NULL;
+    h->items[at] = it;
     h->n++;
+    for (size_t i = at; i < h->n; i++)
+        h->items[i]->pos = h->dropped + i;
 }
 
-static void append(struct agw_history *h, json_t *msg, const char *run_id)
+/* Takes <it> (owned) into position <at> (<= h->n); it and the items after it are changed (a store
+ * writes them at their new positions). May leave more than h->max items: callers trim() once their
+ * operation is done, so that indices they hold stay valid. */
+static void insert_at(struct agw_history *h, size_t at, struct item *it)
 {
-    insert_at(h, h->n, msg, run_id);
+    place(h, at, it);
+    for (size_t i = at; i < h->n; i++)
+        touch(h, i);
+}
+
+/* A message held as a value: takes <msg> (owned; an object with a string "id"). */
+static struct item *msg_item(json_t *msg, const char *run_id)
+{
+    struct item *it = item_new(msg_id(msg), run_id);
+
+    it->msg = msg;
+    return it;
+}
+
+/* A text message {"id":<id>,"role":<role>,"content":""}, held as text. */
+static struct item *text_item(const char *id, const char *role, const char *run_id)
+{
+    struct item *it = item_new(id, run_id);
+
+    text_put(it, "{\"id\":", 6);
+    text_put_string(it, id);
+    text_put(it, ",\"role\":", 8);
+    text_put_string(it, role);
+    text_put(it, ",\"content\":\"", 12);
+    it->text_assistant = strcmp(role, "assistant") == 0;
+    it->text_tool = strcmp(role, "tool") == 0;
+    return it;
+}
+
+static void append(struct agw_history *h, struct item *it)
+{
+    insert_at(h, h->n, it);
 }
 
 /* Drops the oldest items beyond h->max. */
@@ -143,19 +455,26 @@ static void trim(struct agw_history *h)
         return;
     k = h->n - h->max;
     for (size_t i = 0; i < k; i++) {
-        json_decref(h->items[i].msg);
-        free(h->items[i].run_id);
+        index_remove(h, h->items[i]);
+        item_free(h->items[i]);
     }
     memmove(&h->items[0], &h->items[k], h->max * sizeof(*h->items));
     h->n = h->max;
     h->dropped += k;
+    h->first_changed = h->first_changed > k ? h->first_changed - k : 0;
 }
 
-/* Replaces the message at <i> with <msg> (owned); the item keeps its run id. */
+/* Replaces the message at <i> with <msg> (owned, with the same id); the item keeps its run id. */
 static void replace_at(struct agw_history *h, size_t i, json_t *msg)
 {
-    json_decref(h->items[i].msg);
-    h->items[i].msg = msg;
+    struct item *it = h->items[i];
+
+    json_decref(it->msg);
+    free(it->text);
+    it->text = NULL;
+    it->text_len = it->text_cap = 0;
+    it->msg = msg;
+    touch(h, i);
 }
 
 /* Appends <delta> to the string <key> of <o>; a missing or non-string value counts as "" (the
@@ -180,6 +499,18 @@ static void append_str(json_t *o, const char *key, const json_t *delta)
     free(buf);
 }
 
+/* Appends the string <delta> to the content of message <i>. */
+static void append_content(struct agw_history *h, size_t i, const json_t *delta)
+{
+    struct item *it = h->items[i];
+
+    if (it->msg == NULL)
+        text_put_escaped(it, json_string_value(delta), json_string_length(delta));
+    else
+        append_str(it->msg, "content", delta);
+    touch(h, i);
+}
+
 struct agw_history *agw_history_new(size_t max_messages)
 {
     struct agw_history *h = agw_xcalloc(1, sizeof(*h));
@@ -193,11 +524,10 @@ void agw_history_free(struct agw_history *h)
 {
     if (h == NULL)
         return;
-    for (size_t i = 0; i < h->n; i++) {
-        json_decref(h->items[i].msg);
-        free(h->items[i].run_id);
-    }
+    for (size_t i = 0; i < h->n; i++)
+        item_free(h->items[i]);
     free(h->items);
+    free(h->buckets);
     free(h->chunk_text);
     free(h->chunk_tool);
     free(h);
@@ -218,14 +548,14 @@ static int put(struct agw_history *h, const json_t *m, const char *run_id, size_
 
     if (i != SIZE_MAX) {
         *where = i;
-        if (json_equal(h->items[i].msg, m))
+        if (json_equal(item_msg(h->items[i]), m))
             return 0;
         replace_at(h, i, must(json_deep_copy(m)));
         return 1;
     }
     if (at == SIZE_MAX)
         at = h->n;
-    insert_at(h, at, must(json_deep_copy(m)), run_id);
+    insert_at(h, at, msg_item(must(json_deep_copy(m)), run_id));
     *where = at;
     return 1;
 }
@@ -291,10 +621,7 @@ static int on_text_start(struct agw_history *h, const char *run_id, const json_t
         return -AGW_EINVAL;
     if (find_msg(h, id) != SIZE_MAX)
         return 0;
-    append(h,
-           must(json_pack("{s:s, s:s, s:s}", "id", id, "role", role ? role : "assistant", "content",
-                          "")),
-           run_id);
+    append(h, text_item(id, role ? role : "assistant", run_id));
     return 1;
 }
 
@@ -310,7 +637,7 @@ static int on_text_content(struct agw_history *h, const json_t *ev)
     i = find_msg(h, id);
     if (i == SIZE_MAX)
         return 0;
-    append_str(h->items[i].msg, "content", delta);
+    append_content(h, i, delta);
     return 1;
 }
 
@@ -329,13 +656,15 @@ static int on_tool_start(struct agw_history *h, const char *run_id, const json_t
         return -AGW_EINVAL;
     if (parent != NULL) {
         i = find_msg(h, parent);
-        if (i != SIZE_MAX && is_assistant(h->items[i].msg))
-            target = h->items[i].msg;
+        if (i != SIZE_MAX && item_is_assistant(h->items[i])) {
+            target = item_msg(h->items[i]);
+            touch(h, i);
+        }
     }
     if (target == NULL) {
         const char *id = parent != NULL && i == SIZE_MAX ? parent : tc_id;
         target = must(json_pack("{s:s, s:s, s:[]}", "id", id, "role", "assistant", "toolCalls"));
-        append(h, target, run_id);
+        append(h, msg_item(target, run_id));
     }
     calls = json_object_get(target, "toolCalls");
     if (!json_is_array(calls)) {
@@ -354,14 +683,16 @@ static int on_tool_args(struct agw_history *h, const json_t *ev)
     const char *tc_id = str_field(ev, "toolCallId");
     const json_t *delta = json_object_get(ev, "delta");
     json_t *tc, *fn;
+    size_t at;
 
     if (tc_id == NULL || !json_is_string(delta))
         return -AGW_EINVAL;
-    tc = find_tool_call(h, tc_id, false, NULL);
+    tc = find_tool_call(h, tc_id, false, &at);
     fn = json_object_get(tc, "function");
     if (!json_is_object(fn))
         return 0;
     append_str(fn, "arguments", delta);
+    touch(h, at);
     return 1;
 }
 
@@ -380,13 +711,13 @@ static int on_tool_result(struct agw_history *h, const char *run_id, const json_
     msg = must(json_pack("{s:s, s:s, s:s, s:s}", "id", id, "role", "tool", "toolCallId", tc_id,
                          "content", content));
     if (find_tool_call(h, tc_id, true, &at) == NULL) {
-        append(h, msg, run_id);
+        append(h, msg_item(msg, run_id));
         return 1;
     }
     at++;
-    while (at < h->n && str_eq(json_object_get(h->items[at].msg, "role"), "tool"))
+    while (at < h->n && item_is_tool(h->items[at]))
         at++;
-    insert_at(h, at, msg, run_id);
+    insert_at(h, at, msg_item(msg, run_id));
     return 1;
 }
 
@@ -415,15 +746,12 @@ static int on_text_chunk(struct agw_history *h, const char *run_id, const json_t
         return -AGW_EINVAL; /* the first chunk must name its message */
     i = find_msg(h, id);
     if (i == SIZE_MAX) {
-        append(h,
-               must(json_pack("{s:s, s:s, s:s}", "id", id, "role", role ? role : "assistant",
-                              "content", "")),
-               run_id);
+        append(h, text_item(id, role ? role : "assistant", run_id));
         i = h->n - 1;
     }
     set_chunk(&h->chunk_text, id);
     if (delta != NULL)
-        append_str(h->items[i].msg, "content", delta);
+        append_content(h, i, delta);
     return 1;
 }
 
@@ -434,6 +762,7 @@ static int on_tool_chunk(struct agw_history *h, const char *run_id, const json_t
     const char *tc_id, *name;
     const json_t *delta = json_object_get(ev, "delta");
     json_t *tc, *fn;
+    size_t at;
     int rc;
 
     if (opt_str_field(ev, "toolCallId", &tc_id) < 0 ||
@@ -443,7 +772,7 @@ static int on_tool_chunk(struct agw_history *h, const char *run_id, const json_t
         tc_id = h->chunk_tool;
     if (tc_id == NULL)
         return -AGW_EINVAL;
-    tc = find_tool_call(h, tc_id, false, NULL);
+    tc = find_tool_call(h, tc_id, false, &at);
     if (tc == NULL) {
         if (name == NULL)
             return -AGW_EINVAL; /* the first chunk must name its tool */
@@ -456,12 +785,14 @@ static int on_tool_chunk(struct agw_history *h, const char *run_id, const json_t
         json_decref(start);
         if (rc < 0)
             return rc;
-        tc = find_tool_call(h, tc_id, false, NULL);
+        tc = find_tool_call(h, tc_id, false, &at);
     }
     set_chunk(&h->chunk_tool, tc_id);
     fn = json_object_get(tc, "function");
-    if (delta != NULL && json_is_object(fn))
+    if (delta != NULL && json_is_object(fn)) {
         append_str(fn, "arguments", delta);
+        touch(h, at);
+    }
     return 1;
 }
 
@@ -491,14 +822,19 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
             return -AGW_EINVAL;
     }
     for (size_t i = 0; i < h->n; i++) {
-        const json_t *s = snapshot_get(snap, msg_id(h->items[i].msg));
+        struct item *it = h->items[i];
+        const json_t *s = snapshot_get(snap, it->id);
         if (s == NULL) {
-            json_decref(h->items[i].msg);
-            free(h->items[i].run_id);
+            index_remove(h, it);
+            item_free(it);
             continue;
         }
-        h->items[kept] = h->items[i];
-        if (!json_equal(h->items[kept].msg, s))
+        h->items[kept] = it;
+        if (kept != i) {
+            it->pos = h->dropped + kept;
+            touch(h, kept);
+        }
+        if (!json_equal(item_msg(it), s))
             replace_at(h, kept, must(json_deep_copy(s)));
         kept++;
     }
@@ -508,11 +844,9 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
     known = h->n;
     json_array_foreach(snap, k, m)
     {
-        bool have = false;
-        for (size_t i = 0; i < known && !have; i++)
-            have = strcmp(msg_id(h->items[i].msg), msg_id(m)) == 0;
-        if (!have)
-            append(h, must(json_deep_copy(m)), run_id);
+        size_t i = find_msg(h, msg_id(m));
+        if (i == SIZE_MAX || i >= known)
+            append(h, msg_item(must(json_deep_copy(m)), run_id));
     }
     return 1;
 }
@@ -566,6 +900,46 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
     return rc;
 }
 
+int agw_history_append_text(struct agw_history *h, const char *id, size_t id_len, const char *delta,
+                            size_t delta_len)
+{
+    size_t i = find_msgn(h, id, id_len);
+    struct item *it;
+
+    if (i == SIZE_MAX)
+        return 0;
+    it = h->items[i];
+    if (it->msg != NULL)
+        return AGW_AGAIN;
+    text_put(it, delta, delta_len);
+    touch(h, i);
+    /* as agw_history_apply() after a TEXT_MESSAGE_CONTENT */
+    set_chunk(&h->chunk_text, NULL);
+    set_chunk(&h->chunk_tool, NULL);
+    return 1;
+}
+
+int agw_history_apply_line(struct agw_history *h, const char *run_id, const char *line, size_t len)
+{
+    struct agw_capture_delta d;
+    json_t *ev;
+    int rc;
+
+    /* A text's coalesced deltas, the bulk of the bytes, go to a message held as text as they are
+     * (escaped): no JSON value is built. */
+    if (agw_capture_line_delta(line, len, &d) && !d.args && !d.id_escaped &&
+        (rc = agw_history_append_text(h, d.id, d.id_len, d.delta, d.delta_len)) != AGW_AGAIN)
+        return rc;
+    ev = json_loadb(line, len, 0, NULL);
+    if (ev == NULL) {
+        h->malformed++;
+        return -AGW_EINVAL;
+    }
+    rc = agw_history_apply(h, run_id, ev);
+    json_decref(ev);
+    return rc;
+}
+
 size_t agw_history_count(const struct agw_history *h)
 {
     return h->n;
@@ -573,12 +947,12 @@ size_t agw_history_count(const struct agw_history *h)
 
 const json_t *agw_history_message(const struct agw_history *h, size_t i)
 {
-    return i < h->n ? h->items[i].msg : NULL;
+    return i < h->n ? item_msg(h->items[i]) : NULL;
 }
 
 const char *agw_history_run_id(const struct agw_history *h, size_t i)
 {
-    return i < h->n ? h->items[i].run_id : NULL;
+    return i < h->n ? h->items[i]->run_id : NULL;
 }
 
 uint64_t agw_history_dropped(const struct agw_history *h)
@@ -591,6 +965,79 @@ uint64_t agw_history_malformed(const struct agw_history *h)
     return h->malformed;
 }
 
+/* ---- for a store that keeps each message apart --------------------------------------------- */
+
+size_t agw_history_first_changed(const struct agw_history *h)
+{
+    for (size_t i = h->first_changed; i < h->n; i++)
+        if (h->items[i]->changed)
+            return i;
+    return h->n;
+}
+
+bool agw_history_changed(const struct agw_history *h, size_t i)
+{
+    return i < h->n && h->items[i]->changed;
+}
+
+const char *agw_history_message_json(struct agw_history *h, size_t i, size_t *len)
+{
+    struct item *it;
+
+    assert(i < h->n);
+    it = h->items[i];
+    if (it->msg == NULL)
+        return text_closed(it, len);
+    if (it->json == NULL) {
+        it->json = json_dumps(it->msg, JSON_COMPACT);
+        if (it->json == NULL)
+            abort(); /* the tree holds only valid values: only allocation can fail */
+        it->json_len = strlen(it->json);
+    }
+    *len = it->json_len;
+    return it->json;
+}
+
+void agw_history_mark_saved(struct agw_history *h)
+{
+    for (size_t i = h->first_changed; i < h->n; i++) {
+        struct item *it = h->items[i];
+        it->changed = false;
+        free(it->json);
+        it->json = NULL;
+    }
+    h->first_changed = h->n;
+}
+
+struct agw_history *agw_history_restore(size_t max_messages, uint64_t dropped)
+{
+    struct agw_history *h = agw_history_new(max_messages);
+
+    h->dropped = dropped;
+    return h;
+}
+
+int agw_history_restore_message(struct agw_history *h, uint64_t pos, const char *run_id,
+                                const char *json, size_t len)
+{
+    json_t *m = json_loadb(json, len, JSON_ALLOW_NUL, NULL);
+    struct item *it;
+
+    if (!valid_msg(m)) {
+        json_decref(m);
+        return -AGW_EINVAL;
+    }
+    it = msg_item(m, run_id);
+    /* a message stored where it belongs is as saved; one out of place is written again where it
+     * belongs now */
+    it->changed = pos != h->dropped + h->n;
+    place(h, h->n, it);
+    if (it->changed && h->n - 1 < h->first_changed)
+        h->first_changed = h->n - 1;
+    trim(h);
+    return 0;
+}
+
 char *agw_history_dump(const struct agw_history *h)
 {
     json_t *msgs = must(json_array()), *doc;
@@ -598,8 +1045,8 @@ char *agw_history_dump(const struct agw_history *h)
 
     for (size_t i = 0; i < h->n; i++)
         must_ok(
-            json_array_append_new(msgs, must(json_pack("{s:s?, s:O}", "run_id", h->items[i].run_id,
-                                                       "message", h->items[i].msg))));
+            json_array_append_new(msgs, must(json_pack("{s:s?, s:O}", "run_id", h->items[i]->run_id,
+                                                       "message", item_msg(h->items[i])))));
     doc = must(json_pack("{s:i, s:I, s:o}", "v", DUMP_VERSION, "dropped", (json_int_t)h->dropped,
                          "messages", msgs));
     s = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -634,7 +1081,7 @@ struct agw_history *agw_history_load(const char *data, size_t len, size_t max_me
     h->dropped = (uint64_t)dropped;
     json_array_foreach(msgs, k, e)
     {
-        append(h, json_incref(json_object_get(e, "message")), str_field(e, "run_id"));
+        append(h, msg_item(json_incref(json_object_get(e, "message")), str_field(e, "run_id")));
     }
     trim(h);
 out:
@@ -820,7 +1267,7 @@ out:
 static bool page_match(const struct agw_history *h, const struct agw_history_query *q, size_t i)
 {
     return q->run_id[0] == '\0' ||
-           (h->items[i].run_id != NULL && strcmp(h->items[i].run_id, q->run_id) == 0);
+           (h->items[i]->run_id != NULL && strcmp(h->items[i]->run_id, q->run_id) == 0);
 }
 
 /* Whether a message of <q->run_id> lies in [<from>, <to>). */
@@ -871,7 +1318,7 @@ json_t *agw_history_page(const struct agw_history *h, const struct agw_history_q
     /* idx is ascending when taken from the low end, descending from the high end */
     for (size_t k = 0; k < n; k++) {
         size_t i = from_high == q->desc ? idx[k] : idx[n - 1 - k];
-        must_ok(json_array_append_new(msgs, must(json_deep_copy(h->items[i].msg))));
+        must_ok(json_array_append_new(msgs, item_copy(h->items[i])));
     }
     page = must(json_pack("{s:o, s:b}", "messages", msgs, "has_more", has_more));
     if (n == 0)

@@ -91,7 +91,9 @@ struct agw_store {
     uint64_t first_dirty_ms;
     uint64_t next_sweep_ms;
     struct agw_store_backend be; /* be.self NULL: the memory kind */
-    bool failing;                /* the last commit failed (logged once per streak) */
+    struct agw_store_msg *msgs;  /* a commit's messages, kept from one commit to the next */
+    size_t msgs_cap;
+    bool failing; /* the last commit failed (logged once per streak) */
     /* statistics (atomics: read from any thread) */
     uint64_t records, dropped, commits, commit_errors, expired, malformed, max_commit_us;
     size_t cached;
@@ -215,12 +217,30 @@ static bool expired(const struct agw_store *s, int64_t updated_s)
     return s->o.ttl_s > 0 && updated_s + (int64_t)s->o.ttl_s <= (int64_t)(agw_wall_ms() / 1000);
 }
 
+/* A thread being read back from the backend, message by message. */
+struct restoring {
+    struct agw_store *s;
+    struct agw_history *h; /* made at the first message */
+    bool bad;              /* a stored message could not be read */
+};
+
+static void restore_one(void *arg, const struct agw_store_msg *m)
+{
+    struct restoring *r = arg;
+
+    if (r->bad)
+        return;
+    if (r->h == NULL)
+        r->h = agw_history_restore(r->s->o.max_messages, m->pos);
+    if (agw_history_restore_message(r->h, m->pos, m->run_id, m->data, m->len) != 0)
+        r->bad = true;
+}
+
 /* Thread <id> from the cache or the database; NULL when neither knows it (or it expired). */
 static struct thread *lookup(struct agw_store *s, const char *id)
 {
     uint64_t hash = hash_id(id);
     struct thread *t = cache_find(s, id, hash);
-    struct agw_history *h;
 
     if (t != NULL) {
         if (expired(s, t->updated_s) && !t->dirty) {
@@ -234,17 +254,23 @@ static struct thread *lookup(struct agw_store *s, const char *id)
     if (s->be.self == NULL)
         return NULL;
     struct agw_store_row row;
-    int rc = s->be.load(s->be.self, id, &row);
-    h = rc == 1 ? agw_history_load(row.data, row.len, s->o.max_messages) : NULL;
-    if (rc != 0 && h == NULL) {
+    struct restoring r = {.s = s};
+    int rc = s->be.load(s->be.self, id, s->o.max_messages, &row, restore_one, &r);
+    if (rc == 1 && !r.bad && expired(s, row.updated_s)) {
+        agw_history_free(r.h);
+        return NULL;
+    }
+    if (rc == 1 && !r.bad) {
+        if (r.h == NULL) /* a thread row with no message */
+            r.h = agw_history_restore(s->o.max_messages, row.first);
+        return cache_add(s, id, hash, r.h, row.agents, row.updated_s);
+    }
+    agw_history_free(r.h);
+    if (rc != 0) {
         agw_log_error("thread history: thread %s: its stored data cannot be read: ignored", id);
         stat_add(&s->malformed, 1);
-    } else if (h != NULL && !expired(s, row.updated_s)) {
-        t = cache_add(s, id, hash, h, row.agents, row.updated_s);
-        h = NULL;
     }
-    agw_history_free(h);
-    return t;
+    return NULL;
 }
 
 /* Thread <id>, made when new. */
@@ -274,12 +300,43 @@ static void add_agent(struct thread *t, const char *agent)
 
 /* ---- commits (writer thread) -------------------------------------------------------------- */
 
+/* The changes of thread <t> since its last commit, for the backend: its row, and in *<msgs> (grown
+ * as needed, <cap> entries) from index <at> on, the messages that changed. Returns how many. */
+static size_t changes(struct thread *t, struct agw_store_row *row, struct agw_store_msg **msgs,
+                      size_t *cap, size_t at)
+{
+    struct agw_history *h = t->h;
+    size_t n = agw_history_count(h), k = at;
+    uint64_t first = agw_history_dropped(h);
+
+    for (size_t i = agw_history_first_changed(h); i < n; i++) {
+        if (!agw_history_changed(h, i))
+            continue;
+        if (k == *cap) {
+            *cap = *cap > 0 ? *cap * 2 : 64;
+            *msgs = agw_xrealloc(*msgs, *cap * sizeof(**msgs));
+        }
+        (*msgs)[k].pos = first + i;
+        (*msgs)[k].run_id = agw_history_run_id(h, i);
+        (*msgs)[k].data = agw_history_message_json(h, i, &(*msgs)[k].len);
+        k++;
+    }
+    *row = (struct agw_store_row){.id = t->id,
+                                  .agents = t->agents,
+                                  .updated_s = t->updated_s,
+                                  .first = first,
+                                  .count = n,
+                                  .n_msgs = k - at};
+    return k - at;
+}
+
+/* Writes every dirty thread's changes in one transaction. */
 static void commit(struct agw_store *s)
 {
     struct timespec a, b;
     struct agw_store_row *rows;
     struct thread *t;
-    size_t n = 0;
+    size_t n = 0, n_msgs = 0;
     char err[256];
     int rc;
 
@@ -292,16 +349,16 @@ static void commit(struct agw_store *s)
     n = 0;
     TAILQ_FOREACH(t, &s->dirty, dirty_link)
     {
-        char *dump = agw_history_dump(t->h);
-        rows[n++] = (struct agw_store_row){.id = t->id,
-                                           .agents = t->agents,
-                                           .updated_s = t->updated_s,
-                                           .data = dump,
-                                           .len = strlen(dump)};
+        n_msgs += changes(t, &rows[n], &s->msgs, &s->msgs_cap, n_msgs);
+        n++;
+    }
+    /* the messages' array is complete (it may have moved while growing): point the rows into it */
+    n_msgs = 0;
+    for (size_t i = 0; i < n; i++) {
+        rows[i].msgs = s->msgs + n_msgs;
+        n_msgs += rows[i].n_msgs;
     }
     rc = s->be.save(s->be.self, rows, n, err, sizeof(err));
-    for (size_t i = 0; i < n; i++)
-        free((char *)(uintptr_t)rows[i].data);
     free(rows);
     if (rc != 0) {
         /* The threads stay dirty: the next commit tries them again. */
@@ -315,6 +372,7 @@ static void commit(struct agw_store *s)
     while ((t = TAILQ_FIRST(&s->dirty)) != NULL) {
         TAILQ_REMOVE(&s->dirty, t, dirty_link);
         t->dirty = false;
+        agw_history_mark_saved(t->h);
     }
     clock_gettime(CLOCK_MONOTONIC, &b);
     {
@@ -382,11 +440,9 @@ static void apply_events(struct agw_store *s, struct job *j)
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = (nl != NULL ? nl : end) - p;
-        json_t *ev = n > 0 ? json_loadb(p, n, 0, NULL) : NULL;
 
-        if (n > 0 && (ev == NULL || agw_history_apply(t->h, j->run_id, ev) < 0))
+        if (n > 0 && agw_history_apply_line(t->h, j->run_id, p, n) < 0)
             stat_add(&s->malformed, 1);
-        json_decref(ev);
         p += n + 1;
     }
     mark_dirty(s, t);
@@ -728,6 +784,7 @@ void agw_store_close(struct agw_store *s)
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->lock);
     free(s->buckets);
+    free(s->msgs);
     free(s->path);
     free(s);
 }

@@ -48,4 +48,22 @@ size_t agw_capture_size(const struct agw_capture *c);
  * the same message starts a new coalesced event. */
 char *agw_capture_take(struct agw_capture *c, size_t *len);
 
+/* The parts of a coalesced content line (see agw_capture_line_delta()). */
+struct agw_capture_delta {
+    bool args;      /* TOOL_CALL_ARGS (toolCallId); false: TEXT_MESSAGE_CONTENT (messageId) */
+    const char *id; /* the id's bytes between its quotes, as written */
+    size_t id_len;
+    bool id_escaped;   /* the id holds an escape: its bytes are not its value */
+    const char *delta; /* the delta's bytes between its quotes, escapes and all */
+    size_t delta_len;
+};
+
+/* Whether <line> (<len> bytes, without its '\n') is exactly in the coalesced form this module
+ * writes, {"type":"TEXT_MESSAGE_CONTENT","messageId":"<id>","delta":"<delta>"} (or its
+ * TOOL_CALL_ARGS twin with "toolCallId"), both strings valid as the scanner checks them (as jansson
+ * reads them); then <d> points into <line> at its parts. Any other line (a kept event, even one of
+ * these types written otherwise) gives false: parse it. For the store's thread, so that a content
+ * line is applied without building a JSON value of its delta. */
+bool agw_capture_line_delta(const char *line, size_t len, struct agw_capture_delta *d);
+
 #endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agw/common.h"
 #include "agw/history.h"
 
 static json_t *parse(const char *text)
@@ -550,6 +551,151 @@ Test(history, cap_applies_to_a_snapshot)
        "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"a\",\"role\":\"user\"},"
        "{\"id\":\"b\",\"role\":\"user\"}]}");
     expect(h, "[{\"id\":\"b\",\"role\":\"user\"}]");
+    agw_history_free(h);
+}
+
+/* ---- saving message by message (a store's row per message) -------------------------------------
+ */
+
+/* The indices of the changed messages, space-separated. */
+static const char *changed(const struct agw_history *h)
+{
+    static char out[256];
+    size_t n = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; i < agw_history_count(h); i++)
+        if (agw_history_changed(h, i))
+            n += (size_t)snprintf(out + n, sizeof(out) - n, "%s%zu", n > 0 ? " " : "", i);
+    for (size_t i = 0; i < agw_history_first_changed(h); i++)
+        cr_assert(!agw_history_changed(h, i), "first_changed %zu, but %zu is changed",
+                  agw_history_first_changed(h), i);
+    return out;
+}
+
+Test(history, changes_are_tracked_until_saved)
+{
+    struct agw_history *h = agw_history_new(4);
+
+    merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\"},{\"id\":\"u2\",\"role\":\"user\"}]");
+    cr_assert_str_eq(changed(h), "0 1");
+    agw_history_mark_saved(h);
+    cr_assert_str_eq(changed(h), "");
+    cr_assert_eq(agw_history_first_changed(h), 2);
+    merge(h, "r2", "[{\"id\":\"u1\",\"role\":\"user\"},{\"id\":\"u2\",\"role\":\"user\"}]");
+    cr_assert_str_eq(changed(h), "", "an equal resend changes nothing");
+    ev(h, "r2",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"a1\"}");
+    cr_assert_str_eq(changed(h), "2");
+    agw_history_mark_saved(h);
+    ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"u1\",\"delta\":\"x\"}");
+    cr_assert_str_eq(changed(h), "0", "an edit");
+    agw_history_mark_saved(h);
+    /* a tool result after its owner a1 (index 2), then the cap drops u1 */
+    ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\"}");
+    agw_history_mark_saved(h);
+    cr_assert_eq(agw_history_count(h), 4);
+    ev(h, "r2",
+       "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"t1\",\"toolCallId\":\"c1\","
+       "\"content\":\"r\"}");
+    cr_assert_eq(agw_history_dropped(h), 1);
+    cr_assert_str_eq(changed(h), "2 3", "the result and the message it moved");
+    cr_assert_str_eq(json_string_value(json_object_get(agw_history_message(h, 3), "id")), "a2");
+    agw_history_mark_saved(h);
+    /* a snapshot keeping u2 and a2: a2 moves */
+    ev(h, "r3",
+       "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"u2\",\"role\":\"user\"},"
+       "{\"id\":\"a2\",\"role\":\"assistant\",\"content\":\"\"}]}");
+    cr_assert_eq(agw_history_count(h), 2);
+    cr_assert_str_eq(changed(h), "1");
+    agw_history_free(h);
+}
+
+/* A text message made by events is held as its JSON text: escaped as jansson escapes, its deltas
+ * appended raw by agw_history_append_text(). */
+Test(history, a_text_message_is_its_json)
+{
+    struct agw_history *h = agw_history_new(10);
+    const char *j;
+    size_t len;
+
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a\\\"1\",\"role\":\"x/y\"}");
+    ev(h, "r1",
+       "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a\\\"1\",\"delta\":"
+       "\"q\\n\\u0001\\t\\u00e9\"}");
+    cr_assert_eq(agw_history_append_text(h, "a\"1", 3, "\\u00e9!", 7), 1);
+    cr_assert_eq(agw_history_append_text(h, "nope", 4, "x", 1), 0, "an unknown id");
+    j = agw_history_message_json(h, 0, &len);
+    cr_assert_eq(strlen(j), len);
+    cr_assert_str_eq(
+        j, "{\"id\":\"a\\\"1\",\"role\":\"x/y\",\"content\":\"q\\n\\u0001\\t\xc3\xa9\\u00e9!\"}");
+    expect(h,
+           "[{\"id\":\"a\\\"1\",\"role\":\"x/y\",\"content\":\"q\\n\\u0001\\t\\u00e9\\u00e9!\"}]");
+    /* now held as a value: a raw delta is refused, the parsed event applies */
+    cr_assert_eq(agw_history_append_text(h, "a\"1", 3, "x", 1), AGW_AGAIN);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a\\\"1\",\"delta\":\"x\"}");
+    j = agw_history_message_json(h, 0, &len);
+    cr_assert_str_eq(
+        j, "{\"id\":\"a\\\"1\",\"role\":\"x/y\",\"content\":\"q\\n\\u0001\\t\xc3\xa9\xc3\xa9!x\"}");
+    /* a message from the input is a value: raw deltas are refused */
+    merge(h, "r2", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"a\"}]");
+    cr_assert_eq(agw_history_append_text(h, "u1", 2, "x", 1), AGW_AGAIN);
+    agw_history_free(h);
+}
+
+/* A raw delta ends a chunk's continuation, as the parsed event does. */
+Test(history, a_raw_delta_ends_a_chunk)
+{
+    struct agw_history *h = agw_history_new(10);
+
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c\",\"delta\":\"1\"}"), 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "x", 1), 1);
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"2\"}"), -AGW_EINVAL);
+    agw_history_free(h);
+}
+
+Test(history, restore_reads_back_what_was_saved)
+{
+    struct agw_history *h = agw_history_new(3), *back;
+    const char *runs[] = {"r1", NULL, "r2"};
+
+    merge(h, NULL, "[{\"id\":\"u0\",\"role\":\"user\"}]");
+    merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"caf\\u00e9\"}]");
+    merge(h, NULL, "[{\"id\":\"u2\",\"role\":\"user\"}]");
+    ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    ev(h, "r2",
+       "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"\\\"hi\\\"\"}");
+    cr_assert_eq(agw_history_dropped(h), 1);
+
+    back = agw_history_restore(3, agw_history_dropped(h));
+    for (size_t i = 0; i < agw_history_count(h); i++) {
+        size_t len;
+        const char *j = agw_history_message_json(h, i, &len);
+        cr_assert_eq(agw_history_restore_message(back, agw_history_dropped(h) + i,
+                                                 agw_history_run_id(h, i), j, len),
+                     0);
+    }
+    cr_assert_str_eq(changed(back), "", "as saved");
+    expect(back, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"caf\\u00e9\"},"
+                 "{\"id\":\"u2\",\"role\":\"user\"},"
+                 "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"\\\"hi\\\"\"}]");
+    expect_runs(back, runs, 3);
+    cr_assert_eq(agw_history_dropped(back), 1);
+    cr_assert_eq(agw_history_restore_message(back, 4, NULL, "{\"role\":\"user\"}", 17), -AGW_EINVAL,
+                 "no id");
+    cr_assert_eq(agw_history_restore_message(back, 4, NULL, "[", 1), -AGW_EINVAL);
+    cr_assert_eq(agw_history_count(back), 3);
+    /* past the cap: the oldest go */
+    cr_assert_eq(agw_history_restore_message(back, 4, NULL, "{\"id\":\"m4\"}", 11), 0);
+    cr_assert_eq(agw_history_dropped(back), 2);
+    cr_assert_str_eq(changed(back), "");
+    /* out of place (a gap): written again where it belongs */
+    cr_assert_eq(agw_history_restore_message(back, 9, NULL, "{\"id\":\"m9\"}", 11), 0);
+    cr_assert_str_eq(changed(back), "2");
+    agw_history_free(back);
     agw_history_free(h);
 }
 
