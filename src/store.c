@@ -31,6 +31,10 @@
 #define TTL_SWEEP_MS    60000 /* how often expired threads are looked for */
 #define TTL_BATCH       500   /* threads deleted per transaction by the ttl */
 #define WRITER_NICE     5     /* the writer thread's nice value (the loops keep 0) */
+/* Records wait in the queue until the oldest is BATCH_MS old (or the commit interval, if shorter),
+ * BATCH_BYTES wait, or a read comes: the writer wakes once per batch, not once per record. */
+#define BATCH_MS    20
+#define BATCH_BYTES (4u << 20)
 
 enum job_kind { JOB_INPUT, JOB_EVENTS, JOB_READ };
 
@@ -80,6 +84,9 @@ struct agw_store {
     pthread_cond_t wake;
     struct job_list queue;
     size_t queued_bytes;
+    uint64_t queued_since_ms; /* when the oldest waiting record was handed over */
+    unsigned queued_reads;    /* read requests waiting */
+    bool writer_waiting;      /* the writer sleeps on <wake> */
     bool stopping;
     pthread_t thread;
     bool thread_started;
@@ -88,7 +95,8 @@ struct agw_store {
     size_t n_buckets, n_threads;
     struct thread_list lru;   /* most recently used first */
     struct thread_list dirty; /* changed since the last commit */
-    uint64_t first_dirty_ms;
+    uint64_t first_dirty_ms;  /* when the oldest uncommitted change was handed over */
+    uint64_t batch_since_ms;  /* when the oldest record being applied was handed over */
     uint64_t next_sweep_ms;
     struct agw_store_backend be; /* be.self NULL: the memory kind */
     struct agw_store_msg *msgs;  /* a commit's messages, kept from one commit to the next */
@@ -207,7 +215,7 @@ static void mark_dirty(struct agw_store *s, struct thread *t)
     if (t->dirty || s->be.self == NULL)
         return;
     if (TAILQ_EMPTY(&s->dirty))
-        s->first_dirty_ms = agw_now_ms();
+        s->first_dirty_ms = s->batch_since_ms; /* the commit interval counts from the hand-over */
     t->dirty = true;
     TAILQ_INSERT_TAIL(&s->dirty, t, dirty_link);
 }
@@ -488,9 +496,17 @@ static void job_free(struct job *j)
     free(j);
 }
 
+/* Whether the waiting records are to be applied now (under <lock>). */
+static bool batch_due(const struct agw_store *s, uint64_t now, uint64_t batch_ms)
+{
+    return s->stopping || s->queued_reads > 0 || s->queued_bytes >= BATCH_BYTES ||
+           (!STAILQ_EMPTY(&s->queue) && now >= s->queued_since_ms + batch_ms);
+}
+
 static void *writer_main(void *arg)
 {
     struct agw_store *s = arg;
+    uint64_t batch_ms = s->o.commit_ms < BATCH_MS ? s->o.commit_ms : BATCH_MS;
     struct job_list batch = STAILQ_HEAD_INITIALIZER(batch);
 
 #ifdef __linux__
@@ -506,13 +522,17 @@ static void *writer_main(void *arg)
         bool stop;
 
         pthread_mutex_lock(&s->lock);
-        while (STAILQ_EMPTY(&s->queue) && !s->stopping) {
+        for (;;) {
             uint64_t now = agw_now_ms(), due = s->next_sweep_ms;
             struct timespec ts;
+            if (batch_due(s, now, batch_ms))
+                break;
+            if (!STAILQ_EMPTY(&s->queue) && s->queued_since_ms + batch_ms < due)
+                due = s->queued_since_ms + batch_ms;
             if (!TAILQ_EMPTY(&s->dirty) && s->first_dirty_ms + s->o.commit_ms < due)
                 due = s->first_dirty_ms + s->o.commit_ms;
             if (due <= now)
-                break;
+                break; /* a commit or a sweep */
             clock_gettime(CLOCK_MONOTONIC, &ts);
             ts.tv_sec += (time_t)((due - now) / 1000);
             ts.tv_nsec += (long)((due - now) % 1000) * 1000000L;
@@ -520,10 +540,14 @@ static void *writer_main(void *arg)
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000L;
             }
+            s->writer_waiting = true;
             pthread_cond_timedwait(&s->wake, &s->lock, &ts);
+            s->writer_waiting = false;
         }
+        s->batch_since_ms = STAILQ_EMPTY(&s->queue) ? agw_now_ms() : s->queued_since_ms;
         STAILQ_CONCAT(&batch, &s->queue);
         s->queued_bytes = 0;
+        s->queued_reads = 0;
         stop = s->stopping;
         pthread_mutex_unlock(&s->lock);
 
@@ -576,9 +600,19 @@ static void submit(struct agw_store *s, struct job *j)
     pthread_mutex_lock(&s->lock);
     over = j->kind != JOB_READ && s->queued_bytes + j->cost > s->o.max_queue_bytes;
     if (!over) {
+        bool first = STAILQ_EMPTY(&s->queue);
+        if (first)
+            s->queued_since_ms = agw_now_ms();
         STAILQ_INSERT_TAIL(&s->queue, j, link);
         s->queued_bytes += j->cost;
-        pthread_cond_signal(&s->wake);
+        s->queued_reads += j->kind == JOB_READ;
+        /* A sleeping writer is woken for a read, a full batch, or the first record (so that it
+         * sleeps until that one's batch is due); a writer that runs or waits for a batch takes
+         * the others when it is due, without a system call here. */
+        if (s->writer_waiting && (first || j->kind == JOB_READ || s->queued_bytes >= BATCH_BYTES)) {
+            s->writer_waiting = false;
+            pthread_cond_signal(&s->wake);
+        }
     }
     pthread_mutex_unlock(&s->lock);
     if (over) {
