@@ -74,6 +74,29 @@ static long hex4(const char *p)
     return v;
 }
 
+#define ONES  0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* The first byte at or after <p> that is not plain (or <e>). Text is mostly plain ASCII: eight
+ * bytes are tested at a time, a word with a byte below 0x20, a '"', a '\\' or a byte of 0x80 or
+ * more is read byte by byte (the tests below are exact: a byte "below n" test (x - n*ONES) & ~x &
+ * HIGHS is nonzero exactly when a byte of x is below n, for n <= 0x80). */
+static const unsigned char *skip_plain(const unsigned char *p, const unsigned char *e)
+{
+    while (e - p >= 8) {
+        uint64_t x, q, b;
+        memcpy(&x, p, 8);
+        q = x ^ (0x22 * ONES); /* '"' bytes become 0 */
+        b = x ^ (0x5c * ONES); /* '\\' bytes become 0 */
+        if ((((x - 0x20 * ONES) & ~x) | ((q - ONES) & ~q) | ((b - ONES) & ~b) | x) & HIGHS)
+            break;
+        p += 8;
+    }
+    while (p < e && plain[*p])
+        p++;
+    return p;
+}
+
 /* A string at <p> (its opening quote) that jansson takes with the store's flags: valid UTF-8, no
  * control byte, escapes among \" \\ \/ \b \f \n \r \t \uXXXX, surrogates only in pairs, no \u0000.
  * *<escaped> (may be NULL) tells whether it holds an escape. Returns the byte after the closing
@@ -85,8 +108,7 @@ static const char *scan_string(const char *s, const char *end, bool *escaped)
     bool esc = false;
 
     for (;;) {
-        while (p < e && plain[*p])
-            p++;
+        p = skip_plain(p, e);
         if (p == e)
             return NULL;
         if (*p == '"')
