@@ -40,7 +40,7 @@ struct member {
 };
 
 struct event {
-    struct member type, message_id, tool_call_id, delta;
+    struct member type, message_id, tool_call_id, delta, role;
 };
 
 /* ---- the scanner: one valid JSON object, as jansson reads it, or false ----------------------- */
@@ -272,6 +272,8 @@ static struct member *member_of(struct event *ev, const char *k, size_t n)
         return &ev->tool_call_id;
     if (span_is(k, n, "delta", 5))
         return &ev->delta;
+    if (span_is(k, n, "role", 4))
+        return &ev->role;
     return NULL;
 }
 
@@ -486,6 +488,27 @@ bool agw_capture_line_delta(const char *line, size_t len, struct agw_capture_del
     d->delta = p + 1;
     d->delta_len = (size_t)(q - p) - 2;
     return true;
+}
+
+/* A member that is a string written without an escape: its bytes between the quotes in *<p>. */
+static bool plain_string(const struct member *m, const char **p, size_t *n)
+{
+    if (!m->string || m->escaped)
+        return false;
+    *p = m->p + 1;
+    *n = m->n - 2;
+    return true;
+}
+
+bool agw_capture_line_fields(const char *line, size_t len, struct agw_capture_fields *f)
+{
+    struct event ev;
+
+    memset(f, 0, sizeof(*f));
+    return scan_event(line, len, &ev) && plain_string(&ev.type, &f->type, &f->type_len) &&
+           (ev.message_id.p == NULL ||
+            plain_string(&ev.message_id, &f->message_id, &f->message_id_len)) &&
+           (ev.role.p == NULL || plain_string(&ev.role, &f->role, &f->role_len));
 }
 
 size_t agw_capture_size(const struct agw_capture *c)

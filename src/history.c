@@ -12,8 +12,7 @@
 #include "agw/history.h"
 
 #define DUMP_VERSION   1
-#define LINEAR_MAX     8 /* messages a thread finds by a scan, without a table */
-#define TEXT_MIN_CAP   256
+#define LINEAR_MAX     8     /* messages a thread finds by a scan, without a table */
 #define TEXT_CLOSE     "\"}" /* what ends a text message's JSON */
 #define TEXT_CLOSE_LEN 2
 
@@ -119,10 +118,9 @@ static void text_reserve(struct item *it, size_t more)
 
     if (need <= it->text_cap)
         return;
-    if (it->text_cap < TEXT_MIN_CAP)
-        it->text_cap = TEXT_MIN_CAP;
-    while (it->text_cap < need)
-        it->text_cap *= 2;
+    /* twice the size or just enough, whichever is more: a text is mostly made in a few big
+     * appends (a coalesced line per hand-over), and the first makes it the size it often stays */
+    it->text_cap = need > 2 * it->text_cap ? need : 2 * it->text_cap;
     it->text = agw_xrealloc(it->text, it->text_cap);
 }
 
@@ -180,13 +178,6 @@ static void text_put_escaped(struct item *it, const char *s, size_t n)
     text_put(it, s + from, n - from);
 }
 
-static void text_put_string(struct item *it, const char *s)
-{
-    text_put(it, "\"", 1);
-    text_put_escaped(it, s, strlen(s));
-    text_put(it, "\"", 1);
-}
-
 /* The text message's whole JSON (<text> closed in place; the room is always there). */
 static const char *text_closed(const struct item *it, size_t *len)
 {
@@ -208,14 +199,15 @@ static json_t *text_parse(const struct item *it)
 
 /* ---- items --------------------------------------------------------------------------------- */
 
-/* A new item (changed) for message <id> of run <run_id> (may be NULL), both copied into its block.
- */
-static struct item *item_new(const char *id, const char *run_id)
+/* A new item (changed) for message <id> (<id_len> bytes, no NUL among them) of run <run_id> (may
+ * be NULL), both copied into its block. */
+static struct item *item_new(const char *id, size_t id_len, const char *run_id)
 {
-    size_t id_len = strlen(id), run_len = run_id != NULL ? strlen(run_id) + 1 : 0;
+    size_t run_len = run_id != NULL ? strlen(run_id) + 1 : 0;
     struct item *it = agw_xcalloc(1, sizeof(*it) + id_len + 1 + run_len);
 
-    memcpy(it->strings, id, id_len + 1);
+    memcpy(it->strings, id, id_len);
+    it->strings[id_len] = '\0';
     it->id = it->strings;
     it->id_len = id_len;
     if (run_id != NULL) {
@@ -420,24 +412,35 @@ static void insert_at(struct agw_history *h, size_t at, struct item *it)
 /* A message held as a value: takes <msg> (owned; an object with a string "id"). */
 static struct item *msg_item(json_t *msg, const char *run_id)
 {
-    struct item *it = item_new(msg_id(msg), run_id);
+    const char *id = msg_id(msg);
+    struct item *it = item_new(id, strlen(id), run_id);
 
     it->msg = msg;
     return it;
 }
 
-/* A text message {"id":<id>,"role":<role>,"content":""}, held as text. */
-static struct item *text_item(const char *id, const char *role, const char *run_id)
+/* A text message {"id":<id>,"role":<role>,"content":""}, held as text. <id> and <role> (<id_len>
+ * and <role_len> bytes, no NUL among them) are the strings' values (escaped here), or with <raw>
+ * the bodies of JSON strings written without an escape (the same bytes). */
+static struct item *text_item(const char *id, size_t id_len, const char *role, size_t role_len,
+                              bool raw, const char *run_id)
 {
-    struct item *it = item_new(id, run_id);
+    struct item *it = item_new(id, id_len, run_id);
 
-    text_put(it, "{\"id\":", 6);
-    text_put_string(it, id);
-    text_put(it, ",\"role\":", 8);
-    text_put_string(it, role);
-    text_put(it, ",\"content\":\"", 12);
-    it->text_assistant = strcmp(role, "assistant") == 0;
-    it->text_tool = strcmp(role, "tool") == 0;
+    text_reserve(it, 32 + id_len + role_len);
+    text_put(it, "{\"id\":\"", 7);
+    if (raw)
+        text_put(it, id, id_len);
+    else
+        text_put_escaped(it, id, id_len);
+    text_put(it, "\",\"role\":\"", 10);
+    if (raw)
+        text_put(it, role, role_len);
+    else
+        text_put_escaped(it, role, role_len);
+    text_put(it, "\",\"content\":\"", 13);
+    it->text_assistant = role_len == 9 && memcmp(role, "assistant", 9) == 0;
+    it->text_tool = role_len == 4 && memcmp(role, "tool", 4) == 0;
     return it;
 }
 
@@ -612,6 +615,16 @@ int agw_history_merge_input(struct agw_history *h, const char *run_id, const jso
     return changed;
 }
 
+/* Appends the text message <id> (see text_item()) unless the id exists: 1, or 0. */
+static int text_start(struct agw_history *h, const char *run_id, const char *id, size_t id_len,
+                      const char *role, size_t role_len, bool raw)
+{
+    if (find_msgn(h, id, id_len) != SIZE_MAX)
+        return 0;
+    append(h, text_item(id, id_len, role, role_len, raw, run_id));
+    return 1;
+}
+
 /* TEXT_MESSAGE_START: {id, role (default "assistant"), content: ""} unless the id exists. */
 static int on_text_start(struct agw_history *h, const char *run_id, const json_t *ev)
 {
@@ -619,10 +632,8 @@ static int on_text_start(struct agw_history *h, const char *run_id, const json_t
 
     if (id == NULL || opt_str_field(ev, "role", &role) < 0)
         return -AGW_EINVAL;
-    if (find_msg(h, id) != SIZE_MAX)
-        return 0;
-    append(h, text_item(id, role ? role : "assistant", run_id));
-    return 1;
+    return text_start(h, run_id, id, strlen(id), role ? role : "assistant", role ? strlen(role) : 9,
+                      false);
 }
 
 /* TEXT_MESSAGE_CONTENT: appends the delta to the message's content. */
@@ -746,7 +757,8 @@ static int on_text_chunk(struct agw_history *h, const char *run_id, const json_t
         return -AGW_EINVAL; /* the first chunk must name its message */
     i = find_msg(h, id);
     if (i == SIZE_MAX) {
-        append(h, text_item(id, role ? role : "assistant", run_id));
+        append(h, text_item(id, strlen(id), role ? role : "assistant", role ? strlen(role) : 9,
+                            false, run_id));
         i = h->n - 1;
     }
     set_chunk(&h->chunk_text, id);
@@ -851,18 +863,47 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
     return 1;
 }
 
+/* What an event is, for the chunks' continuation. */
+enum known { KNOWN_NOT, KNOWN_TEXT_CHUNK, KNOWN_TOOL_CHUNK, KNOWN_OTHER };
+
+/* The end of applying an event of kind <k> that returned <rc>: counts it when malformed, else
+ * trims the thread and ends the chunks' continuation. A chunk without an id continues its
+ * predecessor's message or call until another event this recorder applies comes between. (Only
+ * those: a run's capture keeps no other, so the thread rebuilt from it must not depend on them. The
+ * client also stops at STEP_*, STATE_* and CUSTOM events, where a chunk without an id then fails
+ * its run.) Returns <rc>. */
+static int applied(struct agw_history *h, enum known k, int rc)
+{
+    if (rc < 0) {
+        h->malformed++;
+        return rc;
+    }
+    if (k != KNOWN_NOT && k != KNOWN_TEXT_CHUNK)
+        set_chunk(&h->chunk_text, NULL);
+    if (k != KNOWN_NOT && k != KNOWN_TOOL_CHUNK)
+        set_chunk(&h->chunk_tool, NULL);
+    trim(h);
+    return rc;
+}
+
+static bool span_eq(const char *p, size_t n, const char *s)
+{
+    return n == strlen(s) && memcmp(p, s, n) == 0;
+}
+
 int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *event)
 {
     const char *type = str_field(event, "type");
+    enum known k = KNOWN_OTHER;
     int rc = 0;
-
-    bool known = true;
 
     if (type == NULL) {
         rc = -AGW_EINVAL;
     } else if (strcmp(type, "TEXT_MESSAGE_CHUNK") == 0) {
+        k = KNOWN_TEXT_CHUNK;
         rc = on_text_chunk(h, run_id, event);
     } else if (strcmp(type, "TOOL_CALL_CHUNK") == 0) {
+        k = KNOWN_TOOL_CHUNK;
         rc = on_tool_chunk(h, run_id, event);
     } else if (strcmp(type, "TEXT_MESSAGE_START") == 0) {
         rc = on_text_start(h, run_id, event);
@@ -881,23 +922,9 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
     } else if (strcmp(type, "MESSAGES_SNAPSHOT") == 0) {
         rc = on_snapshot(h, run_id, event);
     } else {
-        known = false;
+        k = KNOWN_NOT;
     }
-    /* A chunk without an id continues its predecessor's message or call until another event this
-     * recorder applies comes between. (Only those: a run's capture keeps no other, so the thread
-     * rebuilt from it must not depend on them. The client also stops at STEP_*, STATE_* and
-     * CUSTOM events, where a chunk without an id then fails its run.) */
-    if (known && rc >= 0) {
-        if (strcmp(type, "TEXT_MESSAGE_CHUNK") != 0)
-            set_chunk(&h->chunk_text, NULL);
-        if (strcmp(type, "TOOL_CALL_CHUNK") != 0)
-            set_chunk(&h->chunk_tool, NULL);
-    }
-    if (rc < 0)
-        h->malformed++;
-    else
-        trim(h);
-    return rc;
+    return applied(h, k, rc);
 }
 
 int agw_history_append_text(struct agw_history *h, const char *id, size_t id_len, const char *delta,
@@ -906,22 +933,22 @@ int agw_history_append_text(struct agw_history *h, const char *id, size_t id_len
     size_t i = find_msgn(h, id, id_len);
     struct item *it;
 
+    /* as agw_history_apply() with a TEXT_MESSAGE_CONTENT: an unknown id changes nothing but ends
+     * the chunks' continuation */
     if (i == SIZE_MAX)
-        return 0;
+        return applied(h, KNOWN_OTHER, 0);
     it = h->items[i];
     if (it->msg != NULL)
         return AGW_AGAIN;
     text_put(it, delta, delta_len);
     touch(h, i);
-    /* as agw_history_apply() after a TEXT_MESSAGE_CONTENT */
-    set_chunk(&h->chunk_text, NULL);
-    set_chunk(&h->chunk_tool, NULL);
-    return 1;
+    return applied(h, KNOWN_OTHER, 1);
 }
 
 int agw_history_apply_line(struct agw_history *h, const char *run_id, const char *line, size_t len)
 {
     struct agw_capture_delta d;
+    struct agw_capture_fields f;
     json_t *ev;
     int rc;
 
@@ -930,6 +957,16 @@ int agw_history_apply_line(struct agw_history *h, const char *run_id, const char
     if (agw_capture_line_delta(line, len, &d) && !d.args && !d.id_escaped &&
         (rc = agw_history_append_text(h, d.id, d.id_len, d.delta, d.delta_len)) != AGW_AGAIN)
         return rc;
+    /* so are the message boundaries: a text's start and end */
+    if (agw_capture_line_fields(line, len, &f) && f.message_id != NULL) {
+        if (span_eq(f.type, f.type_len, "TEXT_MESSAGE_START"))
+            return applied(h, KNOWN_OTHER,
+                           text_start(h, run_id, f.message_id, f.message_id_len,
+                                      f.role != NULL ? f.role : "assistant",
+                                      f.role != NULL ? f.role_len : 9, true));
+        if (span_eq(f.type, f.type_len, "TEXT_MESSAGE_END"))
+            return applied(h, KNOWN_OTHER, 0);
+    }
     ev = json_loadb(line, len, 0, NULL);
     if (ev == NULL) {
         h->malformed++;

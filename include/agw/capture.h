@@ -66,4 +66,20 @@ struct agw_capture_delta {
  * line is applied without building a JSON value of its delta. */
 bool agw_capture_line_delta(const char *line, size_t len, struct agw_capture_delta *d);
 
+/* Members of an event line, read by the scanner (agw_capture_line_fields()): each the bytes
+ * between its quotes (a string written without an escape: they are its value), or NULL when the
+ * line does not have it. */
+struct agw_capture_fields {
+    const char *type, *message_id, *role;
+    size_t type_len, message_id_len, role_len;
+};
+
+/* Whether the scanner reads <line> (<len> bytes, without its '\n') as jansson would, enough for
+ * the store's thread to apply it without building JSON values: one JSON object (the whole syntax
+ * checked, as for an event) whose "type" is a string and whose "messageId" and "role" are absent
+ * or strings, none of the three written with an escape, and no key written with an escape nor one
+ * of the scanner's keys given twice. Then <f> points into <line>. False for anything else: parse
+ * the line. */
+bool agw_capture_line_fields(const char *line, size_t len, struct agw_capture_fields *f);
+
 #endif

@@ -654,7 +654,66 @@ Test(history, a_raw_delta_ends_a_chunk)
         ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c\",\"delta\":\"1\"}"), 1);
     cr_assert_eq(agw_history_append_text(h, "a1", 2, "x", 1), 1);
     cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"2\"}"), -AGW_EINVAL);
+    /* so does one for an unknown message */
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c\",\"delta\":\"3\"}"), 1);
+    cr_assert_eq(agw_history_append_text(h, "zz", 2, "x", 1), 0);
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"4\"}"), -AGW_EINVAL);
     agw_history_free(h);
+}
+
+/* agw_history_apply_line() (its fast paths for content lines, starts and ends) makes the thread,
+ * the return codes and the malformed count agw_history_apply() of the parsed line makes. */
+Test(history, apply_line_is_apply_of_the_parsed_line)
+{
+    static const char *const lines[] = {
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\",\"role\":\"assistant\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"x\\u00e9\\n\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\",\"role\":\"tool\",\"x\":[1,{}]}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a3\",\"role\":null}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a4\",\"role\":\"u\",\"role\":\"v\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a\\u0035\",\"role\":\"r\\\"q\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a6\",\"role\":7}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"role\":\"user\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":5}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a7\"",
+        "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c1\",\"delta\":\"1\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"zz\"}",
+        "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"2\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a2\",\"delta\":\"\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"nope\",\"delta\":\"y\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a8\",\"role\":\"assistant\"}  ",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"\xc3\xa9\",\"role\":\"assistant\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"\xc3\xa9\",\"delta\":\"\\\"\"}",
+        "not json",
+    };
+    struct agw_history *a = agw_history_new(100), *b = agw_history_new(100);
+    uint64_t not_json = 0;
+
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+        json_t *e = json_loads(lines[i], 0, NULL);
+        int ra = e != NULL ? agw_history_apply(a, "r1", e) : -AGW_EINVAL;
+
+        not_json += e == NULL;
+        int rb = agw_history_apply_line(b, "r1", lines[i], strlen(lines[i]));
+        char *da, *db;
+
+        json_decref(e);
+        cr_assert_eq(rb, ra, "line %zu: %d, parsed %d", i, rb, ra);
+        da = agw_history_dump(a);
+        db = agw_history_dump(b);
+        cr_assert_str_eq(db, da, "line %zu", i);
+        free(da);
+        free(db);
+    }
+    cr_assert_eq(not_json, 2);
+    cr_assert_eq(agw_history_malformed(b), agw_history_malformed(a) + not_json,
+                 "a line that is not JSON counts too");
+    agw_history_free(a);
+    agw_history_free(b);
 }
 
 Test(history, restore_reads_back_what_was_saved)
