@@ -1080,10 +1080,12 @@ char *agw_history_dump(const struct agw_history *h)
     json_t *msgs = must(json_array()), *doc;
     char *s;
 
+    /* a message held as text is parsed for the dump, and stays text */
     for (size_t i = 0; i < h->n; i++)
-        must_ok(
-            json_array_append_new(msgs, must(json_pack("{s:s?, s:O}", "run_id", h->items[i]->run_id,
-                                                       "message", item_msg(h->items[i])))));
+        must_ok(json_array_append_new(
+            msgs, must(json_pack("{s:s?, s:o}", "run_id", h->items[i]->run_id, "message",
+                                 h->items[i]->msg != NULL ? json_incref(h->items[i]->msg)
+                                                          : text_parse(h->items[i])))));
     doc = must(json_pack("{s:i, s:I, s:o}", "v", DUMP_VERSION, "dropped", (json_int_t)h->dropped,
                          "messages", msgs));
     s = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);

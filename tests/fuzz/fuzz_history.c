@@ -7,7 +7,10 @@
  * Invariants on top of the sanitizers: the thread never holds more than the cap; every message is
  * an object with a string "id"; apply returns -AGW_EINVAL, 0 or 1 and the malformed count grows by
  * one exactly on -AGW_EINVAL; a dump loads back and dumps to the same bytes; the whole input given
- * to agw_history_load() never crashes, and what it accepts dumps and loads back the same.
+ * to agw_history_load() never crashes, and what it accepts dumps and loads back the same. After
+ * each line a store's commit is simulated (rows outside the thread's positions deleted, the changed
+ * messages written at theirs, agw_history_mark_saved()): the rows are then exactly the thread's
+ * messages, and agw_history_restore*() reads them back as the same thread, with nothing changed.
  *
  *   tests/fuzz/build.sh _build-fuzz history
  *   ./_build-fuzz/fuzz_history tests/fuzz/corpus/history */
@@ -30,22 +33,136 @@ static void check(int ok, const char *what)
     }
 }
 
-static void check_thread(const struct agw_history *h, size_t cap)
+/* A store's rows, as a store that writes each message apart keeps them: what
+ * agw_history_message_json() gave, at its position. */
+struct row {
+    uint64_t pos;
+    char *run_id;
+    char *json;
+    size_t len;
+};
+
+struct rows {
+    struct row *v;
+    size_t n;
+};
+
+static void rows_free(struct rows *r)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        free(r->v[i].run_id);
+        free(r->v[i].json);
+    }
+    free(r->v);
+    r->v = NULL;
+    r->n = 0;
+}
+
+static char *dup_or_null(const char *s, size_t n)
+{
+    char *d;
+
+    if (s == NULL)
+        return NULL;
+    d = malloc(n + 1);
+    check(d != NULL, "malloc");
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
+/* What a store's commit does with the thread's changes: rows outside [first, first + count) go,
+ * changed messages are written at their positions; then the thread is marked saved. */
+static void commit(struct agw_history *h, struct rows *r)
+{
+    uint64_t first = agw_history_dropped(h), end = first + agw_history_count(h);
+    size_t k = 0;
+
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->v[i].pos < first || r->v[i].pos >= end) {
+            free(r->v[i].run_id);
+            free(r->v[i].json);
+            continue;
+        }
+        r->v[k++] = r->v[i];
+    }
+    r->n = k;
+    for (size_t i = 0; i < agw_history_first_changed(h); i++)
+        check(!agw_history_changed(h, i), "nothing changed before the first changed");
+    for (size_t i = agw_history_first_changed(h); i < agw_history_count(h); i++) {
+        struct row *w = NULL;
+        const char *json, *run = agw_history_run_id(h, i);
+        size_t len;
+
+        if (!agw_history_changed(h, i))
+            continue;
+        json = agw_history_message_json(h, i, &len);
+        for (size_t j = 0; j < r->n && w == NULL; j++)
+            if (r->v[j].pos == first + i)
+                w = &r->v[j];
+        if (w == NULL) {
+            r->v = realloc(r->v, (r->n + 1) * sizeof(*r->v));
+            check(r->v != NULL, "realloc");
+            w = &r->v[r->n++];
+        } else {
+            free(w->run_id);
+            free(w->json);
+        }
+        w->pos = first + i;
+        w->run_id = dup_or_null(run, run != NULL ? strlen(run) : 0);
+        w->json = dup_or_null(json, len);
+        w->len = len;
+    }
+    agw_history_mark_saved(h);
+    check(agw_history_first_changed(h) == agw_history_count(h), "saved: nothing changed");
+}
+
+static int by_pos(const void *a, const void *b)
+{
+    const struct row *x = a, *y = b;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Every message is an object with a string id (read through its JSON text, which leaves a message
+ * held as text as it is); the thread dumps, loads and dumps to the same bytes; and the store's rows
+ * after a commit are the thread's messages at its positions, read back as the same thread. */
+static void check_thread(struct agw_history *h, size_t cap, struct rows *r)
 {
     char *s, *s2;
     struct agw_history *back;
 
     check(agw_history_count(h) <= cap, "count <= cap");
     for (size_t i = 0; i < agw_history_count(h); i++) {
-        const json_t *m = agw_history_message(h, i);
+        size_t len;
+        const char *j = agw_history_message_json(h, i, &len);
+        json_t *m = json_loadb(j, len, JSON_ALLOW_NUL, NULL);
+        check(j[len] == '\0', "a message's JSON ends with a NUL");
         check(json_is_object(m) && json_is_string(json_object_get(m, "id")),
               "message is an object with a string id");
+        json_decref(m);
     }
     s = agw_history_dump(h);
     back = agw_history_load(s, strlen(s), cap);
     check(back != NULL, "a dump loads");
     s2 = agw_history_dump(back);
     check(strcmp(s, s2) == 0, "dump, load, dump gives the same bytes");
+    free(s2);
+    agw_history_free(back);
+
+    commit(h, r);
+    if (r->n > 1)
+        qsort(r->v, r->n, sizeof(*r->v), by_pos);
+    check(r->n == agw_history_count(h), "a row per message");
+    back = agw_history_restore(cap, agw_history_dropped(h));
+    for (size_t i = 0; i < r->n; i++) {
+        check(r->v[i].pos == agw_history_dropped(h) + i, "rows at the thread's positions");
+        check(agw_history_restore_message(back, r->v[i].pos, r->v[i].run_id, r->v[i].json,
+                                          r->v[i].len) == 0,
+              "a row reads back");
+    }
+    check(agw_history_first_changed(back) == agw_history_count(back), "read back as saved");
+    s2 = agw_history_dump(back);
+    check(strcmp(s, s2) == 0, "the rows read back are the thread");
     free(s);
     free(s2);
     agw_history_free(back);
@@ -54,6 +171,7 @@ static void check_thread(const struct agw_history *h, size_t cap)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct agw_history *h, *loaded;
+    struct rows rows = {NULL, 0};
     size_t cap, line = 0;
     const char *p, *end;
 
@@ -61,7 +179,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     loaded = agw_history_load((const char *)data, size, 8);
     if (loaded != NULL) {
-        check_thread(loaded, 8);
+        struct rows r = {NULL, 0};
+        check_thread(loaded, 8, &r);
+        rows_free(&r);
         agw_history_free(loaded);
     }
 
@@ -95,11 +215,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                       "malformed counted once, only when refused");
             }
             json_decref(v);
-            check_thread(h, cap);
+            check_thread(h, cap, &rows);
         }
         line++;
         p = stop + 1;
     }
+    rows_free(&rows);
     agw_history_free(h);
     return 0;
 }
