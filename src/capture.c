@@ -11,6 +11,9 @@
 /* Nesting the scanner follows below the event's own object; deeper events are kept as they are
  * (jansson's own limit is 2048). */
 #define SCAN_MAX_DEPTH 32
+/* Keys of one object the strict reading (a run's input) compares for duplicates; an object with
+ * more is left to jansson. */
+#define STRICT_MAX_KEYS 64
 /* Digits of a number's integer part the scanner accepts: 18 always fit jansson's json_int_t and
  * keep a real far from overflow (jansson refuses both overflows). */
 #define SCAN_MAX_INT_DIGITS 18
@@ -185,23 +188,74 @@ static const char *scan_number(const char *p, const char *end)
     return p;
 }
 
-static const char *scan_value(const char *p, const char *end, unsigned depth);
-
-/* The members of an object after its '{', <depth> levels still allowed below it. Returns the byte
- * after its '}', or NULL. */
-static const char *scan_object(const char *p, const char *end, unsigned depth)
+static bool span_is(const char *p, size_t n, const char *name, size_t name_len)
 {
+    return n == name_len && memcmp(p, name, n) == 0;
+}
+
+static const char *scan_value(const char *p, const char *end, unsigned depth, bool strict);
+
+/* The keys of one object, for the strict reading (a key is its bytes between the quotes). */
+struct keys {
+    const char *p[STRICT_MAX_KEYS];
+    size_t n[STRICT_MAX_KEYS];
+    size_t count;
+};
+
+/* A key at <p> (its opening quote). Strictly (<keys> not NULL), as jansson reads it with
+ * JSON_REJECT_DUPLICATES: written without an escape (an escaped key may spell another) and not one
+ * of <keys>, which it joins; past STRICT_MAX_KEYS keys the scanner gives up. Returns the byte after
+ * its closing quote, or NULL. */
+static const char *scan_key(const char *p, const char *end, struct keys *keys)
+{
+    const char *k = p + 1;
+    bool escaped = false;
+    size_t n;
+
+    if (p == end || *p != '"' || (p = scan_string(p, end, &escaped)) == NULL)
+        return NULL;
+    if (keys == NULL)
+        return p;
+    n = (size_t)(p - k) - 1;
+    if (escaped || keys->count == STRICT_MAX_KEYS)
+        return NULL;
+    for (size_t i = 0; i < keys->count; i++)
+        if (keys->n[i] == n && memcmp(keys->p[i], k, n) == 0)
+            return NULL;
+    keys->p[keys->count] = k;
+    keys->n[keys->count++] = n;
+    return p;
+}
+
+/* The members of an object after its '{', <depth> levels still allowed below it; <strict>: see
+ * scan_key(). With <id> (strict only), the value of its "id" member goes there (p NULL: none).
+ * Returns the byte after its '}', or NULL. */
+static const char *scan_object(const char *p, const char *end, unsigned depth, bool strict,
+                               struct member *id)
+{
+    struct keys keys;
+
+    assert(id == NULL || strict);
+    keys.count = 0;
     p = skip_ws(p, end);
     if (p < end && *p == '}')
         return p + 1;
     for (;;) {
-        if (p == end || *p != '"' || (p = scan_string(p, end, NULL)) == NULL)
+        const char *v;
+        if ((p = scan_key(p, end, strict ? &keys : NULL)) == NULL)
             return NULL;
         p = skip_ws(p, end);
         if (p == end || *p++ != ':')
             return NULL;
-        if ((p = scan_value(skip_ws(p, end), end, depth)) == NULL)
+        v = p = skip_ws(p, end);
+        if ((p = scan_value(p, end, depth, strict)) == NULL)
             return NULL;
+        if (id != NULL && span_is(keys.p[keys.count - 1], keys.n[keys.count - 1], "id", 2)) {
+            id->p = v;
+            id->n = (size_t)(p - v);
+            id->string = *v == '"';
+            id->escaped = id->string && memchr(v, '\\', id->n) != NULL;
+        }
         p = skip_ws(p, end);
         if (p == end)
             return NULL;
@@ -214,13 +268,13 @@ static const char *scan_object(const char *p, const char *end, unsigned depth)
 }
 
 /* The elements of an array after its '['. Returns the byte after its ']', or NULL. */
-static const char *scan_array(const char *p, const char *end, unsigned depth)
+static const char *scan_array(const char *p, const char *end, unsigned depth, bool strict)
 {
     p = skip_ws(p, end);
     if (p < end && *p == ']')
         return p + 1;
     for (;;) {
-        if ((p = scan_value(p, end, depth)) == NULL)
+        if ((p = scan_value(p, end, depth, strict)) == NULL)
             return NULL;
         p = skip_ws(p, end);
         if (p == end)
@@ -234,7 +288,7 @@ static const char *scan_array(const char *p, const char *end, unsigned depth)
 }
 
 /* Any value at <p> (no whitespace before it). Returns the byte after it, or NULL. */
-static const char *scan_value(const char *p, const char *end, unsigned depth)
+static const char *scan_value(const char *p, const char *end, unsigned depth, bool strict)
 {
     if (p == end)
         return NULL;
@@ -242,9 +296,9 @@ static const char *scan_value(const char *p, const char *end, unsigned depth)
     case '"':
         return scan_string(p, end, NULL);
     case '{':
-        return depth > 0 ? scan_object(p + 1, end, depth - 1) : NULL;
+        return depth > 0 ? scan_object(p + 1, end, depth - 1, strict, NULL) : NULL;
     case '[':
-        return depth > 0 ? scan_array(p + 1, end, depth - 1) : NULL;
+        return depth > 0 ? scan_array(p + 1, end, depth - 1, strict) : NULL;
     case 't':
         return end - p >= 4 && memcmp(p, "true", 4) == 0 ? p + 4 : NULL;
     case 'f':
@@ -254,11 +308,6 @@ static const char *scan_value(const char *p, const char *end, unsigned depth)
     default:
         return scan_number(p, end);
     }
-}
-
-static bool span_is(const char *p, size_t n, const char *name, size_t name_len)
-{
-    return n == name_len && memcmp(p, name, n) == 0;
 }
 
 /* The member of <ev> a key (its bytes between the quotes) names, or NULL. */
@@ -307,7 +356,7 @@ static bool scan_event(const char *json, size_t len, struct event *ev)
         if (p < end && *p == '"')
             p = scan_string(p, end, &escaped);
         else
-            p = scan_value(p, end, SCAN_MAX_DEPTH);
+            p = scan_value(p, end, SCAN_MAX_DEPTH, false);
         if (p == NULL)
             return false;
         if (m != NULL) {
@@ -498,6 +547,67 @@ static bool plain_string(const struct member *m, const char **p, size_t *n)
     *p = m->p + 1;
     *n = m->n - 2;
     return true;
+}
+
+bool agw_capture_input_messages(const char *body, size_t len, agw_capture_message_fn *fn, void *arg)
+{
+    const char *p = body, *end = body + len;
+    struct keys keys;
+    bool seen = false;
+
+    keys.count = 0;
+    p = skip_ws(p, end);
+    if (p == end || *p++ != '{')
+        return false;
+    for (;;) {
+        p = skip_ws(p, end);
+        if ((p = scan_key(p, end, &keys)) == NULL)
+            return false;
+        p = skip_ws(p, end);
+        if (p == end || *p++ != ':')
+            return false;
+        p = skip_ws(p, end);
+        if (!span_is(keys.p[keys.count - 1], keys.n[keys.count - 1], "messages", 8)) {
+            p = scan_value(p, end, SCAN_MAX_DEPTH, true);
+        } else if (p < end && *p == '[') {
+            seen = true;
+            p = skip_ws(p + 1, end);
+            if (p < end && *p == ']') {
+                p++;
+            } else {
+                for (;;) {
+                    struct member id = {NULL, 0, false, false};
+                    const char *e = p;
+                    if (p == end || *p != '{' ||
+                        (p = scan_object(p + 1, end, SCAN_MAX_DEPTH - 2, true, &id)) == NULL ||
+                        !id.string || id.escaped ||
+                        !fn(arg, e, (size_t)(p - e), id.p + 1, id.n - 2))
+                        return false;
+                    p = skip_ws(p, end);
+                    if (p == end)
+                        return false;
+                    if (*p == ']') {
+                        p++;
+                        break;
+                    }
+                    if (*p++ != ',')
+                        return false;
+                    p = skip_ws(p, end);
+                }
+            }
+        } else {
+            return false; /* not an array: jansson's reading says what it is */
+        }
+        if (p == NULL)
+            return false;
+        p = skip_ws(p, end);
+        if (p == end)
+            return false;
+        if (*p == '}')
+            return seen && skip_ws(p + 1, end) == end;
+        if (*p++ != ',')
+            return false;
+    }
 }
 
 bool agw_capture_line_fields(const char *line, size_t len, struct agw_capture_fields *f)

@@ -28,8 +28,8 @@ struct item {
     char *text;      /* owned; NULL when held as <msg> */
     size_t text_len; /* bytes of <text>, without the closing '"}' */
     size_t text_cap; /* >= text_len + TEXT_CLOSE_LEN + 1 */
-    char *json; /* owned: <msg> as compact JSON for agw_history_message_json(); NULL until asked,
-                   freed when the message changes or is saved */
+    char *json;      /* owned: <msg> as compact JSON (agw_history_message_json(), comparisons with
+                        a client's copy); NULL until asked, freed when the message changes */
     size_t json_len;
     const char *id; /* the message's "id" (never changes), in this item's block */
     size_t id_len;
@@ -542,43 +542,87 @@ static bool valid_msg(const json_t *m)
     return json_is_object(m) && msg_id(m) != NULL;
 }
 
-/* Stores a copy of <m> under its id: replaces a known one that differs (returns 1, or 0 when equal)
+/* One message of a run's input, for merge(): a JSON value given (<value>), or the bytes of one
+ * (<raw>), parsed when first needed (<parsed>). */
+struct elem {
+    const json_t *value; /* borrowed; NULL: made from <raw> when needed */
+    json_t *parsed;      /* owned: <raw> parsed */
+    const char *raw;
+    size_t raw_len;
+    const char *id; /* the message's id, <id_len> bytes; NULL: not an object with a string id */
+    size_t id_len;
+};
+
+/* The element's value: given, or parsed from its bytes when first asked for. The scanner read
+ * them as jansson does (agw_capture_input_messages()): they parse. */
+static const json_t *elem_value(struct elem *e)
+{
+    if (e->value == NULL && e->parsed == NULL)
+        e->parsed = must(json_loadb(e->raw, e->raw_len, JSON_REJECT_DUPLICATES, NULL));
+    return e->value != NULL ? e->value : e->parsed;
+}
+
+/* Whether message <it> is, byte for byte, the JSON text <raw> (<len> bytes): its text, or its
+ * value's compact dump (made once, kept until the message changes). */
+static bool item_is_bytes(struct item *it, const char *raw, size_t len)
+{
+    const char *j;
+    size_t n;
+
+    if (it->msg == NULL) {
+        j = text_closed(it, &n);
+    } else {
+        if (it->json == NULL) {
+            it->json = json_dumps(it->msg, JSON_COMPACT);
+            if (it->json == NULL)
+                abort(); /* the tree holds only valid values: only allocation can fail */
+            it->json_len = strlen(it->json);
+        }
+        j = it->json;
+        n = it->json_len;
+    }
+    return n == len && memcmp(j, raw, len) == 0;
+}
+
+/* Stores a copy of <e> under its id: replaces a known one that differs (returns 1, or 0 when equal)
  * or inserts it at <at> (SIZE_MAX = at the end; returns 1). The index it ended at goes to *<where>.
  */
-static int put(struct agw_history *h, const json_t *m, const char *run_id, size_t at, size_t *where)
+static int put(struct agw_history *h, struct elem *e, const char *run_id, size_t at, size_t *where)
 {
-    size_t i = find_msg(h, msg_id(m));
+    size_t i = find_msgn(h, e->id, e->id_len);
+    const json_t *v;
 
     if (i != SIZE_MAX) {
         *where = i;
-        if (json_equal(item_msg(h->items[i]), m))
+        /* the bytes the thread holds are the bytes sent: no value needed to know they are equal */
+        if ((e->raw != NULL && item_is_bytes(h->items[i], e->raw, e->raw_len)) ||
+            json_equal(item_msg(h->items[i]), (v = elem_value(e))))
             return 0;
-        replace_at(h, i, must(json_deep_copy(m)));
+        replace_at(h, i, e->parsed != NULL ? json_incref(e->parsed) : must(json_deep_copy(v)));
         return 1;
     }
+    v = elem_value(e);
     if (at == SIZE_MAX)
         at = h->n;
-    insert_at(h, at, msg_item(must(json_deep_copy(m)), run_id));
+    insert_at(
+        h, at,
+        msg_item(e->parsed != NULL ? json_incref(e->parsed) : must(json_deep_copy(v)), run_id));
     *where = at;
     return 1;
 }
 
-int agw_history_merge_input(struct agw_history *h, const char *run_id, const json_t *messages)
+/* agw_history_merge_input() of the <n> messages <elems>. */
+static int merge(struct agw_history *h, const char *run_id, struct elem *elems, size_t n)
 {
-    size_t n, first_new = SIZE_MAX, where;
+    size_t first_new = SIZE_MAX, where;
     bool anchored = false;
     int changed = 0;
 
-    if (!json_is_array(messages)) {
-        h->malformed++;
-        return -AGW_EINVAL;
-    }
-    n = json_array_size(messages);
     for (size_t k = 0; k < n; k++) {
-        const json_t *m = json_array_get(messages, k);
+        struct elem *m = &elems[k];
         size_t at;
 
-        if (!valid_msg(m)) {
+        if (m->id == NULL) {
             h->malformed++;
             continue;
         }
@@ -586,7 +630,7 @@ int agw_history_merge_input(struct agw_history *h, const char *run_id, const jso
             changed += put(h, m, run_id, SIZE_MAX, &where);
             continue;
         }
-        at = find_msg(h, msg_id(m));
+        at = find_msgn(h, m->id, m->id_len);
         if (at == SIZE_MAX) {
             /* new, before any known message: placed once the first known one is found */
             if (first_new == SIZE_MAX)
@@ -596,23 +640,95 @@ int agw_history_merge_input(struct agw_history *h, const char *run_id, const jso
         /* the first known message: the new ones given before it go just before it */
         anchored = true;
         for (size_t j = first_new; j < k; j++) {
-            const json_t *p = json_array_get(messages, j);
-            if (valid_msg(p)) {
-                changed += put(h, p, run_id, at, &where);
+            if (elems[j].id != NULL) {
+                changed += put(h, &elems[j], run_id, at, &where);
                 at = where + 1;
             }
         }
         changed += put(h, m, run_id, SIZE_MAX, &where);
     }
     if (!anchored && first_new != SIZE_MAX) {
-        for (size_t j = first_new; j < n; j++) {
-            const json_t *p = json_array_get(messages, j);
-            if (valid_msg(p))
-                changed += put(h, p, run_id, SIZE_MAX, &where);
-        }
+        for (size_t j = first_new; j < n; j++)
+            if (elems[j].id != NULL)
+                changed += put(h, &elems[j], run_id, SIZE_MAX, &where);
     }
     trim(h);
     return changed;
+}
+
+int agw_history_merge_input(struct agw_history *h, const char *run_id, const json_t *messages)
+{
+    size_t n;
+    struct elem *elems;
+    int changed;
+
+    if (!json_is_array(messages)) {
+        h->malformed++;
+        return -AGW_EINVAL;
+    }
+    n = json_array_size(messages);
+    elems = agw_xcalloc(n > 0 ? n : 1, sizeof(*elems));
+    for (size_t k = 0; k < n; k++) {
+        const json_t *m = json_array_get(messages, k);
+        elems[k].value = m;
+        if (valid_msg(m)) {
+            elems[k].id = msg_id(m);
+            elems[k].id_len = strlen(elems[k].id);
+        }
+    }
+    changed = merge(h, run_id, elems, n);
+    free(elems);
+    return changed;
+}
+
+/* A run's input read by the scanner: its messages' bytes and ids. */
+struct scanned {
+    struct agw_history *h;
+    struct elem *v;
+    size_t n, cap;
+};
+
+static bool scanned_one(void *arg, const char *msg, size_t msg_len, const char *id, size_t id_len)
+{
+    struct scanned *sc = arg;
+    struct elem *e;
+
+    if (sc->n == sc->cap) {
+        sc->cap = sc->cap > 0 ? sc->cap * 2 : 16;
+        sc->v = agw_xrealloc(sc->v, sc->cap * sizeof(*sc->v));
+    }
+    e = &sc->v[sc->n++];
+    memset(e, 0, sizeof(*e));
+    e->raw = msg;
+    e->raw_len = msg_len;
+    e->id = id;
+    e->id_len = id_len;
+    return true;
+}
+
+int agw_history_merge_body(struct agw_history *h, const char *run_id, const char *body, size_t len)
+{
+    struct scanned sc = {h, NULL, 0, 0};
+    json_t *root;
+    int changed = 0;
+
+    /* Read by the scanner as jansson would read it: the messages the thread holds already, byte
+     * for byte, need no value; the others are parsed one by one. */
+    if (agw_capture_input_messages(body, len, scanned_one, &sc)) {
+        changed = merge(h, run_id, sc.v, sc.n);
+        for (size_t k = 0; k < sc.n; k++)
+            json_decref(sc.v[k].parsed);
+        free(sc.v);
+        return changed;
+    }
+    free(sc.v);
+    root = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    if (root == NULL)
+        return -AGW_EINVAL;
+    if (json_object_get(root, "messages") != NULL)
+        changed = agw_history_merge_input(h, run_id, json_object_get(root, "messages"));
+    json_decref(root);
+    return changed < 0 ? 0 : changed;
 }
 
 /* Appends the text message <id> (see text_item()) unless the id exists: 1, or 0. */
@@ -1037,12 +1153,8 @@ const char *agw_history_message_json(struct agw_history *h, size_t i, size_t *le
 
 void agw_history_mark_saved(struct agw_history *h)
 {
-    for (size_t i = h->first_changed; i < h->n; i++) {
-        struct item *it = h->items[i];
-        it->changed = false;
-        free(it->json);
-        it->json = NULL;
-    }
+    for (size_t i = h->first_changed; i < h->n; i++)
+        h->items[i]->changed = false;
     h->first_changed = h->n;
 }
 

@@ -426,16 +426,12 @@ static void sweep(struct agw_store *s)
 
 static void apply_input(struct agw_store *s, struct job *j)
 {
-    json_t *root = json_loadb(j->data, j->len, JSON_REJECT_DUPLICATES, NULL);
-    json_t *messages = json_object_get(root, "messages");
     struct thread *t = lookup_or_make(s, j->thread_id);
 
-    if (messages == NULL) {
-        stat_add(&s->malformed, root == NULL); /* validated before: only an absent list is fine */
-    } else {
-        agw_history_merge_input(t->h, j->run_id, messages);
-    }
-    json_decref(root);
+    /* validated before (agw_input_parse()): an absent list is fine, a body jansson refuses with
+     * JSON_REJECT_DUPLICATES is counted */
+    if (agw_history_merge_body(t->h, j->run_id, j->data, j->len) < 0)
+        stat_add(&s->malformed, 1);
     add_agent(t, j->agent_id);
     mark_dirty(s, t);
 }

@@ -82,4 +82,21 @@ struct agw_capture_fields {
  * the line. */
 bool agw_capture_line_fields(const char *line, size_t len, struct agw_capture_fields *f);
 
+/* Called by agw_capture_input_messages() for each element of a run's input's "messages": its bytes
+ * (<msg>, <msg_len>: an object, as sent) and its "id" (<id>, <id_len>: the bytes between the
+ * quotes of a string written without an escape). Returns false to stop. */
+typedef bool agw_capture_message_fn(void *arg, const char *msg, size_t msg_len, const char *id,
+                                    size_t id_len);
+
+/* For the store's thread: reads a RunAgentInput <body> (<len> bytes) with the scanner and gives
+ * <fn> each element of its "messages", in order, so that messages the thread holds already need no
+ * JSON value. True only when the whole body reads as jansson reads it with JSON_REJECT_DUPLICATES
+ * (one object, the whole syntax checked, no key given twice in any object), no key is written with
+ * an escape, "messages" is there and is an array of objects each with an "id" that is a string
+ * written without an escape, within the scanner's limits, and <fn> never returned false. False
+ * for anything else: parse the body. <fn> may be called before the scanner gives up: it must
+ * change nothing. */
+bool agw_capture_input_messages(const char *body, size_t len, agw_capture_message_fn *fn,
+                                void *arg);
+
 #endif

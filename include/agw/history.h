@@ -49,6 +49,16 @@ void agw_history_free(struct agw_history *h);
  * -AGW_EINVAL when <messages> is not an array (nothing changes, counted as malformed). */
 int agw_history_merge_input(struct agw_history *h, const char *run_id, const json_t *messages);
 
+/* agw_history_merge_input() of the "messages" of a RunAgentInput <body> (<len> bytes) read with
+ * JSON_REJECT_DUPLICATES, run <run_id> (may be NULL). Messages the thread holds already, byte for
+ * byte (a client resends its whole history), are found without building JSON values: the body is
+ * read by the capture's scanner (agw_capture_input_messages()) and only the other messages are
+ * parsed; a body the scanner does not read is parsed whole. Returns the number of messages added
+ * or replaced (0 when the body has no "messages", or when it is not an array: then counted as
+ * malformed, as by agw_history_merge_input()), or -AGW_EINVAL when the body is not JSON (nothing
+ * changes, not counted: the caller counts it). */
+int agw_history_merge_body(struct agw_history *h, const char *run_id, const char *body, size_t len);
+
 /* Applies one relayed event (<event>, borrowed) of run <run_id> (copied when a message is made;
  * may be NULL). Returns 1 when the messages changed, 0 when the event leaves them as they are (a
  * type that makes no message, an end event, an id the thread does not know: the client ignores

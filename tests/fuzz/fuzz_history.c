@@ -1,6 +1,7 @@
 /* libFuzzer driver for the thread recorder (src/history.c). Its input after the first byte is lines
  * (separated by '\n'), each one JSON document: a line starting with 'M' is a run input's messages
- * (the rest of the line) for agw_history_merge_input(), any other line an event for
+ * (the rest of the line, put in a body {"threadId":"t","messages":<line>} read with
+ * JSON_REJECT_DUPLICATES) for agw_history_merge_input(), any other line an event for
  * agw_history_apply(); lines that are not JSON are skipped. Byte 0 picks the cap (1 + b % 16). The
  * run id changes every line, and every fourth line has none.
  *
@@ -11,6 +12,10 @@
  * each line a store's commit is simulated (rows outside the thread's positions deleted, the changed
  * messages written at theirs, agw_history_mark_saved()): the rows are then exactly the thread's
  * messages, and agw_history_restore*() reads them back as the same thread, with nothing changed.
+ * A twin thread gets the same lines through the store's fast paths, agw_history_apply_line() for
+ * events and agw_history_merge_body() for inputs (a merge line as a body's "messages", merged on
+ * both as read whole with JSON_REJECT_DUPLICATES): it must stay the same thread, return the same
+ * and count the same malformed input.
  *
  *   tests/fuzz/build.sh _build-fuzz history
  *   ./_build-fuzz/fuzz_history tests/fuzz/corpus/history */
@@ -168,10 +173,42 @@ static void check_thread(struct agw_history *h, size_t cap, struct rows *r)
     agw_history_free(back);
 }
 
+/* A merge line, as a RunAgentInput's "messages": <h> gets it read whole with
+ * JSON_REJECT_DUPLICATES and agw_history_merge_input() (the reference), <h2> through
+ * agw_history_merge_body() (the scanner's path). Both must return the same. */
+static void merge_both(struct agw_history *h, struct agw_history *h2, const char *run_id,
+                       const char *doc, size_t n)
+{
+    static const char head[] = "{\"threadId\":\"t\",\"messages\":";
+    size_t len = sizeof(head) - 1 + n + 1;
+    char *body = malloc(len);
+    json_t *root;
+    int rc = 0, rc2;
+
+    check(body != NULL, "malloc");
+    memcpy(body, head, sizeof(head) - 1);
+    memcpy(body + sizeof(head) - 1, doc, n);
+    body[len - 1] = '}';
+    root = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    if (root == NULL)
+        rc = -AGW_EINVAL;
+    else if (json_object_get(root, "messages") != NULL)
+        rc = agw_history_merge_input(h, run_id, json_object_get(root, "messages"));
+    check(rc >= 0 || (rc == -AGW_EINVAL &&
+                      (root == NULL || !json_is_array(json_object_get(root, "messages")))),
+          "merge result");
+    if (root != NULL && rc < 0)
+        rc = 0;
+    json_decref(root);
+    rc2 = agw_history_merge_body(h2, run_id, body, len);
+    check(rc2 == rc, "merge_body returns what the whole body's merge returns");
+    free(body);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct agw_history *h, *loaded;
-    struct rows rows = {NULL, 0};
+    struct agw_history *h, *h2, *loaded;
+    struct rows rows = {NULL, 0}, rows2 = {NULL, 0};
     size_t cap, line = 0;
     const char *p, *end;
 
@@ -187,6 +224,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     cap = 1 + data[0] % 16;
     h = agw_history_new(cap);
+    h2 = agw_history_new(cap);
     p = (const char *)data + 1;
     end = (const char *)data + size;
     while (p < end) {
@@ -204,23 +242,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (v != NULL) {
             uint64_t before = agw_history_malformed(h);
+            char *a, *b;
             if (is_merge) {
-                int rc = agw_history_merge_input(h, run_id, v);
-                check(rc >= 0 || (rc == -AGW_EINVAL && !json_is_array(v)), "merge result");
+                merge_both(h, h2, run_id, doc, (size_t)(stop - doc));
             } else {
                 int rc = agw_history_apply(h, run_id, v);
+                int rc2 = agw_history_apply_line(h2, run_id, doc, (size_t)(stop - doc));
                 check(rc == -AGW_EINVAL || rc == 0 || rc == 1, "apply result");
                 check((rc < 0) == (agw_history_malformed(h) == before + 1) &&
                           agw_history_malformed(h) <= before + 1,
                       "malformed counted once, only when refused");
+                check(rc2 == rc, "apply_line returns what apply returns");
             }
             json_decref(v);
             check_thread(h, cap, &rows);
+            check_thread(h2, cap, &rows2);
+            a = agw_history_dump(h);
+            b = agw_history_dump(h2);
+            check(strcmp(a, b) == 0, "the twin (merge_body, apply_line) is the same thread");
+            check(agw_history_malformed(h) == agw_history_malformed(h2), "the twin counts alike");
+            free(a);
+            free(b);
         }
         line++;
         p = stop + 1;
     }
     rows_free(&rows);
+    rows_free(&rows2);
     agw_history_free(h);
+    agw_history_free(h2);
     return 0;
 }

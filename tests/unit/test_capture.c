@@ -631,6 +631,79 @@ Test(capture, a_coalesced_line_is_read_back_in_parts)
     cr_assert_not(line_delta("", &d));
 }
 
+/* ---- reading a run's input ---------------------------------------------------------------- */
+
+struct got {
+    char text[512];
+    size_t calls;
+    size_t stop_at; /* 0: never stop */
+};
+
+static bool got_one(void *arg, const char *msg, size_t msg_len, const char *id, size_t id_len)
+{
+    struct got *g = arg;
+    size_t n = strlen(g->text);
+
+    snprintf(g->text + n, sizeof(g->text) - n, "%s%.*s=%.*s", n > 0 ? " " : "", (int)id_len, id,
+             (int)msg_len, msg);
+    return ++g->calls != g->stop_at;
+}
+
+static bool input_messages(const char *text, struct got *g)
+{
+    size_t len;
+    char *body = dq(text, &len);
+    bool ok = agw_capture_input_messages(body, len, got_one, g);
+
+    free(body);
+    return ok;
+}
+
+Test(capture, a_run_input_gives_its_messages)
+{
+    struct got g = {"", 0, 0};
+
+    cr_assert(input_messages(" {'threadId':'t','state':{'a':[1,{'b':null}]},'messages':[ "
+                             "{'role':'user','id':'m1'} ,{'id':'m\xc3\xa9','x':{'id':'\\u00e9'}}],"
+                             "'tools':[]} ",
+                             &g));
+    cr_assert_str_eq(g.text,
+                     "m1={\"role\":\"user\",\"id\":\"m1\"} "
+                     "m\xc3\xa9={\"id\":\"m\xc3\xa9\",\"x\":{\"id\":\"\\u00e9\"}}",
+                     "%s", g.text);
+    g = (struct got){"", 0, 0};
+    cr_assert(input_messages("{'messages':[]}", &g));
+    cr_assert_eq(g.calls, 0);
+    /* what jansson with JSON_REJECT_DUPLICATES would refuse, or read otherwise: jansson decides */
+    static const char *const refused[] = {
+        "{'messages':[{'id':'m1'}],'messages':[]}",
+        "{'messages':[{'id':'m1','id':'m2'}]}",
+        "{'messages':[{'id':'m1'}],'state':{'a':1,'a':2}}",
+        "{'messages':[{'id':'m1'}],'st\\u0061te':{}}",
+        "{'messages':[{'id':'m1','r\\u006fle':'user'}]}",
+        "{'messages':[{'id':'m\\u0031'}]}",
+        "{'messages':[{'id':1}]}",
+        "{'messages':[{'role':'user'}]}",
+        "{'messages':[1]}",
+        "{'messages':{}}",
+        "{'threadId':'t'}",
+        "{}",
+        "[]",
+        "{'messages':[{'id':'m1','c':'\\u0000'}]}",
+        "{'messages':[{'id':'m1'}]",
+        "{'messages':[{'id':'m1'}]}}",
+        "{'messages':[{'id':'m1'},]}",
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        g = (struct got){"", 0, 0};
+        cr_assert_not(input_messages(refused[i], &g), "%s", refused[i]);
+    }
+    /* the callback stops it */
+    g = (struct got){"", 0, 1};
+    cr_assert_not(input_messages("{'messages':[{'id':'a'},{'id':'b'}]}", &g));
+    cr_assert_eq(g.calls, 1);
+}
+
 /* ---- the property the store relies on -------------------------------------------------------- */
 
 /* Applies each line of <lines> to <h> as the store does. */

@@ -716,6 +716,108 @@ Test(history, apply_line_is_apply_of_the_parsed_line)
     agw_history_free(b);
 }
 
+static int merge_body(struct agw_history *h, const char *run_id, const char *body)
+{
+    size_t n = strlen(body);
+    char *b = malloc(n > 0 ? n : 1); /* exactly its length: a read past it is caught */
+    int rc;
+
+    memcpy(b, body, n);
+    rc = agw_history_merge_body(h, run_id, b, n);
+    free(b);
+    return rc;
+}
+
+/* A client resends its whole history: the messages the thread holds byte for byte are found as
+ * they are (a text stays text), the new one is added, a changed one replaces the stored one. */
+Test(history, merge_body_resent_history)
+{
+    struct agw_history *h = agw_history_new(10);
+    const char *runs[] = {"r1", "r1", "r2"};
+
+    cr_assert_eq(merge_body(h, "r1",
+                            "{\"threadId\":\"t\",\"messages\":[{\"id\":\"u1\",\"role\":"
+                            "\"user\",\"content\":\"Hi\"}],\"state\":{\"a\":[1,{}]}}"),
+                 1);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "Hel\\u006co", 10), 1);
+    /* the client's copy of the text, as JSON.stringify writes it, and a new question */
+    cr_assert_eq(merge_body(h, "r2",
+                            "{\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"},"
+                            "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hel\\u006co\"},"
+                            "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"More\"}]}"),
+                 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "!", 1), 1, "a1 is still held as text");
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"},"
+              "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello!\"},"
+              "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"More\"}]");
+    expect_runs(h, runs, 3);
+    /* written otherwise (spaces): compared as values, equal */
+    cr_assert_eq(merge_body(h, "r3",
+                            "{\"messages\":[{\"id\":\"u1\", \"role\":\"user\", "
+                            "\"content\":\"Hi\"}]}"),
+                 0);
+    /* changed: replaced in place, keeping its run */
+    cr_assert_eq(merge_body(h, "r3",
+                            "{\"messages\":[{\"id\":\"u2\",\"role\":\"user\","
+                            "\"content\":\"Less\"}]}"),
+                 1);
+    cr_assert_str_eq(json_string_value(json_object_get(agw_history_message(h, 2), "content")),
+                     "Less");
+    cr_assert_str_eq(agw_history_run_id(h, 2), "r2");
+    cr_assert_eq(agw_history_malformed(h), 0);
+    agw_history_free(h);
+}
+
+/* What the body's whole reading with JSON_REJECT_DUPLICATES makes, whatever the scanner does. */
+Test(history, merge_body_is_merge_of_the_body_read_whole)
+{
+    static const char *const bodies[] = {
+        "{\"messages\":[{\"id\":\"m1\",\"role\":\"user\"}]}",
+        "{\"messages\":[{\"id\":\"m1\",\"role\":\"user\"}]}",
+        "{\"messages\":[{\"id\":\"m0\"},{\"id\":\"m1\",\"role\":\"user\"},{\"id\":\"m2\"}]}",
+        "{\"messages\":[{\"id\":\"m1\",\"role\":\"x\"},{\"id\":\"m1\",\"role\":\"user\"}]}",
+        "{\"messages\":[{\"id\":\"n1\"},{\"id\":\"n1\",\"a\":1}]}",
+        "{\"messages\":[{\"id\":\"m\\u0031\",\"role\":\"y\"}]}",
+        "{\"messages\":[{\"id\":\"m3\",\"id\":\"m4\"}]}",
+        "{\"messages\":[{\"id\":\"m5\"}],\"state\":{\"k\":1,\"k\":2}}",
+        "{\"messages\":[{\"id\":\"m6\"}],\"st\\u0061te\":{}}",
+        "{\"messages\":[1,{\"role\":\"user\"},{\"id\":7},{\"id\":\"m7\"}]}",
+        "{\"messages\":{\"id\":\"m8\"}}",
+        "{\"messages\":[{\"id\":\"m9\",\"c\":\"\\u0000\"}]}",
+        "{\"messages\":[{\"id\":\"m10\",\"n\":123456789012345678901234567890}]}",
+        "{\"messages\":[]}",
+        "{\"threadId\":\"t\"}",
+        "[]",
+        "{\"messages\":[{\"id\":\"m11\"}]",
+        "{\"messages\":[{\"id\":\"m12\"}]} x",
+        "",
+    };
+    struct agw_history *a = agw_history_new(6), *b = agw_history_new(6);
+
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        json_t *root = json_loadb(bodies[i], strlen(bodies[i]), JSON_REJECT_DUPLICATES, NULL);
+        int ra = root == NULL ? -AGW_EINVAL : 0, rb;
+        char *da, *db;
+
+        if (root != NULL && json_object_get(root, "messages") != NULL)
+            ra = agw_history_merge_input(a, "r", json_object_get(root, "messages"));
+        if (ra < 0 && root != NULL)
+            ra = 0;
+        json_decref(root);
+        rb = merge_body(b, "r", bodies[i]);
+        cr_assert_eq(rb, ra, "body %zu: %d, read whole %d", i, rb, ra);
+        da = agw_history_dump(a);
+        db = agw_history_dump(b);
+        cr_assert_str_eq(db, da, "body %zu", i);
+        cr_assert_eq(agw_history_malformed(b), agw_history_malformed(a), "body %zu", i);
+        free(da);
+        free(db);
+    }
+    agw_history_free(a);
+    agw_history_free(b);
+}
+
 Test(history, restore_reads_back_what_was_saved)
 {
     struct agw_history *h = agw_history_new(3), *back;
