@@ -95,7 +95,8 @@ uint64_t agw_history_dropped(const struct agw_history *h);
 /* Malformed events and input messages ignored so far (not saved by agw_history_dump()). */
 uint64_t agw_history_malformed(const struct agw_history *h);
 
-/* The thread as one compact JSON text, NUL-terminated, for a store:
+/* The thread as one compact JSON text, NUL-terminated (schema 1 of the store kept it; now the
+ * migration of such a store reads it, and tests compare threads with it):
  * {"v":1,"dropped":N,"messages":[{"run_id":"r1"|null,"message":{...}},...]}. The caller frees it
  * with free(). */
 char *agw_history_dump(const struct agw_history *h);
