@@ -39,16 +39,28 @@ struct item {
     struct item *next;              /* hash chain */
     bool text_assistant, text_tool; /* held as text: its role is "assistant", "tool" */
     bool changed;                   /* made, edited or moved since agw_history_mark_saved() */
-    char strings[];                 /* id, then run_id, each NUL-terminated */
+    /* What the store holds of it (agw_history_message_row()): <saved_parts> pieces (0: nothing
+     * known), the first <saved_len> bytes of <text> when held as text. <whole>: it must be written
+     * whole (made, moved, or its store's pieces are not a prefix of <text>); else a text changed
+     * since is written as the piece it grew by. */
+    size_t saved_len;
+    unsigned saved_parts;
+    bool whole;
+    char strings[]; /* id, then run_id, each NUL-terminated */
 };
 
 struct agw_history {
     struct item **items; /* oldest first */
     size_t n, alloc;
     size_t max;            /* >= 1: at most this many items */
-    struct item **buckets; /* items by id (every item is in one chain) */
-    size_t n_buckets;      /* 0 or a power of two >= the number of items */
+    struct item **buckets; /* items by id (each in one chain), once past LINEAR_MAX items */
+    size_t n_buckets;      /* 0 (no table), or a power of two >= the number of items */
     size_t first_changed;  /* no item below this index is changed */
+    /* The positions a store holds in more than one piece (a text that grew across commits),
+     * ascending: a message written whole at one of them drops the other pieces there, whichever
+     * message they were of (messages move). As of the last agw_history_mark_saved(). */
+    uint64_t *multi;
+    size_t n_multi, multi_cap;
     uint64_t dropped, malformed;
     /* The text message and the tool call that chunks without an id continue (as the client's
      * chunk transformation: until an event that is not a chunk of the same kind), or NULL. */
@@ -216,6 +228,7 @@ static struct item *item_new(const char *id, size_t id_len, const char *run_id)
     }
     it->hash = hash_bytes(id, id_len);
     it->changed = true;
+    it->whole = true;
     return it;
 }
 
@@ -228,7 +241,7 @@ static void item_free(struct item *it)
 }
 
 /* The message as a jansson value, borrowed: a text message is parsed and held as a value from now
- * on (the same message, so not a change). */
+ * on (the same message, so not a change; if it changes, it is written whole). */
 static json_t *item_msg(struct item *it)
 {
     if (it->msg == NULL) {
@@ -236,6 +249,7 @@ static json_t *item_msg(struct item *it)
         free(it->text);
         it->text = NULL;
         it->text_len = it->text_cap = 0;
+        it->whole = true;
     }
     return it->msg;
 }
@@ -257,7 +271,7 @@ static bool item_is_tool(const struct item *it)
     return it->msg != NULL ? str_eq(json_object_get(it->msg, "role"), "tool") : it->text_tool;
 }
 
-/* Item <i> changed (made, edited or moved): a store writes it again. */
+/* Item <i> changed (made or edited): a store writes it again. */
 static void touch(struct agw_history *h, size_t i)
 {
     struct item *it = h->items[i];
@@ -267,6 +281,13 @@ static void touch(struct agw_history *h, size_t i)
     it->json = NULL;
     if (i < h->first_changed)
         h->first_changed = i;
+}
+
+/* Item <i> moved to another position: a store writes it whole there. */
+static void touch_moved(struct agw_history *h, size_t i)
+{
+    touch(h, i);
+    h->items[i]->whole = true;
 }
 
 /* ---- the index by id ----------------------------------------------------------------------- */
@@ -406,7 +427,7 @@ static void insert_at(struct agw_history *h, size_t at, struct item *it)
 {
     place(h, at, it);
     for (size_t i = at; i < h->n; i++)
-        touch(h, i);
+        touch_moved(h, i);
 }
 
 /* A message held as a value: takes <msg> (owned; an object with a string "id"). */
@@ -477,6 +498,7 @@ static void replace_at(struct agw_history *h, size_t i, json_t *msg)
     it->text = NULL;
     it->text_len = it->text_cap = 0;
     it->msg = msg;
+    it->whole = true;
     touch(h, i);
 }
 
@@ -531,6 +553,7 @@ void agw_history_free(struct agw_history *h)
         item_free(h->items[i]);
     free(h->items);
     free(h->buckets);
+    free(h->multi);
     free(h->chunk_text);
     free(h->chunk_tool);
     free(h);
@@ -960,7 +983,7 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
         h->items[kept] = it;
         if (kept != i) {
             it->pos = h->dropped + kept;
-            touch(h, kept);
+            touch_moved(h, kept);
         }
         if (!json_equal(item_msg(it), s))
             replace_at(h, kept, must(json_deep_copy(s)));
@@ -1151,10 +1174,97 @@ const char *agw_history_message_json(struct agw_history *h, size_t i, size_t *le
     return it->json;
 }
 
+/* Where <pos> is or would go in h->multi. */
+static size_t multi_at(const struct agw_history *h, uint64_t pos)
+{
+    size_t lo = 0, hi = h->n_multi;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (h->multi[mid] < pos)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static bool multi_has(const struct agw_history *h, uint64_t pos)
+{
+    size_t k = multi_at(h, pos);
+    return k < h->n_multi && h->multi[k] == pos;
+}
+
+/* Position <pos> is (<on>) or is not held in several pieces. */
+static void multi_set(struct agw_history *h, uint64_t pos, bool on)
+{
+    size_t k = multi_at(h, pos);
+    bool has = k < h->n_multi && h->multi[k] == pos;
+
+    if (on && !has) {
+        if (h->n_multi == h->multi_cap) {
+            h->multi_cap = h->multi_cap > 0 ? h->multi_cap * 2 : 4;
+            h->multi = agw_xrealloc(h->multi, h->multi_cap * sizeof(*h->multi));
+        }
+        memmove(&h->multi[k + 1], &h->multi[k], (h->n_multi - k) * sizeof(*h->multi));
+        h->multi[k] = pos;
+        h->n_multi++;
+    } else if (!on && has) {
+        memmove(&h->multi[k], &h->multi[k + 1], (h->n_multi - k - 1) * sizeof(*h->multi));
+        h->n_multi--;
+    }
+}
+
+/* Whether item <it>'s row is a piece (what its text grew by since it was saved). */
+static bool row_is_piece(const struct item *it)
+{
+    return it->msg == NULL && !it->whole && it->saved_parts > 0;
+}
+
+void agw_history_message_row(struct agw_history *h, size_t i, struct agw_history_row *r)
+{
+    struct item *it;
+
+    assert(i < h->n);
+    it = h->items[i];
+    memset(r, 0, sizeof(*r));
+    r->text = it->msg == NULL;
+    if (row_is_piece(it)) {
+        /* a text that grew since it was saved: the bytes it grew by, as its next piece */
+        r->data = it->text + it->saved_len;
+        r->len = it->text_len - it->saved_len;
+        r->part = it->saved_parts;
+        return;
+    }
+    r->drop_parts = multi_has(h, h->dropped + i);
+    if (r->text) {
+        r->data = it->text;
+        r->len = it->text_len;
+    } else {
+        r->data = agw_history_message_json(h, i, &r->len);
+    }
+}
+
 void agw_history_mark_saved(struct agw_history *h)
 {
-    for (size_t i = h->first_changed; i < h->n; i++)
-        h->items[i]->changed = false;
+    size_t k = 0;
+
+    /* the store deleted the positions outside the thread's */
+    for (size_t j = 0; j < h->n_multi; j++)
+        if (h->multi[j] >= h->dropped && h->multi[j] < h->dropped + h->n)
+            h->multi[k++] = h->multi[j];
+    h->n_multi = k;
+    for (size_t i = h->first_changed; i < h->n; i++) {
+        struct item *it = h->items[i];
+        bool piece = row_is_piece(it);
+        if (!it->changed)
+            continue;
+        multi_set(h, h->dropped + i, piece);
+        it->saved_parts = piece ? it->saved_parts + 1 : 1;
+        it->saved_len = it->msg == NULL ? it->text_len : 0;
+        it->whole = false;
+        it->changed = false;
+    }
     h->first_changed = h->n;
 }
 
@@ -1167,19 +1277,39 @@ struct agw_history *agw_history_restore(size_t max_messages, uint64_t dropped)
 }
 
 int agw_history_restore_message(struct agw_history *h, uint64_t pos, const char *run_id,
-                                const char *json, size_t len)
+                                const struct agw_history_row *r)
 {
-    json_t *m = json_loadb(json, len, JSON_ALLOW_NUL, NULL);
+    json_t *m = NULL;
     struct item *it;
 
+    if (r->text) { /* the bytes of a text message, without its closing '"}' */
+        char *closed = agw_xmalloc(r->len + TEXT_CLOSE_LEN);
+        memcpy(closed, r->data, r->len);
+        memcpy(closed + r->len, TEXT_CLOSE, TEXT_CLOSE_LEN);
+        m = json_loadb(closed, r->len + TEXT_CLOSE_LEN, 0, NULL);
+        free(closed);
+    } else {
+        m = json_loadb(r->data, r->len, JSON_ALLOW_NUL, NULL);
+    }
     if (!valid_msg(m)) {
         json_decref(m);
         return -AGW_EINVAL;
     }
     it = msg_item(m, run_id);
-    /* a message stored where it belongs is as saved; one out of place is written again where it
-     * belongs now */
+    if (r->text) { /* held as text again, to go on growing by pieces */
+        it->text_assistant = item_is_assistant(it);
+        it->text_tool = item_is_tool(it);
+        json_decref(it->msg);
+        it->msg = NULL;
+        text_put(it, r->data, r->len);
+        it->saved_len = r->len;
+    }
+    it->saved_parts = r->part;
+    multi_set(h, pos, r->part > 1);
+    /* a message stored where it belongs is as saved; one out of place is written again, whole,
+     * where it belongs now */
     it->changed = pos != h->dropped + h->n;
+    it->whole = it->changed;
     place(h, h->n, it);
     if (it->changed && h->n - 1 < h->first_changed)
         h->first_changed = h->n - 1;

@@ -235,12 +235,13 @@ struct restoring {
 static void restore_one(void *arg, const struct agw_store_msg *m)
 {
     struct restoring *r = arg;
+    struct agw_history_row row = {.data = m->data, .len = m->len, .part = m->part, .text = m->text};
 
     if (r->bad)
         return;
     if (r->h == NULL)
         r->h = agw_history_restore(r->s->o.max_messages, m->pos);
-    if (agw_history_restore_message(r->h, m->pos, m->run_id, m->data, m->len) != 0)
+    if (agw_history_restore_message(r->h, m->pos, m->run_id, &row) != 0)
         r->bad = true;
 }
 
@@ -316,6 +317,7 @@ static size_t changes(struct thread *t, struct agw_store_row *row, struct agw_st
     struct agw_history *h = t->h;
     size_t n = agw_history_count(h), k = at;
     uint64_t first = agw_history_dropped(h);
+    struct agw_history_row r;
 
     for (size_t i = agw_history_first_changed(h); i < n; i++) {
         if (!agw_history_changed(h, i))
@@ -324,9 +326,14 @@ static size_t changes(struct thread *t, struct agw_store_row *row, struct agw_st
             *cap = *cap > 0 ? *cap * 2 : 64;
             *msgs = agw_xrealloc(*msgs, *cap * sizeof(**msgs));
         }
-        (*msgs)[k].pos = first + i;
-        (*msgs)[k].run_id = agw_history_run_id(h, i);
-        (*msgs)[k].data = agw_history_message_json(h, i, &(*msgs)[k].len);
+        agw_history_message_row(h, i, &r);
+        (*msgs)[k] = (struct agw_store_msg){.pos = first + i,
+                                            .run_id = agw_history_run_id(h, i),
+                                            .data = r.data,
+                                            .len = r.len,
+                                            .part = r.part,
+                                            .text = r.text,
+                                            .drop_parts = r.drop_parts};
         k++;
     }
     *row = (struct agw_store_row){.id = t->id,

@@ -31,12 +31,17 @@
 struct db {
     sqlite3 *db;
     sqlite3_stmt *st_thread, *st_messages, *st_save_thread, *st_drop_before, *st_drop_from,
-        *st_save_message, *st_expire;
+        *st_save_message, *st_drop_parts, *st_expire;
+    char *buf; /* a message's pieces put together, read back */
+    size_t buf_len, buf_cap;
     int lock_fd; /* <dir>/history.lock, flock()ed while open; -1 = none */
 };
 
-/* Schema 2: a row per thread and a row per message, keyed by its position in the thread's life
- * (doc/internals/store.md). The trigger deletes a thread's messages with it (the ttl). */
+/* Schema 2: a row per thread and a row per message piece, keyed by the message's position in the
+ * thread's life and the piece's number (a message is one piece, but for a text that grew over
+ * several commits: what it grew by was added as a piece). <text>: the pieces lack the text's
+ * closing '"}'. The trigger deletes a thread's messages with it (the ttl). See
+ * doc/internals/store.md. */
 static const char SCHEMA[] = "CREATE TABLE IF NOT EXISTS threads ("
                              " id TEXT PRIMARY KEY,"
                              " agents TEXT NOT NULL,"
@@ -47,9 +52,11 @@ static const char SCHEMA[] = "CREATE TABLE IF NOT EXISTS threads ("
                              "CREATE TABLE IF NOT EXISTS messages ("
                              " thread TEXT NOT NULL,"
                              " pos INTEGER NOT NULL,"
+                             " part INTEGER NOT NULL,"
                              " run_id TEXT,"
+                             " text INTEGER NOT NULL,"
                              " data TEXT NOT NULL,"
-                             " PRIMARY KEY (thread, pos));"
+                             " PRIMARY KEY (thread, pos, part));"
                              "CREATE TRIGGER IF NOT EXISTS threads_delete AFTER DELETE ON threads"
                              " BEGIN DELETE FROM messages WHERE thread = old.id; END;";
 
@@ -85,11 +92,25 @@ static int make_dirs(const char *dir, char *err, size_t errlen)
     return rc;
 }
 
+/* Gives <fn> the message <m> whose pieces <d->buf> holds, of run <run>. */
+static void give(struct db *d, agw_store_msg_fn *fn, void *arg, struct agw_store_msg *m,
+                 const char *run)
+{
+    d->buf[d->buf_len] = '\0';
+    m->data = d->buf;
+    m->len = d->buf_len;
+    m->run_id = run;
+    fn(arg, m);
+}
+
 static int db_load(void *self, const char *id, size_t max, struct agw_store_row *row,
                    agw_store_msg_fn *fn, void *arg)
 {
     struct db *d = self;
+    struct agw_store_msg m = {.part = 0};
+    char *run = NULL;
     sqlite3_int64 from;
+    bool ok = true;
     int rc;
 
     sqlite3_reset(d->st_thread); /* the last row's strings go now */
@@ -115,19 +136,46 @@ static int db_load(void *self, const char *id, size_t max, struct agw_store_row 
         from += (sqlite3_int64)(row->count - max);
     sqlite3_bind_text(d->st_messages, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(d->st_messages, 2, from);
-    while ((rc = sqlite3_step(d->st_messages)) == SQLITE_ROW) {
-        struct agw_store_msg m = {
-            .pos = (uint64_t)sqlite3_column_int64(d->st_messages, 0),
-            .run_id = (const char *)sqlite3_column_text(d->st_messages, 1),
-            .data = (const char *)sqlite3_column_text(d->st_messages, 2),
-            .len = (size_t)sqlite3_column_bytes(d->st_messages, 2),
-        };
-        if (m.data == NULL)
-            break;
-        fn(arg, &m);
+    /* a message's pieces come in order, and are put together in <buf> */
+    while (ok && (rc = sqlite3_step(d->st_messages)) == SQLITE_ROW) {
+        uint64_t pos = (uint64_t)sqlite3_column_int64(d->st_messages, 0);
+        sqlite3_int64 part = sqlite3_column_int64(d->st_messages, 1);
+        const char *data = (const char *)sqlite3_column_text(d->st_messages, 4);
+        size_t len = (size_t)sqlite3_column_bytes(d->st_messages, 4);
+        if (m.part > 0 && pos != m.pos) {
+            give(d, fn, arg, &m, run);
+            free(run);
+            run = NULL;
+            m.part = 0;
+        }
+        ok = data != NULL && part == (sqlite3_int64)m.part;
+        if (!ok)
+            break; /* a piece missing: the message cannot be read */
+        if (part == 0) {
+            const char *r = (const char *)sqlite3_column_text(d->st_messages, 2);
+            m.pos = pos;
+            m.text = sqlite3_column_int(d->st_messages, 3) != 0;
+            run = r != NULL ? agw_xstrdup(r) : NULL;
+            d->buf_len = 0;
+        }
+        if (d->buf_cap - d->buf_len < len + 1) {
+            d->buf_cap = (d->buf_len + len + 1) * 2;
+            d->buf = agw_xrealloc(d->buf, d->buf_cap);
+        }
+        memcpy(d->buf + d->buf_len, data, len);
+        d->buf_len += len;
+        m.part++;
     }
+    if (ok && rc == SQLITE_DONE && m.part > 0)
+        give(d, fn, arg, &m, run);
+    free(run);
     sqlite3_reset(d->st_messages);
     sqlite3_clear_bindings(d->st_messages);
+    if (!ok) {
+        agw_log_error("thread history: cannot read thread %s: a message's pieces are not all there",
+                      id);
+        return -1;
+    }
     if (rc != SQLITE_DONE)
         goto fail;
     return 1;
@@ -167,10 +215,18 @@ static bool save_thread(struct db *d, const struct agw_store_row *r)
         const struct agw_store_msg *m = &r->msgs[i];
         sqlite3_bind_text(d->st_save_message, 1, r->id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(d->st_save_message, 2, (sqlite3_int64)m->pos);
-        if (m->run_id != NULL)
-            sqlite3_bind_text(d->st_save_message, 3, m->run_id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(d->st_save_message, 4, m->data, (int)m->len, SQLITE_STATIC);
+        sqlite3_bind_int64(d->st_save_message, 3, (sqlite3_int64)m->part);
+        if (m->run_id != NULL && m->part == 0)
+            sqlite3_bind_text(d->st_save_message, 4, m->run_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int(d->st_save_message, 5, m->text);
+        sqlite3_bind_text(d->st_save_message, 6, m->data != NULL ? m->data : "", (int)m->len,
+                          SQLITE_STATIC);
         ok = step_done(d->st_save_message);
+        if (ok && m->part == 0 && m->drop_parts) {
+            sqlite3_bind_text(d->st_drop_parts, 1, r->id, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(d->st_drop_parts, 2, (sqlite3_int64)m->pos);
+            ok = step_done(d->st_drop_parts);
+        }
     }
     return ok;
 }
@@ -214,11 +270,13 @@ static void db_close(void *self)
     sqlite3_finalize(d->st_drop_before);
     sqlite3_finalize(d->st_drop_from);
     sqlite3_finalize(d->st_save_message);
+    sqlite3_finalize(d->st_drop_parts);
     sqlite3_finalize(d->st_expire);
     if (d->db != NULL)
         sqlite3_close(d->db);
     if (d->lock_fd >= 0)
         close(d->lock_fd);
+    free(d->buf);
     free(d);
 }
 
@@ -247,8 +305,8 @@ static bool migrate_v1(struct db *d, const char *file)
                            " VALUES (?1, ?2, ?3, ?4, ?5)",
                            -1, &th, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(d->db,
-                           "INSERT INTO messages (thread, pos, run_id, data)"
-                           " VALUES (?1, ?2, ?3, ?4)",
+                           "INSERT INTO messages (thread, pos, part, run_id, text, data)"
+                           " VALUES (?1, ?2, 0, ?3, 0, ?4)",
                            -1, &msg, NULL) != SQLITE_OK)
         goto out;
     while ((step = sqlite3_step(rd)) == SQLITE_ROW) {
@@ -392,8 +450,8 @@ static int db_open(struct db *d, const char *dir, char *err, size_t errlen)
                            "SELECT agents, updated, dropped, n_messages FROM threads WHERE id = ?1",
                            -1, &d->st_thread, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(d->db,
-                           "SELECT pos, run_id, data FROM messages WHERE thread = ?1 AND pos >= ?2"
-                           " ORDER BY pos",
+                           "SELECT pos, part, run_id, text, data FROM messages"
+                           " WHERE thread = ?1 AND pos >= ?2 ORDER BY pos, part",
                            -1, &d->st_messages, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(d->db,
                            "INSERT INTO threads (id, agents, updated, dropped, n_messages)"
@@ -408,10 +466,13 @@ static int db_open(struct db *d, const char *dir, char *err, size_t errlen)
                            &d->st_drop_from, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(
             d->db,
-            "INSERT INTO messages (thread, pos, run_id, data) VALUES (?1, ?2, ?3, ?4)"
-            " ON CONFLICT(thread, pos) DO UPDATE SET run_id = excluded.run_id,"
-            " data = excluded.data",
+            "INSERT INTO messages (thread, pos, part, run_id, text, data)"
+            " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(thread, pos, part) DO UPDATE SET"
+            " run_id = excluded.run_id, text = excluded.text, data = excluded.data",
             -1, &d->st_save_message, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db,
+                           "DELETE FROM messages WHERE thread = ?1 AND pos = ?2 AND part > 0", -1,
+                           &d->st_drop_parts, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(d->db,
                            "DELETE FROM threads WHERE id IN"
                            " (SELECT id FROM threads WHERE updated < ?1 LIMIT ?2)",

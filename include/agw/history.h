@@ -115,20 +115,34 @@ bool agw_history_changed(const struct agw_history *h, size_t i);
  * borrowed, valid until the thread changes or is marked saved. A message held as text is its text;
  * another is dumped once. */
 const char *agw_history_message_json(struct agw_history *h, size_t i, size_t *len);
-/* Every message is as the store holds it now. */
+/* What a store writes for a changed message, as pieces: the message's JSON is its pieces' bytes,
+ * in order, followed by '"}' when <text>. A text message grows by content deltas: once saved, what
+ * it grew by is written as its next piece, so that a text streamed over many commits is written
+ * once, not again at each commit. */
+struct agw_history_row {
+    const char *data; /* borrowed: valid until the thread changes or is marked saved */
+    size_t len;
+    unsigned part;   /* 0: the whole message; k > 0: the bytes appended to its pieces 0..k-1 */
+    bool text;       /* the pieces lack the closing '"}' (a text message, held as text) */
+    bool drop_parts; /* part 0 of a message stored in several pieces: the others go */
+};
+/* The row to write for the <i>-th message (< agw_history_count(), asserted), changed. */
+void agw_history_message_row(struct agw_history *h, size_t i, struct agw_history_row *r);
+/* Every message is as the store holds it now (after the rows of the changed ones were written). */
 void agw_history_mark_saved(struct agw_history *h);
 
 /* A thread read back from a store, message by message: a new thread keeping at most
  * <max_messages>, whose first message will be at position <dropped> (the messages dropped before
  * it); then agw_history_restore_message() for each stored message, oldest first. */
 struct agw_history *agw_history_restore(size_t max_messages, uint64_t dropped);
-/* Appends the stored message <json> (<len> bytes: a JSON object with a string "id") of run
- * <run_id> (may be NULL), stored at position <pos>. It is not changed (it is as saved) when <pos>
- * is its position in the thread; else it is (a store writes it again where it belongs). Past
- * <max_messages>, the oldest are dropped. Returns 0, or -AGW_EINVAL when <json> is not such an
- * object (nothing changes). */
+/* Appends the stored message of run <run_id> (may be NULL) stored at position <pos>: <r> gives its
+ * pieces' bytes put together (<data>, <len>: a JSON object with a string "id", followed by '"}'
+ * when <text>), and in <part> how many pieces the store holds. A text stays a text (it may grow by
+ * pieces). It is not changed (it is as saved) when <pos> is its position in the thread; else it is
+ * (a store writes it again, whole, where it belongs). Past <max_messages>, the oldest are dropped.
+ * Returns 0, or -AGW_EINVAL when the bytes are not such an object (nothing changes). */
 int agw_history_restore_message(struct agw_history *h, uint64_t pos, const char *run_id,
-                                const char *json, size_t len);
+                                const struct agw_history_row *r);
 
 /* ---- paging (GET /v1/ag-ui/threads/{id}/messages, doc/internals/history.md#paging) ---------- */
 

@@ -38,12 +38,14 @@ static void check(int ok, const char *what)
     }
 }
 
-/* A store's rows, as a store that writes each message apart keeps them: what
- * agw_history_message_json() gave, at its position. */
+/* A store's rows, as a store that writes each message apart keeps them: the pieces
+ * agw_history_message_row() gave, at their positions. */
 struct row {
     uint64_t pos;
+    unsigned part;
+    bool text;
     char *run_id;
-    char *json;
+    char *data;
     size_t len;
 };
 
@@ -52,12 +54,16 @@ struct rows {
     size_t n;
 };
 
+static void row_free(struct row *w)
+{
+    free(w->run_id);
+    free(w->data);
+}
+
 static void rows_free(struct rows *r)
 {
-    for (size_t i = 0; i < r->n; i++) {
-        free(r->v[i].run_id);
-        free(r->v[i].json);
-    }
+    for (size_t i = 0; i < r->n; i++)
+        row_free(&r->v[i]);
     free(r->v);
     r->v = NULL;
     r->n = 0;
@@ -76,47 +82,72 @@ static char *dup_or_null(const char *s, size_t n)
     return d;
 }
 
-/* What a store's commit does with the thread's changes: rows outside [first, first + count) go,
- * changed messages are written at their positions; then the thread is marked saved. */
-static void commit(struct agw_history *h, struct rows *r)
+/* Keeps the rows for which <keep>(row, a, b) holds. */
+static void rows_filter(struct rows *r, bool (*keep)(const struct row *, uint64_t, uint64_t),
+                        uint64_t a, uint64_t b)
 {
-    uint64_t first = agw_history_dropped(h), end = first + agw_history_count(h);
     size_t k = 0;
 
     for (size_t i = 0; i < r->n; i++) {
-        if (r->v[i].pos < first || r->v[i].pos >= end) {
-            free(r->v[i].run_id);
-            free(r->v[i].json);
-            continue;
-        }
-        r->v[k++] = r->v[i];
+        if (keep(&r->v[i], a, b))
+            r->v[k++] = r->v[i];
+        else
+            row_free(&r->v[i]);
     }
     r->n = k;
+}
+
+static bool in_range(const struct row *w, uint64_t first, uint64_t end)
+{
+    return w->pos >= first && w->pos < end;
+}
+
+static bool not_at(const struct row *w, uint64_t pos, uint64_t unused)
+{
+    (void)unused;
+    return w->pos != pos;
+}
+
+/* What a store's commit does with the thread's changes: rows outside [first, first + count) go,
+ * each changed message's row is written (a piece 0 replacing the message's pieces, another piece
+ * added after the ones the store holds); then the thread is marked saved. */
+static void commit(struct agw_history *h, struct rows *r)
+{
+    uint64_t first = agw_history_dropped(h), end = first + agw_history_count(h);
+
+    rows_filter(r, in_range, first, end);
     for (size_t i = 0; i < agw_history_first_changed(h); i++)
         check(!agw_history_changed(h, i), "nothing changed before the first changed");
     for (size_t i = agw_history_first_changed(h); i < agw_history_count(h); i++) {
-        struct row *w = NULL;
-        const char *json, *run = agw_history_run_id(h, i);
-        size_t len;
+        struct agw_history_row row;
+        const char *run = agw_history_run_id(h, i);
+        size_t pieces = 0;
+        struct row *w;
 
         if (!agw_history_changed(h, i))
             continue;
-        json = agw_history_message_json(h, i, &len);
-        for (size_t j = 0; j < r->n && w == NULL; j++)
-            if (r->v[j].pos == first + i)
-                w = &r->v[j];
-        if (w == NULL) {
-            r->v = realloc(r->v, (r->n + 1) * sizeof(*r->v));
-            check(r->v != NULL, "realloc");
-            w = &r->v[r->n++];
-        } else {
-            free(w->run_id);
-            free(w->json);
+        agw_history_message_row(h, i, &row);
+        for (size_t j = 0; j < r->n; j++) {
+            if (r->v[j].pos != first + i)
+                continue;
+            pieces++;
+            check(row.part == 0 || r->v[j].text == row.text, "a piece of a text is text");
         }
+        if (row.part == 0) {
+            check(row.drop_parts || pieces <= 1, "a message rewritten drops its other pieces");
+            rows_filter(r, not_at, first + i, 0);
+        } else {
+            check(pieces == row.part, "a piece follows the pieces the store holds");
+        }
+        r->v = realloc(r->v, (r->n + 1) * sizeof(*r->v));
+        check(r->v != NULL, "realloc");
+        w = &r->v[r->n++];
         w->pos = first + i;
-        w->run_id = dup_or_null(run, run != NULL ? strlen(run) : 0);
-        w->json = dup_or_null(json, len);
-        w->len = len;
+        w->part = row.part;
+        w->text = row.text;
+        w->run_id = row.part == 0 ? dup_or_null(run, run != NULL ? strlen(run) : 0) : NULL;
+        w->data = dup_or_null(row.data != NULL ? row.data : "", row.len);
+        w->len = row.len;
     }
     agw_history_mark_saved(h);
     check(agw_history_first_changed(h) == agw_history_count(h), "saved: nothing changed");
@@ -125,16 +156,21 @@ static void commit(struct agw_history *h, struct rows *r)
 static int by_pos(const void *a, const void *b)
 {
     const struct row *x = a, *y = b;
-    return x->pos < y->pos ? -1 : x->pos > y->pos;
+
+    if (x->pos != y->pos)
+        return x->pos < y->pos ? -1 : 1;
+    return x->part < y->part ? -1 : x->part > y->part;
 }
 
 /* Every message is an object with a string id (read through its JSON text, which leaves a message
  * held as text as it is); the thread dumps, loads and dumps to the same bytes; and the store's rows
- * after a commit are the thread's messages at its positions, read back as the same thread. */
-static void check_thread(struct agw_history *h, size_t cap, struct rows *r)
+ * after a commit are the thread's messages at its positions, read back as the same thread, which is
+ * returned (the caller may go on with it, as a store does after a restart). */
+static struct agw_history *check_thread(struct agw_history *h, size_t cap, struct rows *r)
 {
     char *s, *s2;
     struct agw_history *back;
+    size_t k = 0;
 
     check(agw_history_count(h) <= cap, "count <= cap");
     for (size_t i = 0; i < agw_history_count(h); i++) {
@@ -157,20 +193,42 @@ static void check_thread(struct agw_history *h, size_t cap, struct rows *r)
     commit(h, r);
     if (r->n > 1)
         qsort(r->v, r->n, sizeof(*r->v), by_pos);
-    check(r->n == agw_history_count(h), "a row per message");
     back = agw_history_restore(cap, agw_history_dropped(h));
-    for (size_t i = 0; i < r->n; i++) {
-        check(r->v[i].pos == agw_history_dropped(h) + i, "rows at the thread's positions");
-        check(agw_history_restore_message(back, r->v[i].pos, r->v[i].run_id, r->v[i].json,
-                                          r->v[i].len) == 0,
+    for (size_t i = 0; i < r->n;) {
+        struct agw_history_row row = {NULL, 0, 0, r->v[i].text, false};
+        size_t j = i, len = 0;
+        char *data;
+
+        check(r->v[i].pos == agw_history_dropped(h) + k, "rows at the thread's positions");
+        check(r->v[i].part == 0, "a message's first piece is piece 0");
+        while (j < r->n && r->v[j].pos == r->v[i].pos) {
+            check(r->v[j].part == j - i, "a message's pieces follow each other");
+            len += r->v[j].len;
+            j++;
+        }
+        data = malloc(len + 1);
+        check(data != NULL, "malloc");
+        len = 0;
+        for (size_t q = i; q < j; q++) {
+            memcpy(data + len, r->v[q].data, r->v[q].len);
+            len += r->v[q].len;
+        }
+        row.data = data;
+        row.len = len;
+        row.part = (unsigned)(j - i);
+        check(agw_history_restore_message(back, r->v[i].pos, r->v[i].run_id, &row) == 0,
               "a row reads back");
+        free(data);
+        k++;
+        i = j;
     }
+    check(k == agw_history_count(h), "a row per message");
     check(agw_history_first_changed(back) == agw_history_count(back), "read back as saved");
     s2 = agw_history_dump(back);
     check(strcmp(s, s2) == 0, "the rows read back are the thread");
     free(s);
     free(s2);
-    agw_history_free(back);
+    return back;
 }
 
 /* A merge line, as a RunAgentInput's "messages": <h> gets it read whole with
@@ -207,7 +265,7 @@ static void merge_both(struct agw_history *h, struct agw_history *h2, const char
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct agw_history *h, *h2, *loaded;
+    struct agw_history *h, *h2, *loaded, *back, *back2;
     struct rows rows = {NULL, 0}, rows2 = {NULL, 0};
     size_t cap, line = 0;
     const char *p, *end;
@@ -217,7 +275,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     loaded = agw_history_load((const char *)data, size, 8);
     if (loaded != NULL) {
         struct rows r = {NULL, 0};
-        check_thread(loaded, 8, &r);
+        agw_history_free(check_thread(loaded, 8, &r));
         rows_free(&r);
         agw_history_free(loaded);
     }
@@ -255,8 +313,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 check(rc2 == rc, "apply_line returns what apply returns");
             }
             json_decref(v);
-            check_thread(h, cap, &rows);
-            check_thread(h2, cap, &rows2);
+            back = check_thread(h, cap, &rows);
+            back2 = check_thread(h2, cap, &rows2);
+            if (line % 3 == 2) { /* a restart: both go on from what their rows read back */
+                agw_history_free(h);
+                agw_history_free(h2);
+                h = back;
+                h2 = back2;
+            } else {
+                agw_history_free(back);
+                agw_history_free(back2);
+            }
             a = agw_history_dump(h);
             b = agw_history_dump(h2);
             check(strcmp(a, b) == 0, "the twin (merge_body, apply_line) is the same thread");

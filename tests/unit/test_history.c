@@ -818,6 +818,15 @@ Test(history, merge_body_is_merge_of_the_body_read_whole)
     agw_history_free(b);
 }
 
+/* A stored message, one piece: <json> (text: without its closing '"}'). */
+static int restore1(struct agw_history *h, uint64_t pos, const char *run, const char *json,
+                    bool text)
+{
+    struct agw_history_row r = {json, strlen(json), 1, text, false};
+
+    return agw_history_restore_message(h, pos, run, &r);
+}
+
 Test(history, restore_reads_back_what_was_saved)
 {
     struct agw_history *h = agw_history_new(3), *back;
@@ -833,30 +842,98 @@ Test(history, restore_reads_back_what_was_saved)
 
     back = agw_history_restore(3, agw_history_dropped(h));
     for (size_t i = 0; i < agw_history_count(h); i++) {
-        size_t len;
-        const char *j = agw_history_message_json(h, i, &len);
+        struct agw_history_row r;
+        agw_history_message_row(h, i, &r);
+        cr_assert_eq(r.part, 0, "a new message is written whole");
+        cr_assert_eq(r.text, i == 2, "a1 is a text");
+        r.part = 1; /* read back: one piece */
         cr_assert_eq(agw_history_restore_message(back, agw_history_dropped(h) + i,
-                                                 agw_history_run_id(h, i), j, len),
+                                                 agw_history_run_id(h, i), &r),
                      0);
     }
     cr_assert_str_eq(changed(back), "", "as saved");
+    cr_assert_eq(agw_history_append_text(back, "a1", 2, "", 0), 1, "a text read back is a text");
     expect(back, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"caf\\u00e9\"},"
                  "{\"id\":\"u2\",\"role\":\"user\"},"
                  "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"\\\"hi\\\"\"}]");
     expect_runs(back, runs, 3);
     cr_assert_eq(agw_history_dropped(back), 1);
-    cr_assert_eq(agw_history_restore_message(back, 4, NULL, "{\"role\":\"user\"}", 17), -AGW_EINVAL,
-                 "no id");
-    cr_assert_eq(agw_history_restore_message(back, 4, NULL, "[", 1), -AGW_EINVAL);
+    cr_assert_eq(restore1(back, 4, NULL, "{\"role\":\"user\"}", false), -AGW_EINVAL, "no id");
+    cr_assert_eq(restore1(back, 4, NULL, "[", false), -AGW_EINVAL);
+    cr_assert_eq(restore1(back, 4, NULL, "{\"id\":\"t\",\"role\":\"x\"}", true), -AGW_EINVAL,
+                 "a text must end in a string");
+    cr_assert_eq(restore1(back, 4, NULL, "{\"id\":\"t\",\"role\":\"x\",\"content\":\"a", false),
+                 -AGW_EINVAL, "an open text is a text");
     cr_assert_eq(agw_history_count(back), 3);
     /* past the cap: the oldest go */
-    cr_assert_eq(agw_history_restore_message(back, 4, NULL, "{\"id\":\"m4\"}", 11), 0);
+    cr_assert_eq(restore1(back, 4, NULL, "{\"id\":\"m4\"}", false), 0);
     cr_assert_eq(agw_history_dropped(back), 2);
-    cr_assert_str_eq(changed(back), "");
+    cr_assert_str_eq(changed(back), "1", "the text grew (by nothing)");
+    agw_history_mark_saved(back);
     /* out of place (a gap): written again where it belongs */
-    cr_assert_eq(agw_history_restore_message(back, 9, NULL, "{\"id\":\"m9\"}", 11), 0);
+    cr_assert_eq(restore1(back, 9, NULL, "{\"id\":\"m9\"}", false), 0);
     cr_assert_str_eq(changed(back), "2");
     agw_history_free(back);
+    agw_history_free(h);
+}
+
+/* The row of a changed message: whole when new, moved or no longer a text; a text that grew since
+ * it was saved, by the piece it grew by. */
+Test(history, a_growing_text_is_saved_by_pieces)
+{
+    struct agw_history *h = agw_history_new(10);
+    struct agw_history_row r;
+
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "abc", 3), 1);
+    agw_history_message_row(h, 0, &r);
+    cr_assert_eq(r.part, 0);
+    cr_assert(r.text);
+    cr_assert_eq(r.len, strlen("{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"abc"));
+    cr_assert_eq(memcmp(r.data, "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"abc", r.len),
+                 0);
+    agw_history_mark_saved(h);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "de", 2), 1);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"\\n\"}");
+    agw_history_message_row(h, 0, &r);
+    cr_assert_eq(r.part, 1);
+    cr_assert(r.text);
+    cr_assert_eq(r.len, 4);
+    cr_assert_eq(memcmp(r.data, "de\\n", 4), 0);
+    agw_history_mark_saved(h);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "f", 1), 1);
+    agw_history_message_row(h, 0, &r);
+    cr_assert_eq(r.part, 2);
+    cr_assert_eq(r.len, 1);
+    agw_history_mark_saved(h);
+    /* moved (a message inserted before it): whole, at its new position; the one that takes its
+     * old position, held in three pieces, drops the two others there */
+    merge_body(h, "r0",
+               "{\"messages\":[{\"id\":\"u0\",\"role\":\"user\"},{\"id\":\"a1\",\"role\":"
+               "\"assistant\",\"content\":\"abcde\\nf\"}]}");
+    cr_assert_str_eq(changed(h), "0 1");
+    agw_history_message_row(h, 0, &r);
+    cr_assert_eq(r.part, 0);
+    cr_assert(r.drop_parts);
+    agw_history_message_row(h, 1, &r);
+    cr_assert_eq(r.part, 0);
+    cr_assert_not(r.drop_parts, "nothing in pieces was at its new position");
+    cr_assert(r.text, "still a text (the client's copy was the same bytes)");
+    agw_history_mark_saved(h);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "g", 1), 1);
+    agw_history_message_row(h, 1, &r);
+    cr_assert_eq(r.part, 1, "it grows by pieces again");
+    agw_history_mark_saved(h);
+    /* a tool call added: a value now, written whole */
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"a1\"}");
+    agw_history_message_row(h, 1, &r);
+    cr_assert_eq(r.part, 0);
+    cr_assert_not(r.text);
+    cr_assert(r.drop_parts, "it was two pieces");
+    cr_assert_eq(r.data[r.len], '\0');
+    cr_assert(strstr(r.data, "\"toolCalls\"") != NULL, "%s", r.data);
     agw_history_free(h);
 }
 

@@ -4,7 +4,8 @@
  * per-thread cap, the ttl, the memory kind's cache limit, the agents list, and an inbox freed with
  * an answer still in it. Schema 2 (src/store_sqlite.c), read back with SQLite: a row per message at
  * its position, a text growing across commits, an insertion mid-thread, a shrinking snapshot, the
- * cap and the ttl on the rows, an unreadable row, and the migration of a schema 1 store. */
+ * cap and the ttl on the rows, an unreadable row, a text written by pieces, and the migration of a
+ * schema 1 store. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 
@@ -484,12 +485,14 @@ Test(store, embedded_writes_a_row_per_message_at_its_position)
     cr_assert_eq(q1(db, "SELECT n_messages FROM threads WHERE id = 't1'"), 2);
     cr_assert_eq(q1(db, "SELECT dropped FROM threads WHERE id = 't1'"), 0);
     cr_assert_eq(sqlite3_prepare_v2(db,
-                                    "SELECT run_id, data FROM messages WHERE thread = 't1' AND "
-                                    "pos = 1",
+                                    "SELECT run_id, data || '\"}', text, part FROM messages"
+                                    " WHERE thread = 't1' AND pos = 1",
                                     -1, &st, NULL),
                  SQLITE_OK);
     cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
     cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), "r1");
+    cr_assert_eq(sqlite3_column_int(st, 2), 1, "a text, without its closing");
+    cr_assert_eq(sqlite3_column_int(st, 3), 0, "one piece");
     m = json_loads((const char *)sqlite3_column_text(st, 1), 0, NULL);
     cr_assert_str_eq(json_string_value(json_object_get(m, "id")), "a1");
     cr_assert_str_eq(json_string_value(json_object_get(m, "content")), "Hello");
@@ -498,37 +501,59 @@ Test(store, embedded_writes_a_row_per_message_at_its_position)
     sqlite3_close(db);
 }
 
-/* A text streamed over several records, committed in between: each commit rewrites its row only;
- * the last one holds the whole text. */
-Test(store, a_text_growing_across_commits_is_whole_after_a_restart)
+/* A text streamed over several records, committed in between: each commit adds what it grew by as
+ * a piece of its own; read back (after a restart) whole, and still a text that grows by pieces. A
+ * piece missing makes the thread unreadable. */
+Test(store, a_text_growing_across_commits_is_written_by_pieces)
 {
     struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    static const char abe5[] = "ab\xc3\xa9"
+                               "ab\xc3\xa9"
+                               "ab\xc3\xa9"
+                               "ab\xc3\xa9"
+                               "ab\xc3\xa9";
+    static const char growth[] =
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a2\",\"delta\":\"ab\\u00e9\"}\n";
     struct agw_store_stats st;
     struct answer a;
+    sqlite3 *db;
     json_t *m;
 
     write_run1(s, "t1");
     events(s, "t1", "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\"}\n");
     for (int i = 0; i < 5; i++) {
         committed();
-        events(
-            s, "t1", "r1",
-            "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a2\",\"delta\":\"ab\\u00e9\"}\n");
+        events(s, "t1", "r1", growth);
     }
     agw_store_get_stats(s, &st);
     cr_assert_geq(st.commits, 5);
     agw_store_close(s);
+    db = db_file();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1' AND pos = 2"), 6,
+                 "the start, then a piece per commit");
+    cr_assert_eq(q1(db, "SELECT length(data) FROM messages WHERE thread = 't1' AND pos = 2 AND "
+                        "part = 3"),
+                 8, "a piece is what the text grew by, escaped as it came");
+    sqlite3_close(db);
+
     s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
     a = read_thread(s, "t1", "order=desc&limit=1");
     m = json_array_get(json_object_get(a.page, "messages"), 0);
     cr_assert_str_eq(json_string_value(json_object_get(m, "id")), "a2");
-    cr_assert_str_eq(json_string_value(json_object_get(m, "content")), "ab\xc3\xa9"
-                                                                       "ab\xc3\xa9"
-                                                                       "ab\xc3\xa9"
-                                                                       "ab\xc3\xa9"
-                                                                       "ab\xc3\xa9");
+    cr_assert_str_eq(json_string_value(json_object_get(m, "content")), abe5);
     cr_assert_str_eq(json_string_value(json_object_get(m, "role")), "assistant");
     json_decref(a.page);
+    events(s, "t1", "r1", growth); /* read back, it goes on growing by pieces */
+    agw_store_close(s);
+    db = db_file();
+    cr_assert_eq(q1(db, "SELECT max(part) FROM messages WHERE thread = 't1' AND pos = 2"), 6);
+    exec_sql(db, "DELETE FROM messages WHERE thread = 't1' AND pos = 2 AND part = 4");
+    sqlite3_close(db);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    a = read_thread(s, "t1", NULL);
+    cr_assert_eq(a.status, 404, "a piece missing: unreadable");
+    agw_store_get_stats(s, &st);
+    cr_assert_eq(st.malformed, 1);
     agw_store_close(s);
 }
 
