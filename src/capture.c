@@ -227,30 +227,26 @@ static const char *scan_key(const char *p, const char *end, struct keys *keys)
     return p;
 }
 
-/* The members of an object after its '{', <depth> levels still allowed below it; <strict>: see
- * scan_key(). With <id> (strict only), the value of its "id" member goes there (p NULL: none).
- * Returns the byte after its '}', or NULL. */
-static const char *scan_object(const char *p, const char *end, unsigned depth, bool strict,
-                               struct member *id)
+/* The members of an object after its '{', <depth> levels still allowed below it; with <keys>
+ * (empty) the strict reading (scan_key()), where the value of its "id" member goes to <id> (when
+ * not NULL; p NULL: none). Returns the byte after its '}', or NULL. */
+static const char *scan_members(const char *p, const char *end, unsigned depth, struct keys *keys,
+                                struct member *id)
 {
-    struct keys keys;
-
-    assert(id == NULL || strict);
-    keys.count = 0;
     p = skip_ws(p, end);
     if (p < end && *p == '}')
         return p + 1;
     for (;;) {
         const char *v;
-        if ((p = scan_key(p, end, strict ? &keys : NULL)) == NULL)
+        if ((p = scan_key(p, end, keys)) == NULL)
             return NULL;
         p = skip_ws(p, end);
         if (p == end || *p++ != ':')
             return NULL;
         v = p = skip_ws(p, end);
-        if ((p = scan_value(p, end, depth, strict)) == NULL)
+        if ((p = scan_value(p, end, depth, keys != NULL)) == NULL)
             return NULL;
-        if (id != NULL && span_is(keys.p[keys.count - 1], keys.n[keys.count - 1], "id", 2)) {
+        if (id != NULL && span_is(keys->p[keys->count - 1], keys->n[keys->count - 1], "id", 2)) {
             id->p = v;
             id->n = (size_t)(p - v);
             id->string = *v == '"';
@@ -265,6 +261,20 @@ static const char *scan_object(const char *p, const char *end, unsigned depth, b
             return NULL;
         p = skip_ws(p, end);
     }
+}
+
+/* An object after its '{': scan_members(), strictly (with the room for its keys, which only the
+ * strict reading needs) or not. */
+static const char *scan_object(const char *p, const char *end, unsigned depth, bool strict,
+                               struct member *id)
+{
+    struct keys keys;
+
+    assert(id == NULL || strict);
+    if (!strict)
+        return scan_members(p, end, depth, NULL, NULL);
+    keys.count = 0;
+    return scan_members(p, end, depth, &keys, id);
 }
 
 /* The elements of an array after its '['. Returns the byte after its ']', or NULL. */
