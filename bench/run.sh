@@ -194,6 +194,11 @@ TOKEN_SHA=$(printf %s "$TOKEN" | "$GW" hash-token) || { echo "bench/run.sh: hash
 # ---- scenarios: demo agent query, load generator arguments ---------------------------------------
 W="&write_each=1"
 [ "$BATCHED" = 1 ] && W=""
+# ids=run: every run's message and tool-call ids are new (-<runId> appended), as a model's are. The
+# load generator keeps one thread per connection and sends the same first message every run: with
+# the demo agent's default ids every run would extend one assistant message (same id) instead of
+# adding one, a thread no real agent makes.
+W="&ids=run$W"
 P2K_EVENTS=$((SECS * 50)) # an event every 20 ms for S seconds
 scenario_query() {
     case "$1" in

@@ -31,6 +31,8 @@ static const struct knob_word framing_words[] = {
 static const struct knob_word hangup_words[] = {
     {"none", HANGUP_NONE}, {"idle", HANGUP_IDLE}, {"next", HANGUP_NEXT}, {NULL, 0}};
 
+static const struct knob_word ids_words[] = {{"count", IDS_COUNT}, {"run", IDS_RUN}, {NULL, 0}};
+
 static const struct knob_word decision_words[] = {{"live", DECISION_LIVE},
                                                   {"stream", DECISION_STREAM},
                                                   {"empty", DECISION_EMPTY},
@@ -68,6 +70,7 @@ static const struct knob_def knob_defs[] = {
     {"ts", KNOB_BOOL, KOFF(ts), 0, 1, NULL},
     {"framing", KNOB_ENUM, KOFF(framing), 0, 2, framing_words},
     {"hangup", KNOB_ENUM, KOFF(hangup), 0, 2, hangup_words},
+    {"ids", KNOB_ENUM, KOFF(ids), 0, 1, ids_words},
     {"content_type", KNOB_STR, KOFF(content_type), 0, 0, NULL},
 };
 

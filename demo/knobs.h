@@ -1,7 +1,7 @@
 /* The per-request test knobs (doc/demo-agent.md, "Knobs"): how a run is shaped (events, size,
- * scenario ending), paced and written (delay_ms, first_byte_delay_ms, bytewise, write_each), framed
- * (framing, crlf, comments, multiline, content_type, dialect), ended (drop_after, stall, fail,
- * done, hangup, status) and how a waiting run takes decisions (wait_decision, decision).
+ * scenario ending, ids), paced and written (delay_ms, first_byte_delay_ms, bytewise, write_each),
+ * framed (framing, crlf, comments, multiline, content_type, dialect), ended (drop_after, stall,
+ * fail, done, hangup, status) and how a waiting run takes decisions (wait_decision, decision).
  *
  * They come from the query string of an agent POST and from X-Demo-<Name> headers ('-' for '_'),
  * the header winning. An unknown query parameter is ignored (it may mean something to someone
@@ -36,12 +36,18 @@ struct knobs {
     int64_t dialect;        /* enum dialect */
     int64_t framing;        /* enum framing */
     int64_t hangup;         /* enum hangup: what becomes of a kept-alive connection afterwards */
+    int64_t ids;            /* enum ids: how message and tool-call ids are made */
     char content_type[256]; /* "" = text/event-stream */
 };
 
 /* A backend's keep-alive timeout, as a client sees it: the connection was kept alive, then closed
  * while idle ("idle"), or as the next request arrived, unanswered ("next"). */
 enum hangup { HANGUP_NONE = 0, HANGUP_IDLE, HANGUP_NEXT };
+
+/* Message and tool-call ids: from the request's message count alone (msg_<n+1>, call_00x: a
+ * scripted conversation gets the seed's ids), or those followed by "-<runId>", new in every run (as
+ * a model's ids are), so that a client resending the same messages still gets new messages. */
+enum ids { IDS_COUNT = 0, IDS_RUN };
 
 /* What a decision-only POST for a waiting run gets: "live" applies it to the waiting run and
  * answers 202 (a backend that takes live decisions); "stream" treats it as a new run, streamed

@@ -18,6 +18,10 @@
 #include "util.h"
 
 #define ECHO_MAX 512 /* bytes of the user's text echoed back */
+/* A message or tool-call id: msg_<n>, call_<nnn> or msg_tool_<n> (under 32 bytes), and with ids=run
+ * "-" and at most ID_RUN_MAX bytes of the runId. */
+#define ID_RUN_MAX 256
+#define ID_LEN     (32 + 1 + ID_RUN_MAX + 1)
 
 static bool is_alnum(char ch)
 {
@@ -34,6 +38,19 @@ static size_t utf8_cut(const char *s, size_t len, size_t max)
     while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
         max--;
     return max;
+}
+
+/* Makes into <buf> (ID_LEN bytes) the id <prefix><n> (<n> with at least <width> digits), followed
+ * with ids=run by "-<runId>" (its first ID_RUN_MAX bytes, a UTF-8 sequence never cut), so that it
+ * is new in every run (enum ids). */
+static void make_id(const struct run *r, char *buf, const char *prefix, int width, size_t n)
+{
+    int len = snprintf(buf, ID_LEN, "%s%0*zu", prefix, width, n);
+
+    if (r->k.ids != IDS_RUN || len < 0 || len >= 32)
+        return;
+    snprintf(buf + len, ID_LEN - (size_t)len, "-%.*s",
+             (int)utf8_cut(r->run_id, strlen(r->run_id), ID_RUN_MAX), r->run_id);
 }
 
 /* True when <word> occurs in <text> (both lowercase) bounded by non-alphanumerics. */
@@ -414,11 +431,11 @@ static const char *followup_text(const char *name, const char *args, const char 
 const char *plan_followup(struct run *r, const char *name, const char *args, const char *content,
                           size_t msg_no)
 {
-    char id[32], text[1024];
+    char id[ID_LEN], text[1024];
     const char *texts[1] = {text};
     const char *outcome = followup_text(name, args, content ? content : "", text, sizeof(text));
 
-    snprintf(id, sizeof(id), "msg_%zu", msg_no);
+    make_id(r, id, "msg_", 1, msg_no);
     plan_text(r, id, texts, 1, true);
     plan_end(r);
     return outcome;
@@ -471,7 +488,7 @@ static void scenario_confirm(struct run *r, const char *tool, const char *text, 
 {
     char *action = confirm_action(text);
     json_t *args = json_object();
-    char msg_id[32], call_id[32], say[512];
+    char msg_id[ID_LEN], call_id[ID_LEN], say[512];
     const char *texts[1] = {say};
     char *args_s;
 
@@ -484,8 +501,8 @@ static void scenario_confirm(struct run *r, const char *tool, const char *text, 
         sfmt(say, sizeof(say), "About to %s", action);
     }
     args_s = json_dumps(args, JSON_COMPACT);
-    snprintf(msg_id, sizeof(msg_id), "msg_%zu", n + 1);
-    snprintf(call_id, sizeof(call_id), "call_%03zu", 3 + 3 * (n - 1));
+    make_id(r, msg_id, "msg_", 1, n + 1);
+    make_id(r, call_id, "call_", 3, 3 + 3 * (n - 1));
     plan_begin(r);
     plan_text(r, msg_id, texts, 1, false);
     if (!r->k.stall) {
@@ -504,11 +521,11 @@ static void scenario_confirm(struct run *r, const char *tool, const char *text, 
 static void scenario_frontend(struct run *r, const json_t *tool, const char *text,
                               const char *lower, size_t n)
 {
-    char call_id[32];
+    char call_id[ID_LEN];
     char *args = tool_args(tool, text, lower);
 
     r->scenario = "frontend-tool";
-    snprintf(call_id, sizeof(call_id), "call_%03zu", 2 + 3 * (n - 1));
+    make_id(r, call_id, "call_", 3, 2 + 3 * (n - 1));
     plan_begin(r);
     plan_tool_call(r, call_id, str_field(tool, "name"), NULL, args);
     plan_end_or_wait(r, call_id, str_field(tool, "name"), args, n);
@@ -518,7 +535,8 @@ static void scenario_frontend(struct run *r, const json_t *tool, const char *tex
 /* (d) Weather: a server-side tool, called and answered here. */
 static void scenario_weather(struct run *r, const char *text, size_t n)
 {
-    char city[64], msg1[32], msg2[32], call_id[32], result_id[32], args[128], result[256], say[256];
+    char city[64], msg1[ID_LEN], msg2[ID_LEN], call_id[ID_LEN], result_id[ID_LEN], args[128];
+    char result[256], say[256];
     const char *intro[1] = {"Let me check"};
     const char *final[1] = {say};
     json_t *j;
@@ -527,10 +545,10 @@ static void scenario_weather(struct run *r, const char *text, size_t n)
 
     r->scenario = "weather";
     pick_city(text, city, sizeof(city));
-    snprintf(msg1, sizeof(msg1), "msg_%zu", n + 1);
-    snprintf(msg2, sizeof(msg2), "msg_%zu", n + 2);
-    snprintf(call_id, sizeof(call_id), "call_%03zu", 1 + 3 * (n - 1));
-    snprintf(result_id, sizeof(result_id), "msg_tool_%zu", n);
+    make_id(r, msg1, "msg_", 1, n + 1);
+    make_id(r, msg2, "msg_", 1, n + 2);
+    make_id(r, call_id, "call_", 3, 1 + 3 * (n - 1));
+    make_id(r, result_id, "msg_tool_", 1, n);
     j = json_pack("{s:s}", "city", city);
     s = json_dumps(j, JSON_COMPACT);
     snprintf(args, sizeof(args), "%s", s ? s : "{}");
@@ -563,7 +581,7 @@ static void scenario_weather(struct run *r, const char *text, size_t n)
 /* (e) Conversation: a friendly reply echoing the user's text, over several deltas. */
 static void scenario_chat(struct run *r, const char *text, const char *lower, size_t n)
 {
-    char id[32], echo[ECHO_MAX + 8];
+    char id[ID_LEN], echo[ECHO_MAX + 8];
     const char *greet[] = {"Hello", "! How can I help you?"};
     const char *reply[] = {"Hello", "! You said: \"", echo, "\".", " How can I help you?"};
     size_t tl = strlen(lower);
@@ -576,7 +594,7 @@ static void scenario_chat(struct run *r, const char *text, const char *lower, si
                (tl == 3 && strncmp(lower, "hey", 3) == 0);
     snprintf(echo, sizeof(echo), "%.*s", (int)utf8_cut(text, strlen(text), ECHO_MAX), text);
     r->scenario = "chat";
-    snprintf(id, sizeof(id), "msg_%zu", n + 1);
+    make_id(r, id, "msg_", 1, n + 1);
     plan_begin(r);
     if (greeting)
         plan_text(r, id, greet, AGW_ARRAY_LEN(greet), true);

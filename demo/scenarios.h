@@ -7,8 +7,9 @@
  *   (d) the weather: a server-side tool, called and answered here ("weather");
  *   (e) anything else: a friendly reply echoing the user ("chat").
  * Ids follow the message count (msg_<n+1>, call_00x), so that a scripted conversation gets the
- * seed's ids. After a frontend tool call, wait_decision=1 ends the plan with EV_WAIT and leaves the
- * pending call in the run for hitl.c. */
+ * seed's ids; with the knob ids=run each is followed by "-<runId>", new in every run. After a
+ * frontend tool call, wait_decision=1 ends the plan with EV_WAIT and leaves the pending call in the
+ * run for hitl.c. */
 #ifndef DEMO_SCENARIOS_H
 #define DEMO_SCENARIOS_H
 

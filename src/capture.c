@@ -11,6 +11,9 @@
 /* Nesting the scanner follows below the event's own object; deeper events are kept as they are
  * (jansson's own limit is 2048). */
 #define SCAN_MAX_DEPTH 32
+/* Keys of one object the strict reading (a run's input) compares for duplicates; an object with
+ * more is left to jansson. */
+#define STRICT_MAX_KEYS 64
 /* Digits of a number's integer part the scanner accepts: 18 always fit jansson's json_int_t and
  * keep a real far from overflow (jansson refuses both overflows). */
 #define SCAN_MAX_INT_DIGITS 18
@@ -40,7 +43,7 @@ struct member {
 };
 
 struct event {
-    struct member type, message_id, tool_call_id, delta;
+    struct member type, message_id, tool_call_id, delta, role;
 };
 
 /* ---- the scanner: one valid JSON object, as jansson reads it, or false ----------------------- */
@@ -74,6 +77,29 @@ static long hex4(const char *p)
     return v;
 }
 
+#define ONES  0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* The first byte at or after <p> that is not plain (or <e>). Text is mostly plain ASCII: eight
+ * bytes are tested at a time, a word with a byte below 0x20, a '"', a '\\' or a byte of 0x80 or
+ * more is read byte by byte (the tests below are exact: a byte "below n" test (x - n*ONES) & ~x &
+ * HIGHS is nonzero exactly when a byte of x is below n, for n <= 0x80). */
+static const unsigned char *skip_plain(const unsigned char *p, const unsigned char *e)
+{
+    while (e - p >= 8) {
+        uint64_t x, q, b;
+        memcpy(&x, p, 8);
+        q = x ^ (0x22 * ONES); /* '"' bytes become 0 */
+        b = x ^ (0x5c * ONES); /* '\\' bytes become 0 */
+        if ((((x - 0x20 * ONES) & ~x) | ((q - ONES) & ~q) | ((b - ONES) & ~b) | x) & HIGHS)
+            break;
+        p += 8;
+    }
+    while (p < e && plain[*p])
+        p++;
+    return p;
+}
+
 /* A string at <p> (its opening quote) that jansson takes with the store's flags: valid UTF-8, no
  * control byte, escapes among \" \\ \/ \b \f \n \r \t \uXXXX, surrogates only in pairs, no \u0000.
  * *<escaped> (may be NULL) tells whether it holds an escape. Returns the byte after the closing
@@ -85,8 +111,7 @@ static const char *scan_string(const char *s, const char *end, bool *escaped)
     bool esc = false;
 
     for (;;) {
-        while (p < e && plain[*p])
-            p++;
+        p = skip_plain(p, e);
         if (p == e)
             return NULL;
         if (*p == '"')
@@ -163,23 +188,70 @@ static const char *scan_number(const char *p, const char *end)
     return p;
 }
 
-static const char *scan_value(const char *p, const char *end, unsigned depth);
+static bool span_is(const char *p, size_t n, const char *name, size_t name_len)
+{
+    return n == name_len && memcmp(p, name, n) == 0;
+}
 
-/* The members of an object after its '{', <depth> levels still allowed below it. Returns the byte
- * after its '}', or NULL. */
-static const char *scan_object(const char *p, const char *end, unsigned depth)
+static const char *scan_value(const char *p, const char *end, unsigned depth, bool strict);
+
+/* The keys of one object, for the strict reading (a key is its bytes between the quotes). */
+struct keys {
+    const char *p[STRICT_MAX_KEYS];
+    size_t n[STRICT_MAX_KEYS];
+    size_t count;
+};
+
+/* A key at <p> (its opening quote). Strictly (<keys> not NULL), as jansson reads it with
+ * JSON_REJECT_DUPLICATES: written without an escape (an escaped key may spell another) and not one
+ * of <keys>, which it joins; past STRICT_MAX_KEYS keys the scanner gives up. Returns the byte after
+ * its closing quote, or NULL. */
+static const char *scan_key(const char *p, const char *end, struct keys *keys)
+{
+    const char *k = p + 1;
+    bool escaped = false;
+    size_t n;
+
+    if (p == end || *p != '"' || (p = scan_string(p, end, &escaped)) == NULL)
+        return NULL;
+    if (keys == NULL)
+        return p;
+    n = (size_t)(p - k) - 1;
+    if (escaped || keys->count == STRICT_MAX_KEYS)
+        return NULL;
+    for (size_t i = 0; i < keys->count; i++)
+        if (keys->n[i] == n && memcmp(keys->p[i], k, n) == 0)
+            return NULL;
+    keys->p[keys->count] = k;
+    keys->n[keys->count++] = n;
+    return p;
+}
+
+/* The members of an object after its '{', <depth> levels still allowed below it; with <keys>
+ * (empty) the strict reading (scan_key()), where the value of its "id" member goes to <id> (when
+ * not NULL; p NULL: none). Returns the byte after its '}', or NULL. */
+static const char *scan_members(const char *p, const char *end, unsigned depth, struct keys *keys,
+                                struct member *id)
 {
     p = skip_ws(p, end);
     if (p < end && *p == '}')
         return p + 1;
     for (;;) {
-        if (p == end || *p != '"' || (p = scan_string(p, end, NULL)) == NULL)
+        const char *v;
+        if ((p = scan_key(p, end, keys)) == NULL)
             return NULL;
         p = skip_ws(p, end);
         if (p == end || *p++ != ':')
             return NULL;
-        if ((p = scan_value(skip_ws(p, end), end, depth)) == NULL)
+        v = p = skip_ws(p, end);
+        if ((p = scan_value(p, end, depth, keys != NULL)) == NULL)
             return NULL;
+        if (id != NULL && span_is(keys->p[keys->count - 1], keys->n[keys->count - 1], "id", 2)) {
+            id->p = v;
+            id->n = (size_t)(p - v);
+            id->string = *v == '"';
+            id->escaped = id->string && memchr(v, '\\', id->n) != NULL;
+        }
         p = skip_ws(p, end);
         if (p == end)
             return NULL;
@@ -191,14 +263,28 @@ static const char *scan_object(const char *p, const char *end, unsigned depth)
     }
 }
 
+/* An object after its '{': scan_members(), strictly (with the room for its keys, which only the
+ * strict reading needs) or not. */
+static const char *scan_object(const char *p, const char *end, unsigned depth, bool strict,
+                               struct member *id)
+{
+    struct keys keys;
+
+    assert(id == NULL || strict);
+    if (!strict)
+        return scan_members(p, end, depth, NULL, NULL);
+    keys.count = 0;
+    return scan_members(p, end, depth, &keys, id);
+}
+
 /* The elements of an array after its '['. Returns the byte after its ']', or NULL. */
-static const char *scan_array(const char *p, const char *end, unsigned depth)
+static const char *scan_array(const char *p, const char *end, unsigned depth, bool strict)
 {
     p = skip_ws(p, end);
     if (p < end && *p == ']')
         return p + 1;
     for (;;) {
-        if ((p = scan_value(p, end, depth)) == NULL)
+        if ((p = scan_value(p, end, depth, strict)) == NULL)
             return NULL;
         p = skip_ws(p, end);
         if (p == end)
@@ -212,7 +298,7 @@ static const char *scan_array(const char *p, const char *end, unsigned depth)
 }
 
 /* Any value at <p> (no whitespace before it). Returns the byte after it, or NULL. */
-static const char *scan_value(const char *p, const char *end, unsigned depth)
+static const char *scan_value(const char *p, const char *end, unsigned depth, bool strict)
 {
     if (p == end)
         return NULL;
@@ -220,9 +306,9 @@ static const char *scan_value(const char *p, const char *end, unsigned depth)
     case '"':
         return scan_string(p, end, NULL);
     case '{':
-        return depth > 0 ? scan_object(p + 1, end, depth - 1) : NULL;
+        return depth > 0 ? scan_object(p + 1, end, depth - 1, strict, NULL) : NULL;
     case '[':
-        return depth > 0 ? scan_array(p + 1, end, depth - 1) : NULL;
+        return depth > 0 ? scan_array(p + 1, end, depth - 1, strict) : NULL;
     case 't':
         return end - p >= 4 && memcmp(p, "true", 4) == 0 ? p + 4 : NULL;
     case 'f':
@@ -232,11 +318,6 @@ static const char *scan_value(const char *p, const char *end, unsigned depth)
     default:
         return scan_number(p, end);
     }
-}
-
-static bool span_is(const char *p, size_t n, const char *name, size_t name_len)
-{
-    return n == name_len && memcmp(p, name, n) == 0;
 }
 
 /* The member of <ev> a key (its bytes between the quotes) names, or NULL. */
@@ -250,6 +331,8 @@ static struct member *member_of(struct event *ev, const char *k, size_t n)
         return &ev->tool_call_id;
     if (span_is(k, n, "delta", 5))
         return &ev->delta;
+    if (span_is(k, n, "role", 4))
+        return &ev->role;
     return NULL;
 }
 
@@ -283,7 +366,7 @@ static bool scan_event(const char *json, size_t len, struct event *ev)
         if (p < end && *p == '"')
             p = scan_string(p, end, &escaped);
         else
-            p = scan_value(p, end, SCAN_MAX_DEPTH);
+            p = scan_value(p, end, SCAN_MAX_DEPTH, false);
         if (p == NULL)
             return false;
         if (m != NULL) {
@@ -438,6 +521,119 @@ void agw_capture_event(struct agw_capture *c, const char *json, size_t len)
         return;
     }
     coalesce(c, kind, id, &ev.delta);
+}
+
+bool agw_capture_line_delta(const char *line, size_t len, struct agw_capture_delta *d)
+{
+    static const char text[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":";
+    static const char args[] = "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":";
+    static const char delta[] = ",\"delta\":";
+    const char *p, *q, *end = line + len;
+
+    if (len > sizeof(text) - 1 && memcmp(line, text, sizeof(text) - 1) == 0) {
+        d->args = false;
+        p = line + sizeof(text) - 1;
+    } else if (len > sizeof(args) - 1 && memcmp(line, args, sizeof(args) - 1) == 0) {
+        d->args = true;
+        p = line + sizeof(args) - 1;
+    } else {
+        return false;
+    }
+    if (*p != '"' || (q = scan_string(p, end, &d->id_escaped)) == NULL)
+        return false;
+    d->id = p + 1;
+    d->id_len = (size_t)(q - p) - 2;
+    if ((size_t)(end - q) < sizeof(delta) - 1 || memcmp(q, delta, sizeof(delta) - 1) != 0)
+        return false;
+    p = q + sizeof(delta) - 1;
+    if (p == end || *p != '"' || (q = scan_string(p, end, NULL)) == NULL || q + 1 != end ||
+        *q != '}')
+        return false;
+    d->delta = p + 1;
+    d->delta_len = (size_t)(q - p) - 2;
+    return true;
+}
+
+/* A member that is a string written without an escape: its bytes between the quotes in *<p>. */
+static bool plain_string(const struct member *m, const char **p, size_t *n)
+{
+    if (!m->string || m->escaped)
+        return false;
+    *p = m->p + 1;
+    *n = m->n - 2;
+    return true;
+}
+
+bool agw_capture_input_messages(const char *body, size_t len, agw_capture_message_fn *fn, void *arg)
+{
+    const char *p = body, *end = body + len;
+    struct keys keys;
+    bool seen = false;
+
+    keys.count = 0;
+    p = skip_ws(p, end);
+    if (p == end || *p++ != '{')
+        return false;
+    for (;;) {
+        p = skip_ws(p, end);
+        if ((p = scan_key(p, end, &keys)) == NULL)
+            return false;
+        p = skip_ws(p, end);
+        if (p == end || *p++ != ':')
+            return false;
+        p = skip_ws(p, end);
+        if (!span_is(keys.p[keys.count - 1], keys.n[keys.count - 1], "messages", 8)) {
+            p = scan_value(p, end, SCAN_MAX_DEPTH, true);
+        } else if (p < end && *p == '[') {
+            seen = true;
+            p = skip_ws(p + 1, end);
+            if (p < end && *p == ']') {
+                p++;
+            } else {
+                for (;;) {
+                    struct member id = {NULL, 0, false, false};
+                    const char *e = p;
+                    if (p == end || *p != '{' ||
+                        (p = scan_object(p + 1, end, SCAN_MAX_DEPTH - 2, true, &id)) == NULL ||
+                        !id.string || id.escaped ||
+                        !fn(arg, e, (size_t)(p - e), id.p + 1, id.n - 2))
+                        return false;
+                    p = skip_ws(p, end);
+                    if (p == end)
+                        return false;
+                    if (*p == ']') {
+                        p++;
+                        break;
+                    }
+                    if (*p++ != ',')
+                        return false;
+                    p = skip_ws(p, end);
+                }
+            }
+        } else {
+            return false; /* not an array: jansson's reading says what it is */
+        }
+        if (p == NULL)
+            return false;
+        p = skip_ws(p, end);
+        if (p == end)
+            return false;
+        if (*p == '}')
+            return seen && skip_ws(p + 1, end) == end;
+        if (*p++ != ',')
+            return false;
+    }
+}
+
+bool agw_capture_line_fields(const char *line, size_t len, struct agw_capture_fields *f)
+{
+    struct event ev;
+
+    memset(f, 0, sizeof(*f));
+    return scan_event(line, len, &ev) && plain_string(&ev.type, &f->type, &f->type_len) &&
+           (ev.message_id.p == NULL ||
+            plain_string(&ev.message_id, &f->message_id, &f->message_id_len)) &&
+           (ev.role.p == NULL || plain_string(&ev.role, &f->role, &f->role_len));
 }
 
 size_t agw_capture_size(const struct agw_capture *c)

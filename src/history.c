@@ -8,19 +8,59 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agw/capture.h"
 #include "agw/history.h"
 
-#define DUMP_VERSION 1
+#define DUMP_VERSION   1
+#define LINEAR_MAX     8     /* messages a thread finds by a scan, without a table */
+#define TEXT_CLOSE     "\"}" /* what ends a text message's JSON */
+#define TEXT_CLOSE_LEN 2
 
+/* One message. Most are held as jansson values (<msg>); a text message made by the events
+ * (TEXT_MESSAGE_START, a first TEXT_MESSAGE_CHUNK) is held as its compact JSON text instead, while
+ * nothing but content deltas touches it: {"id":…,"role":…,"content":"<content> without the closing
+ * '"}', so that a delta is appended as its escaped bytes, without decoding or copying the content,
+ * and a store writes the text as it is. The first operation that needs a jansson value (a tool call
+ * added to it, a comparison with a client's copy, a page, a dump) parses the text and the message
+ * is held as a value from then on. */
 struct item {
-    json_t *msg;  /* owned; an object with a string "id" */
-    char *run_id; /* owned; NULL = no run known */
+    json_t *msg;     /* owned; NULL while the message is held as <text> */
+    char *text;      /* owned; NULL when held as <msg> */
+    size_t text_len; /* bytes of <text>, without the closing '"}' */
+    size_t text_cap; /* >= text_len + TEXT_CLOSE_LEN + 1 */
+    char *json;      /* owned: <msg> as compact JSON (agw_history_message_json(), comparisons with
+                        a client's copy); NULL until asked, freed when the message changes */
+    size_t json_len;
+    const char *id; /* the message's "id" (never changes), in this item's block */
+    size_t id_len;
+    const char *run_id;             /* in this item's block; NULL = no run known */
+    uint64_t hash;                  /* of id */
+    uint64_t pos;                   /* position in the thread's life: h->dropped + its index */
+    struct item *next;              /* hash chain */
+    bool text_assistant, text_tool; /* held as text: its role is "assistant", "tool" */
+    bool changed;                   /* made, edited or moved since agw_history_mark_saved() */
+    /* What the store holds of it (agw_history_message_row()): <saved_parts> pieces (0: nothing
+     * known), the first <saved_len> bytes of <text> when held as text. <whole>: it must be written
+     * whole (made, moved, or its store's pieces are not a prefix of <text>); else a text changed
+     * since is written as the piece it grew by. */
+    size_t saved_len;
+    unsigned saved_parts;
+    bool whole;
+    char strings[]; /* id, then run_id, each NUL-terminated */
 };
 
 struct agw_history {
-    struct item *items; /* oldest first */
+    struct item **items; /* oldest first */
     size_t n, alloc;
-    size_t max; /* >= 1: at most this many items */
+    size_t max;            /* >= 1: at most this many items */
+    struct item **buckets; /* items by id (each in one chain), once past LINEAR_MAX items */
+    size_t n_buckets;      /* 0 (no table), or a power of two >= the number of items */
+    size_t first_changed;  /* no item below this index is changed */
+    /* The positions a store holds in more than one piece (a text that grew across commits),
+     * ascending: a message written whole at one of them drops the other pieces there, whichever
+     * message they were of (messages move). As of the last agw_history_mark_saved(). */
+    uint64_t *multi;
+    size_t n_multi, multi_cap;
     uint64_t dropped, malformed;
     /* The text message and the tool call that chunks without an id continue (as the client's
      * chunk transformation: until an event that is not a chunk of the same kind), or NULL. */
@@ -73,39 +113,289 @@ static const char *msg_id(const json_t *m)
     return str_field(m, "id");
 }
 
-static bool is_assistant(const json_t *m)
+static uint64_t hash_bytes(const char *s, size_t n)
 {
-    return str_eq(json_object_get(m, "role"), "assistant");
+    uint64_t h = 1469598103934665603ULL;
+
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    return h ^ (h >> 29);
 }
 
-/* The first message with id <id> (the client's messages.find), or SIZE_MAX. */
+/* ---- the text form ------------------------------------------------------------------------- */
+
+static void text_reserve(struct item *it, size_t more)
+{
+    size_t need = it->text_len + more + TEXT_CLOSE_LEN + 1;
+
+    if (need <= it->text_cap)
+        return;
+    /* twice the size or just enough, whichever is more: a text is mostly made in a few big
+     * appends (a coalesced line per hand-over), and the first makes it the size it often stays */
+    it->text_cap = need > 2 * it->text_cap ? need : 2 * it->text_cap;
+    it->text = agw_xrealloc(it->text, it->text_cap);
+}
+
+static void text_put(struct item *it, const char *s, size_t n)
+{
+    text_reserve(it, n);
+    memcpy(it->text + it->text_len, s, n);
+    it->text_len += n;
+}
+
+/* Appends <s> (<n> bytes of valid UTF-8) as the body of a JSON string, escaped as jansson's
+ * json_dumps() escapes it. */
+static void text_put_escaped(struct item *it, const char *s, size_t n)
+{
+    size_t from = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        const char *e = esc;
+        size_t elen = 2;
+
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        text_put(it, s + from, i - from);
+        from = i + 1;
+        esc[0] = '\\';
+        switch (c) {
+        case '"':
+        case '\\':
+            esc[1] = (char)c;
+            break;
+        case '\b':
+            esc[1] = 'b';
+            break;
+        case '\f':
+            esc[1] = 'f';
+            break;
+        case '\n':
+            esc[1] = 'n';
+            break;
+        case '\r':
+            esc[1] = 'r';
+            break;
+        case '\t':
+            esc[1] = 't';
+            break;
+        default:
+            snprintf(esc, sizeof(esc), "\\u%04X", (unsigned)c);
+            elen = 6;
+            break;
+        }
+        text_put(it, e, elen);
+    }
+    text_put(it, s + from, n - from);
+}
+
+/* The text message's whole JSON (<text> closed in place; the room is always there). */
+static const char *text_closed(const struct item *it, size_t *len)
+{
+    memcpy(it->text + it->text_len, TEXT_CLOSE, TEXT_CLOSE_LEN);
+    it->text[it->text_len + TEXT_CLOSE_LEN] = '\0';
+    *len = it->text_len + TEXT_CLOSE_LEN;
+    return it->text;
+}
+
+/* A new value of the text message: what it holds, parsed. */
+static json_t *text_parse(const struct item *it)
+{
+    size_t len;
+    const char *s = text_closed(it, &len);
+
+    /* made of a parsed id and role and of deltas that were valid string bodies: always valid */
+    return must(json_loadb(s, len, 0, NULL));
+}
+
+/* ---- items --------------------------------------------------------------------------------- */
+
+/* A new item (changed) for message <id> (<id_len> bytes, no NUL among them) of run <run_id> (may
+ * be NULL), both copied into its block. */
+static struct item *item_new(const char *id, size_t id_len, const char *run_id)
+{
+    size_t run_len = run_id != NULL ? strlen(run_id) + 1 : 0;
+    struct item *it = agw_xcalloc(1, sizeof(*it) + id_len + 1 + run_len);
+
+    memcpy(it->strings, id, id_len);
+    it->strings[id_len] = '\0';
+    it->id = it->strings;
+    it->id_len = id_len;
+    if (run_id != NULL) {
+        memcpy(it->strings + id_len + 1, run_id, run_len);
+        it->run_id = it->strings + id_len + 1;
+    }
+    it->hash = hash_bytes(id, id_len);
+    it->changed = true;
+    it->whole = true;
+    return it;
+}
+
+static void item_free(struct item *it)
+{
+    json_decref(it->msg);
+    free(it->text);
+    free(it->json);
+    free(it);
+}
+
+/* The message as a jansson value, borrowed: a text message is parsed and held as a value from now
+ * on (the same message, so not a change; if it changes, it is written whole). */
+static json_t *item_msg(struct item *it)
+{
+    if (it->msg == NULL) {
+        it->msg = text_parse(it);
+        free(it->text);
+        it->text = NULL;
+        it->text_len = it->text_cap = 0;
+        it->whole = true;
+    }
+    return it->msg;
+}
+
+/* A new value equal to the message, sharing nothing with it. */
+static json_t *item_copy(const struct item *it)
+{
+    return it->msg != NULL ? must(json_deep_copy(it->msg)) : text_parse(it);
+}
+
+static bool item_is_assistant(const struct item *it)
+{
+    return it->msg != NULL ? str_eq(json_object_get(it->msg, "role"), "assistant")
+                           : it->text_assistant;
+}
+
+static bool item_is_tool(const struct item *it)
+{
+    return it->msg != NULL ? str_eq(json_object_get(it->msg, "role"), "tool") : it->text_tool;
+}
+
+/* Item <i> changed (made or edited): a store writes it again. */
+static void touch(struct agw_history *h, size_t i)
+{
+    struct item *it = h->items[i];
+
+    it->changed = true;
+    free(it->json);
+    it->json = NULL;
+    if (i < h->first_changed)
+        h->first_changed = i;
+}
+
+/* Item <i> moved to another position: a store writes it whole there. */
+static void touch_moved(struct agw_history *h, size_t i)
+{
+    touch(h, i);
+    h->items[i]->whole = true;
+}
+
+/* ---- the index by id ----------------------------------------------------------------------- */
+
+static struct item **bucket_of(const struct agw_history *h, uint64_t hash)
+{
+    return &h->buckets[hash & (h->n_buckets - 1)];
+}
+
+/* Puts <it> in the chain of its bucket. */
+static void chain(struct agw_history *h, struct item *it)
+{
+    struct item **b = bucket_of(h, it->hash);
+
+    it->next = *b;
+    *b = it;
+}
+
+/* Indexes <it>, about to be one of the thread's items. A thread of at most LINEAR_MAX messages has
+ * no table (a scan is as fast and costs no memory); past it, the table has at least as many buckets
+ * as items. */
+static void index_add(struct agw_history *h, struct item *it)
+{
+    if (h->n + 1 > h->n_buckets && h->n + 1 > LINEAR_MAX) {
+        struct item **old = h->buckets;
+        size_t old_n = h->n_buckets;
+
+        h->n_buckets = old_n == 0 ? 2 * LINEAR_MAX : old_n * 2;
+        h->buckets = agw_xcalloc(h->n_buckets, sizeof(*h->buckets));
+        if (old_n == 0) {
+            for (size_t i = 0; i < h->n; i++)
+                chain(h, h->items[i]);
+        }
+        for (size_t i = 0; i < old_n; i++) {
+            struct item *x, *next;
+            for (x = old[i]; x != NULL; x = next) {
+                next = x->next;
+                chain(h, x);
+            }
+        }
+        free(old);
+    }
+    if (h->n_buckets > 0)
+        chain(h, it);
+}
+
+static void index_remove(struct agw_history *h, struct item *it)
+{
+    struct item **p;
+
+    if (h->n_buckets == 0)
+        return;
+    p = bucket_of(h, it->hash);
+    while (*p != it)
+        p = &(*p)->next;
+    *p = it->next;
+}
+
+static bool item_has_id(const struct item *it, uint64_t hash, const char *id, size_t len)
+{
+    return it->hash == hash && it->id_len == len && memcmp(it->id, id, len) == 0;
+}
+
+/* The index of the first message with id <id> (<len> bytes; the client's messages.find), or
+ * SIZE_MAX. */
+static size_t find_msgn(const struct agw_history *h, const char *id, size_t len)
+{
+    const struct item *best = NULL;
+    uint64_t hash;
+
+    if (h->n == 0)
+        return SIZE_MAX;
+    hash = hash_bytes(id, len);
+    if (h->n_buckets == 0) {
+        for (size_t i = 0; i < h->n; i++)
+            if (item_has_id(h->items[i], hash, id, len))
+                return i;
+        return SIZE_MAX;
+    }
+    for (const struct item *it = *bucket_of(h, hash); it != NULL; it = it->next)
+        if (item_has_id(it, hash, id, len) && (best == NULL || it->pos < best->pos))
+            best = it;
+    return best != NULL ? (size_t)(best->pos - h->dropped) : SIZE_MAX;
+}
+
 static size_t find_msg(const struct agw_history *h, const char *id)
 {
-    for (size_t i = 0; i < h->n; i++)
-        if (strcmp(msg_id(h->items[i].msg), id) == 0)
-            return i;
-    return SIZE_MAX;
+    return find_msgn(h, id, strlen(id));
 }
 
 /* The tool call with id <tc_id> in the first message whose toolCalls hold one, or NULL; its
- * message's index in *<at> (when <at> is not NULL). With <assistant_only>, only assistant messages
- * count. */
+ * message's index in *<at>. With <assistant_only>, only assistant messages count. A message held
+ * as text has no tool calls. */
 static json_t *find_tool_call(const struct agw_history *h, const char *tc_id, bool assistant_only,
                               size_t *at)
 {
     for (size_t i = 0; i < h->n; i++) {
-        const json_t *m = h->items[i].msg;
+        const json_t *m = h->items[i]->msg;
         const json_t *calls = json_object_get(m, "toolCalls");
         size_t k;
         json_t *tc;
 
-        if (!json_is_array(calls) || (assistant_only && !is_assistant(m)))
+        if (!json_is_array(calls) || (assistant_only && !item_is_assistant(h->items[i])))
             continue;
         json_array_foreach(calls, k, tc)
         {
             if (str_eq(json_object_get(tc, "id"), tc_id)) {
-                if (at != NULL)
-                    *at = i;
+                *at = i;
                 return tc;
             }
         }
@@ -113,25 +403,71 @@ static json_t *find_tool_call(const struct agw_history *h, const char *tc_id, bo
     return NULL;
 }
 
-/* Takes <msg> (owned) and a copy of <run_id> into position <at> (<= h->n). May leave more than
- * h->max items: callers trim() once their operation is done, so that indices they hold stay valid.
- */
-static void insert_at(struct agw_history *h, size_t at, json_t *msg, const char *run_id)
+/* Takes <it> (owned) into position <at> (<= h->n); the items after it move (their positions
+ * follow), but none is marked changed. */
+static void place(struct agw_history *h, size_t at, struct item *it)
 {
     assert(at <= h->n);
+    index_add(h, it);
     if (h->n == h->alloc) {
         h->alloc = h->alloc ? h->alloc * 2 : 8;
         h->items = agw_xrealloc(h->items, h->alloc * sizeof(*h->items));
     }
     memmove(&h->items[at + 1], &h->items[at], (h->n - at) * sizeof(*h->items));
-    h->items[at].msg = msg;
-    h->items[at].run_id = run_id != NULL ? agw_xstrdup(run_id) : NULL;
+    h->items[at] = it;
     h->n++;
+    for (size_t i = at; i < h->n; i++)
+        h->items[i]->pos = h->dropped + i;
 }
 
-static void append(struct agw_history *h, json_t *msg, const char *run_id)
+/* Takes <it> (owned) into position <at> (<= h->n); it and the items after it are changed (a store
+ * writes them at their new positions). May leave more than h->max items: callers trim() once their
+ * operation is done, so that indices they hold stay valid. */
+static void insert_at(struct agw_history *h, size_t at, struct item *it)
 {
-    insert_at(h, h->n, msg, run_id);
+    place(h, at, it);
+    for (size_t i = at; i < h->n; i++)
+        touch_moved(h, i);
+}
+
+/* A message held as a value: takes <msg> (owned; an object with a string "id"). */
+static struct item *msg_item(json_t *msg, const char *run_id)
+{
+    const char *id = msg_id(msg);
+    struct item *it = item_new(id, strlen(id), run_id);
+
+    it->msg = msg;
+    return it;
+}
+
+/* A text message {"id":<id>,"role":<role>,"content":""}, held as text. <id> and <role> (<id_len>
+ * and <role_len> bytes, no NUL among them) are the strings' values (escaped here), or with <raw>
+ * the bodies of JSON strings written without an escape (the same bytes). */
+static struct item *text_item(const char *id, size_t id_len, const char *role, size_t role_len,
+                              bool raw, const char *run_id)
+{
+    struct item *it = item_new(id, id_len, run_id);
+
+    text_reserve(it, 32 + id_len + role_len);
+    text_put(it, "{\"id\":\"", 7);
+    if (raw)
+        text_put(it, id, id_len);
+    else
+        text_put_escaped(it, id, id_len);
+    text_put(it, "\",\"role\":\"", 10);
+    if (raw)
+        text_put(it, role, role_len);
+    else
+        text_put_escaped(it, role, role_len);
+    text_put(it, "\",\"content\":\"", 13);
+    it->text_assistant = role_len == 9 && memcmp(role, "assistant", 9) == 0;
+    it->text_tool = role_len == 4 && memcmp(role, "tool", 4) == 0;
+    return it;
+}
+
+static void append(struct agw_history *h, struct item *it)
+{
+    insert_at(h, h->n, it);
 }
 
 /* Drops the oldest items beyond h->max. */
@@ -143,19 +479,27 @@ static void trim(struct agw_history *h)
         return;
     k = h->n - h->max;
     for (size_t i = 0; i < k; i++) {
-        json_decref(h->items[i].msg);
-        free(h->items[i].run_id);
+        index_remove(h, h->items[i]);
+        item_free(h->items[i]);
     }
     memmove(&h->items[0], &h->items[k], h->max * sizeof(*h->items));
     h->n = h->max;
     h->dropped += k;
+    h->first_changed = h->first_changed > k ? h->first_changed - k : 0;
 }
 
-/* Replaces the message at <i> with <msg> (owned); the item keeps its run id. */
+/* Replaces the message at <i> with <msg> (owned, with the same id); the item keeps its run id. */
 static void replace_at(struct agw_history *h, size_t i, json_t *msg)
 {
-    json_decref(h->items[i].msg);
-    h->items[i].msg = msg;
+    struct item *it = h->items[i];
+
+    json_decref(it->msg);
+    free(it->text);
+    it->text = NULL;
+    it->text_len = it->text_cap = 0;
+    it->msg = msg;
+    it->whole = true;
+    touch(h, i);
 }
 
 /* Appends <delta> to the string <key> of <o>; a missing or non-string value counts as "" (the
@@ -180,6 +524,18 @@ static void append_str(json_t *o, const char *key, const json_t *delta)
     free(buf);
 }
 
+/* Appends the string <delta> to the content of message <i>. */
+static void append_content(struct agw_history *h, size_t i, const json_t *delta)
+{
+    struct item *it = h->items[i];
+
+    if (it->msg == NULL)
+        text_put_escaped(it, json_string_value(delta), json_string_length(delta));
+    else
+        append_str(it->msg, "content", delta);
+    touch(h, i);
+}
+
 struct agw_history *agw_history_new(size_t max_messages)
 {
     struct agw_history *h = agw_xcalloc(1, sizeof(*h));
@@ -193,11 +549,11 @@ void agw_history_free(struct agw_history *h)
 {
     if (h == NULL)
         return;
-    for (size_t i = 0; i < h->n; i++) {
-        json_decref(h->items[i].msg);
-        free(h->items[i].run_id);
-    }
+    for (size_t i = 0; i < h->n; i++)
+        item_free(h->items[i]);
     free(h->items);
+    free(h->buckets);
+    free(h->multi);
     free(h->chunk_text);
     free(h->chunk_tool);
     free(h);
@@ -209,43 +565,87 @@ static bool valid_msg(const json_t *m)
     return json_is_object(m) && msg_id(m) != NULL;
 }
 
-/* Stores a copy of <m> under its id: replaces a known one that differs (returns 1, or 0 when equal)
+/* One message of a run's input, for merge(): a JSON value given (<value>), or the bytes of one
+ * (<raw>), parsed when first needed (<parsed>). */
+struct elem {
+    const json_t *value; /* borrowed; NULL: made from <raw> when needed */
+    json_t *parsed;      /* owned: <raw> parsed */
+    const char *raw;
+    size_t raw_len;
+    const char *id; /* the message's id, <id_len> bytes; NULL: not an object with a string id */
+    size_t id_len;
+};
+
+/* The element's value: given, or parsed from its bytes when first asked for. The scanner read
+ * them as jansson does (agw_capture_input_messages()): they parse. */
+static const json_t *elem_value(struct elem *e)
+{
+    if (e->value == NULL && e->parsed == NULL)
+        e->parsed = must(json_loadb(e->raw, e->raw_len, JSON_REJECT_DUPLICATES, NULL));
+    return e->value != NULL ? e->value : e->parsed;
+}
+
+/* Whether message <it> is, byte for byte, the JSON text <raw> (<len> bytes): its text, or its
+ * value's compact dump (made once, kept until the message changes). */
+static bool item_is_bytes(struct item *it, const char *raw, size_t len)
+{
+    const char *j;
+    size_t n;
+
+    if (it->msg == NULL) {
+        j = text_closed(it, &n);
+    } else {
+        if (it->json == NULL) {
+            it->json = json_dumps(it->msg, JSON_COMPACT);
+            if (it->json == NULL)
+                abort(); /* the tree holds only valid values: only allocation can fail */
+            it->json_len = strlen(it->json);
+        }
+        j = it->json;
+        n = it->json_len;
+    }
+    return n == len && memcmp(j, raw, len) == 0;
+}
+
+/* Stores a copy of <e> under its id: replaces a known one that differs (returns 1, or 0 when equal)
  * or inserts it at <at> (SIZE_MAX = at the end; returns 1). The index it ended at goes to *<where>.
  */
-static int put(struct agw_history *h, const json_t *m, const char *run_id, size_t at, size_t *where)
+static int put(struct agw_history *h, struct elem *e, const char *run_id, size_t at, size_t *where)
 {
-    size_t i = find_msg(h, msg_id(m));
+    size_t i = find_msgn(h, e->id, e->id_len);
+    const json_t *v;
 
     if (i != SIZE_MAX) {
         *where = i;
-        if (json_equal(h->items[i].msg, m))
+        /* the bytes the thread holds are the bytes sent: no value needed to know they are equal */
+        if ((e->raw != NULL && item_is_bytes(h->items[i], e->raw, e->raw_len)) ||
+            json_equal(item_msg(h->items[i]), (v = elem_value(e))))
             return 0;
-        replace_at(h, i, must(json_deep_copy(m)));
+        replace_at(h, i, e->parsed != NULL ? json_incref(e->parsed) : must(json_deep_copy(v)));
         return 1;
     }
+    v = elem_value(e);
     if (at == SIZE_MAX)
         at = h->n;
-    insert_at(h, at, must(json_deep_copy(m)), run_id);
+    insert_at(
+        h, at,
+        msg_item(e->parsed != NULL ? json_incref(e->parsed) : must(json_deep_copy(v)), run_id));
     *where = at;
     return 1;
 }
 
-int agw_history_merge_input(struct agw_history *h, const char *run_id, const json_t *messages)
+/* agw_history_merge_input() of the <n> messages <elems>. */
+static int merge(struct agw_history *h, const char *run_id, struct elem *elems, size_t n)
 {
-    size_t n, first_new = SIZE_MAX, where;
+    size_t first_new = SIZE_MAX, where;
     bool anchored = false;
     int changed = 0;
 
-    if (!json_is_array(messages)) {
-        h->malformed++;
-        return -AGW_EINVAL;
-    }
-    n = json_array_size(messages);
     for (size_t k = 0; k < n; k++) {
-        const json_t *m = json_array_get(messages, k);
+        struct elem *m = &elems[k];
         size_t at;
 
-        if (!valid_msg(m)) {
+        if (m->id == NULL) {
             h->malformed++;
             continue;
         }
@@ -253,7 +653,7 @@ int agw_history_merge_input(struct agw_history *h, const char *run_id, const jso
             changed += put(h, m, run_id, SIZE_MAX, &where);
             continue;
         }
-        at = find_msg(h, msg_id(m));
+        at = find_msgn(h, m->id, m->id_len);
         if (at == SIZE_MAX) {
             /* new, before any known message: placed once the first known one is found */
             if (first_new == SIZE_MAX)
@@ -263,23 +663,105 @@ int agw_history_merge_input(struct agw_history *h, const char *run_id, const jso
         /* the first known message: the new ones given before it go just before it */
         anchored = true;
         for (size_t j = first_new; j < k; j++) {
-            const json_t *p = json_array_get(messages, j);
-            if (valid_msg(p)) {
-                changed += put(h, p, run_id, at, &where);
+            if (elems[j].id != NULL) {
+                changed += put(h, &elems[j], run_id, at, &where);
                 at = where + 1;
             }
         }
         changed += put(h, m, run_id, SIZE_MAX, &where);
     }
     if (!anchored && first_new != SIZE_MAX) {
-        for (size_t j = first_new; j < n; j++) {
-            const json_t *p = json_array_get(messages, j);
-            if (valid_msg(p))
-                changed += put(h, p, run_id, SIZE_MAX, &where);
-        }
+        for (size_t j = first_new; j < n; j++)
+            if (elems[j].id != NULL)
+                changed += put(h, &elems[j], run_id, SIZE_MAX, &where);
     }
     trim(h);
     return changed;
+}
+
+int agw_history_merge_input(struct agw_history *h, const char *run_id, const json_t *messages)
+{
+    size_t n;
+    struct elem *elems;
+    int changed;
+
+    if (!json_is_array(messages)) {
+        h->malformed++;
+        return -AGW_EINVAL;
+    }
+    n = json_array_size(messages);
+    elems = agw_xcalloc(n > 0 ? n : 1, sizeof(*elems));
+    for (size_t k = 0; k < n; k++) {
+        const json_t *m = json_array_get(messages, k);
+        elems[k].value = m;
+        if (valid_msg(m)) {
+            elems[k].id = msg_id(m);
+            elems[k].id_len = strlen(elems[k].id);
+        }
+    }
+    changed = merge(h, run_id, elems, n);
+    free(elems);
+    return changed;
+}
+
+/* A run's input read by the scanner: its messages' bytes and ids. */
+struct scanned {
+    struct agw_history *h;
+    struct elem *v;
+    size_t n, cap;
+};
+
+static bool scanned_one(void *arg, const char *msg, size_t msg_len, const char *id, size_t id_len)
+{
+    struct scanned *sc = arg;
+    struct elem *e;
+
+    if (sc->n == sc->cap) {
+        sc->cap = sc->cap > 0 ? sc->cap * 2 : 16;
+        sc->v = agw_xrealloc(sc->v, sc->cap * sizeof(*sc->v));
+    }
+    e = &sc->v[sc->n++];
+    memset(e, 0, sizeof(*e));
+    e->raw = msg;
+    e->raw_len = msg_len;
+    e->id = id;
+    e->id_len = id_len;
+    return true;
+}
+
+int agw_history_merge_body(struct agw_history *h, const char *run_id, const char *body, size_t len)
+{
+    struct scanned sc = {h, NULL, 0, 0};
+    json_t *root;
+    int changed = 0;
+
+    /* Read by the scanner as jansson would read it: the messages the thread holds already, byte
+     * for byte, need no value; the others are parsed one by one. */
+    if (agw_capture_input_messages(body, len, scanned_one, &sc)) {
+        changed = merge(h, run_id, sc.v, sc.n);
+        for (size_t k = 0; k < sc.n; k++)
+            json_decref(sc.v[k].parsed);
+        free(sc.v);
+        return changed;
+    }
+    free(sc.v);
+    root = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    if (root == NULL)
+        return -AGW_EINVAL;
+    if (json_object_get(root, "messages") != NULL)
+        changed = agw_history_merge_input(h, run_id, json_object_get(root, "messages"));
+    json_decref(root);
+    return changed < 0 ? 0 : changed;
+}
+
+/* Appends the text message <id> (see text_item()) unless the id exists: 1, or 0. */
+static int text_start(struct agw_history *h, const char *run_id, const char *id, size_t id_len,
+                      const char *role, size_t role_len, bool raw)
+{
+    if (find_msgn(h, id, id_len) != SIZE_MAX)
+        return 0;
+    append(h, text_item(id, id_len, role, role_len, raw, run_id));
+    return 1;
 }
 
 /* TEXT_MESSAGE_START: {id, role (default "assistant"), content: ""} unless the id exists. */
@@ -289,13 +771,8 @@ static int on_text_start(struct agw_history *h, const char *run_id, const json_t
 
     if (id == NULL || opt_str_field(ev, "role", &role) < 0)
         return -AGW_EINVAL;
-    if (find_msg(h, id) != SIZE_MAX)
-        return 0;
-    append(h,
-           must(json_pack("{s:s, s:s, s:s}", "id", id, "role", role ? role : "assistant", "content",
-                          "")),
-           run_id);
-    return 1;
+    return text_start(h, run_id, id, strlen(id), role ? role : "assistant", role ? strlen(role) : 9,
+                      false);
 }
 
 /* TEXT_MESSAGE_CONTENT: appends the delta to the message's content. */
@@ -310,7 +787,7 @@ static int on_text_content(struct agw_history *h, const json_t *ev)
     i = find_msg(h, id);
     if (i == SIZE_MAX)
         return 0;
-    append_str(h->items[i].msg, "content", delta);
+    append_content(h, i, delta);
     return 1;
 }
 
@@ -329,13 +806,15 @@ static int on_tool_start(struct agw_history *h, const char *run_id, const json_t
         return -AGW_EINVAL;
     if (parent != NULL) {
         i = find_msg(h, parent);
-        if (i != SIZE_MAX && is_assistant(h->items[i].msg))
-            target = h->items[i].msg;
+        if (i != SIZE_MAX && item_is_assistant(h->items[i])) {
+            target = item_msg(h->items[i]);
+            touch(h, i);
+        }
     }
     if (target == NULL) {
         const char *id = parent != NULL && i == SIZE_MAX ? parent : tc_id;
         target = must(json_pack("{s:s, s:s, s:[]}", "id", id, "role", "assistant", "toolCalls"));
-        append(h, target, run_id);
+        append(h, msg_item(target, run_id));
     }
     calls = json_object_get(target, "toolCalls");
     if (!json_is_array(calls)) {
@@ -354,14 +833,16 @@ static int on_tool_args(struct agw_history *h, const json_t *ev)
     const char *tc_id = str_field(ev, "toolCallId");
     const json_t *delta = json_object_get(ev, "delta");
     json_t *tc, *fn;
+    size_t at;
 
     if (tc_id == NULL || !json_is_string(delta))
         return -AGW_EINVAL;
-    tc = find_tool_call(h, tc_id, false, NULL);
+    tc = find_tool_call(h, tc_id, false, &at);
     fn = json_object_get(tc, "function");
     if (!json_is_object(fn))
         return 0;
     append_str(fn, "arguments", delta);
+    touch(h, at);
     return 1;
 }
 
@@ -380,13 +861,13 @@ static int on_tool_result(struct agw_history *h, const char *run_id, const json_
     msg = must(json_pack("{s:s, s:s, s:s, s:s}", "id", id, "role", "tool", "toolCallId", tc_id,
                          "content", content));
     if (find_tool_call(h, tc_id, true, &at) == NULL) {
-        append(h, msg, run_id);
+        append(h, msg_item(msg, run_id));
         return 1;
     }
     at++;
-    while (at < h->n && str_eq(json_object_get(h->items[at].msg, "role"), "tool"))
+    while (at < h->n && item_is_tool(h->items[at]))
         at++;
-    insert_at(h, at, msg, run_id);
+    insert_at(h, at, msg_item(msg, run_id));
     return 1;
 }
 
@@ -415,15 +896,13 @@ static int on_text_chunk(struct agw_history *h, const char *run_id, const json_t
         return -AGW_EINVAL; /* the first chunk must name its message */
     i = find_msg(h, id);
     if (i == SIZE_MAX) {
-        append(h,
-               must(json_pack("{s:s, s:s, s:s}", "id", id, "role", role ? role : "assistant",
-                              "content", "")),
-               run_id);
+        append(h, text_item(id, strlen(id), role ? role : "assistant", role ? strlen(role) : 9,
+                            false, run_id));
         i = h->n - 1;
     }
     set_chunk(&h->chunk_text, id);
     if (delta != NULL)
-        append_str(h->items[i].msg, "content", delta);
+        append_content(h, i, delta);
     return 1;
 }
 
@@ -434,6 +913,7 @@ static int on_tool_chunk(struct agw_history *h, const char *run_id, const json_t
     const char *tc_id, *name;
     const json_t *delta = json_object_get(ev, "delta");
     json_t *tc, *fn;
+    size_t at;
     int rc;
 
     if (opt_str_field(ev, "toolCallId", &tc_id) < 0 ||
@@ -443,7 +923,7 @@ static int on_tool_chunk(struct agw_history *h, const char *run_id, const json_t
         tc_id = h->chunk_tool;
     if (tc_id == NULL)
         return -AGW_EINVAL;
-    tc = find_tool_call(h, tc_id, false, NULL);
+    tc = find_tool_call(h, tc_id, false, &at);
     if (tc == NULL) {
         if (name == NULL)
             return -AGW_EINVAL; /* the first chunk must name its tool */
@@ -456,12 +936,14 @@ static int on_tool_chunk(struct agw_history *h, const char *run_id, const json_t
         json_decref(start);
         if (rc < 0)
             return rc;
-        tc = find_tool_call(h, tc_id, false, NULL);
+        tc = find_tool_call(h, tc_id, false, &at);
     }
     set_chunk(&h->chunk_tool, tc_id);
     fn = json_object_get(tc, "function");
-    if (delta != NULL && json_is_object(fn))
+    if (delta != NULL && json_is_object(fn)) {
         append_str(fn, "arguments", delta);
+        touch(h, at);
+    }
     return 1;
 }
 
@@ -491,14 +973,19 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
             return -AGW_EINVAL;
     }
     for (size_t i = 0; i < h->n; i++) {
-        const json_t *s = snapshot_get(snap, msg_id(h->items[i].msg));
+        struct item *it = h->items[i];
+        const json_t *s = snapshot_get(snap, it->id);
         if (s == NULL) {
-            json_decref(h->items[i].msg);
-            free(h->items[i].run_id);
+            index_remove(h, it);
+            item_free(it);
             continue;
         }
-        h->items[kept] = h->items[i];
-        if (!json_equal(h->items[kept].msg, s))
+        h->items[kept] = it;
+        if (kept != i) {
+            it->pos = h->dropped + kept;
+            touch_moved(h, kept);
+        }
+        if (!json_equal(item_msg(it), s))
             replace_at(h, kept, must(json_deep_copy(s)));
         kept++;
     }
@@ -508,27 +995,54 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
     known = h->n;
     json_array_foreach(snap, k, m)
     {
-        bool have = false;
-        for (size_t i = 0; i < known && !have; i++)
-            have = strcmp(msg_id(h->items[i].msg), msg_id(m)) == 0;
-        if (!have)
-            append(h, must(json_deep_copy(m)), run_id);
+        size_t i = find_msg(h, msg_id(m));
+        if (i == SIZE_MAX || i >= known)
+            append(h, msg_item(must(json_deep_copy(m)), run_id));
     }
     return 1;
+}
+
+/* What an event is, for the chunks' continuation. */
+enum known { KNOWN_NOT, KNOWN_TEXT_CHUNK, KNOWN_TOOL_CHUNK, KNOWN_OTHER };
+
+/* The end of applying an event of kind <k> that returned <rc>: counts it when malformed, else
+ * trims the thread and ends the chunks' continuation. A chunk without an id continues its
+ * predecessor's message or call until another event this recorder applies comes between. (Only
+ * those: a run's capture keeps no other, so the thread rebuilt from it must not depend on them. The
+ * client also stops at STEP_*, STATE_* and CUSTOM events, where a chunk without an id then fails
+ * its run.) Returns <rc>. */
+static int applied(struct agw_history *h, enum known k, int rc)
+{
+    if (rc < 0) {
+        h->malformed++;
+        return rc;
+    }
+    if (k != KNOWN_NOT && k != KNOWN_TEXT_CHUNK)
+        set_chunk(&h->chunk_text, NULL);
+    if (k != KNOWN_NOT && k != KNOWN_TOOL_CHUNK)
+        set_chunk(&h->chunk_tool, NULL);
+    trim(h);
+    return rc;
+}
+
+static bool span_eq(const char *p, size_t n, const char *s)
+{
+    return n == strlen(s) && memcmp(p, s, n) == 0;
 }
 
 int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *event)
 {
     const char *type = str_field(event, "type");
+    enum known k = KNOWN_OTHER;
     int rc = 0;
-
-    bool known = true;
 
     if (type == NULL) {
         rc = -AGW_EINVAL;
     } else if (strcmp(type, "TEXT_MESSAGE_CHUNK") == 0) {
+        k = KNOWN_TEXT_CHUNK;
         rc = on_text_chunk(h, run_id, event);
     } else if (strcmp(type, "TOOL_CALL_CHUNK") == 0) {
+        k = KNOWN_TOOL_CHUNK;
         rc = on_tool_chunk(h, run_id, event);
     } else if (strcmp(type, "TEXT_MESSAGE_START") == 0) {
         rc = on_text_start(h, run_id, event);
@@ -547,22 +1061,58 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
     } else if (strcmp(type, "MESSAGES_SNAPSHOT") == 0) {
         rc = on_snapshot(h, run_id, event);
     } else {
-        known = false;
+        k = KNOWN_NOT;
     }
-    /* A chunk without an id continues its predecessor's message or call until another event this
-     * recorder applies comes between. (Only those: a run's capture keeps no other, so the thread
-     * rebuilt from it must not depend on them. The client also stops at STEP_*, STATE_* and
-     * CUSTOM events, where a chunk without an id then fails its run.) */
-    if (known && rc >= 0) {
-        if (strcmp(type, "TEXT_MESSAGE_CHUNK") != 0)
-            set_chunk(&h->chunk_text, NULL);
-        if (strcmp(type, "TOOL_CALL_CHUNK") != 0)
-            set_chunk(&h->chunk_tool, NULL);
+    return applied(h, k, rc);
+}
+
+int agw_history_append_text(struct agw_history *h, const char *id, size_t id_len, const char *delta,
+                            size_t delta_len)
+{
+    size_t i = find_msgn(h, id, id_len);
+    struct item *it;
+
+    /* as agw_history_apply() with a TEXT_MESSAGE_CONTENT: an unknown id changes nothing but ends
+     * the chunks' continuation */
+    if (i == SIZE_MAX)
+        return applied(h, KNOWN_OTHER, 0);
+    it = h->items[i];
+    if (it->msg != NULL)
+        return AGW_AGAIN;
+    text_put(it, delta, delta_len);
+    touch(h, i);
+    return applied(h, KNOWN_OTHER, 1);
+}
+
+int agw_history_apply_line(struct agw_history *h, const char *run_id, const char *line, size_t len)
+{
+    struct agw_capture_delta d;
+    struct agw_capture_fields f;
+    json_t *ev;
+    int rc;
+
+    /* A text's coalesced deltas, the bulk of the bytes, go to a message held as text as they are
+     * (escaped): no JSON value is built. */
+    if (agw_capture_line_delta(line, len, &d) && !d.args && !d.id_escaped &&
+        (rc = agw_history_append_text(h, d.id, d.id_len, d.delta, d.delta_len)) != AGW_AGAIN)
+        return rc;
+    /* so are the message boundaries: a text's start and end */
+    if (agw_capture_line_fields(line, len, &f) && f.message_id != NULL) {
+        if (span_eq(f.type, f.type_len, "TEXT_MESSAGE_START"))
+            return applied(h, KNOWN_OTHER,
+                           text_start(h, run_id, f.message_id, f.message_id_len,
+                                      f.role != NULL ? f.role : "assistant",
+                                      f.role != NULL ? f.role_len : 9, true));
+        if (span_eq(f.type, f.type_len, "TEXT_MESSAGE_END"))
+            return applied(h, KNOWN_OTHER, 0);
     }
-    if (rc < 0)
+    ev = json_loadb(line, len, 0, NULL);
+    if (ev == NULL) {
         h->malformed++;
-    else
-        trim(h);
+        return -AGW_EINVAL;
+    }
+    rc = agw_history_apply(h, run_id, ev);
+    json_decref(ev);
     return rc;
 }
 
@@ -573,12 +1123,12 @@ size_t agw_history_count(const struct agw_history *h)
 
 const json_t *agw_history_message(const struct agw_history *h, size_t i)
 {
-    return i < h->n ? h->items[i].msg : NULL;
+    return i < h->n ? item_msg(h->items[i]) : NULL;
 }
 
 const char *agw_history_run_id(const struct agw_history *h, size_t i)
 {
-    return i < h->n ? h->items[i].run_id : NULL;
+    return i < h->n ? h->items[i]->run_id : NULL;
 }
 
 uint64_t agw_history_dropped(const struct agw_history *h)
@@ -591,15 +1141,193 @@ uint64_t agw_history_malformed(const struct agw_history *h)
     return h->malformed;
 }
 
+/* ---- for a store that keeps each message apart --------------------------------------------- */
+
+size_t agw_history_first_changed(const struct agw_history *h)
+{
+    for (size_t i = h->first_changed; i < h->n; i++)
+        if (h->items[i]->changed)
+            return i;
+    return h->n;
+}
+
+bool agw_history_changed(const struct agw_history *h, size_t i)
+{
+    return i < h->n && h->items[i]->changed;
+}
+
+const char *agw_history_message_json(struct agw_history *h, size_t i, size_t *len)
+{
+    struct item *it;
+
+    assert(i < h->n);
+    it = h->items[i];
+    if (it->msg == NULL)
+        return text_closed(it, len);
+    if (it->json == NULL) {
+        it->json = json_dumps(it->msg, JSON_COMPACT);
+        if (it->json == NULL)
+            abort(); /* the tree holds only valid values: only allocation can fail */
+        it->json_len = strlen(it->json);
+    }
+    *len = it->json_len;
+    return it->json;
+}
+
+/* Where <pos> is or would go in h->multi. */
+static size_t multi_at(const struct agw_history *h, uint64_t pos)
+{
+    size_t lo = 0, hi = h->n_multi;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (h->multi[mid] < pos)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static bool multi_has(const struct agw_history *h, uint64_t pos)
+{
+    size_t k = multi_at(h, pos);
+    return k < h->n_multi && h->multi[k] == pos;
+}
+
+/* Position <pos> is (<on>) or is not held in several pieces. */
+static void multi_set(struct agw_history *h, uint64_t pos, bool on)
+{
+    size_t k = multi_at(h, pos);
+    bool has = k < h->n_multi && h->multi[k] == pos;
+
+    if (on && !has) {
+        if (h->n_multi == h->multi_cap) {
+            h->multi_cap = h->multi_cap > 0 ? h->multi_cap * 2 : 4;
+            h->multi = agw_xrealloc(h->multi, h->multi_cap * sizeof(*h->multi));
+        }
+        memmove(&h->multi[k + 1], &h->multi[k], (h->n_multi - k) * sizeof(*h->multi));
+        h->multi[k] = pos;
+        h->n_multi++;
+    } else if (!on && has) {
+        memmove(&h->multi[k], &h->multi[k + 1], (h->n_multi - k - 1) * sizeof(*h->multi));
+        h->n_multi--;
+    }
+}
+
+/* Whether item <it>'s row is a piece (what its text grew by since it was saved). */
+static bool row_is_piece(const struct item *it)
+{
+    return it->msg == NULL && !it->whole && it->saved_parts > 0;
+}
+
+void agw_history_message_row(struct agw_history *h, size_t i, struct agw_history_row *r)
+{
+    struct item *it;
+
+    assert(i < h->n);
+    it = h->items[i];
+    memset(r, 0, sizeof(*r));
+    r->text = it->msg == NULL;
+    if (row_is_piece(it)) {
+        /* a text that grew since it was saved: the bytes it grew by, as its next piece */
+        r->data = it->text + it->saved_len;
+        r->len = it->text_len - it->saved_len;
+        r->part = it->saved_parts;
+        return;
+    }
+    r->drop_parts = multi_has(h, h->dropped + i);
+    if (r->text) {
+        r->data = it->text;
+        r->len = it->text_len;
+    } else {
+        r->data = agw_history_message_json(h, i, &r->len);
+    }
+}
+
+void agw_history_mark_saved(struct agw_history *h)
+{
+    size_t k = 0;
+
+    /* the store deleted the positions outside the thread's */
+    for (size_t j = 0; j < h->n_multi; j++)
+        if (h->multi[j] >= h->dropped && h->multi[j] < h->dropped + h->n)
+            h->multi[k++] = h->multi[j];
+    h->n_multi = k;
+    for (size_t i = h->first_changed; i < h->n; i++) {
+        struct item *it = h->items[i];
+        bool piece = row_is_piece(it);
+        if (!it->changed)
+            continue;
+        multi_set(h, h->dropped + i, piece);
+        it->saved_parts = piece ? it->saved_parts + 1 : 1;
+        it->saved_len = it->msg == NULL ? it->text_len : 0;
+        it->whole = false;
+        it->changed = false;
+    }
+    h->first_changed = h->n;
+}
+
+struct agw_history *agw_history_restore(size_t max_messages, uint64_t dropped)
+{
+    struct agw_history *h = agw_history_new(max_messages);
+
+    h->dropped = dropped;
+    return h;
+}
+
+int agw_history_restore_message(struct agw_history *h, uint64_t pos, const char *run_id,
+                                const struct agw_history_row *r)
+{
+    json_t *m = NULL;
+    struct item *it;
+
+    if (r->text) { /* the bytes of a text message, without its closing '"}' */
+        char *closed = agw_xmalloc(r->len + TEXT_CLOSE_LEN);
+        memcpy(closed, r->data, r->len);
+        memcpy(closed + r->len, TEXT_CLOSE, TEXT_CLOSE_LEN);
+        m = json_loadb(closed, r->len + TEXT_CLOSE_LEN, 0, NULL);
+        free(closed);
+    } else {
+        m = json_loadb(r->data, r->len, JSON_ALLOW_NUL, NULL);
+    }
+    if (!valid_msg(m)) {
+        json_decref(m);
+        return -AGW_EINVAL;
+    }
+    it = msg_item(m, run_id);
+    if (r->text) { /* held as text again, to go on growing by pieces */
+        it->text_assistant = item_is_assistant(it);
+        it->text_tool = item_is_tool(it);
+        json_decref(it->msg);
+        it->msg = NULL;
+        text_put(it, r->data, r->len);
+        it->saved_len = r->len;
+    }
+    it->saved_parts = r->part;
+    multi_set(h, pos, r->part > 1);
+    /* a message stored where it belongs is as saved; one out of place is written again, whole,
+     * where it belongs now */
+    it->changed = pos != h->dropped + h->n;
+    it->whole = it->changed;
+    place(h, h->n, it);
+    if (it->changed && h->n - 1 < h->first_changed)
+        h->first_changed = h->n - 1;
+    trim(h);
+    return 0;
+}
+
 char *agw_history_dump(const struct agw_history *h)
 {
     json_t *msgs = must(json_array()), *doc;
     char *s;
 
+    /* a message held as text is parsed for the dump, and stays text */
     for (size_t i = 0; i < h->n; i++)
-        must_ok(
-            json_array_append_new(msgs, must(json_pack("{s:s?, s:O}", "run_id", h->items[i].run_id,
-                                                       "message", h->items[i].msg))));
+        must_ok(json_array_append_new(
+            msgs, must(json_pack("{s:s?, s:o}", "run_id", h->items[i]->run_id, "message",
+                                 h->items[i]->msg != NULL ? json_incref(h->items[i]->msg)
+                                                          : text_parse(h->items[i])))));
     doc = must(json_pack("{s:i, s:I, s:o}", "v", DUMP_VERSION, "dropped", (json_int_t)h->dropped,
                          "messages", msgs));
     s = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -634,7 +1362,7 @@ struct agw_history *agw_history_load(const char *data, size_t len, size_t max_me
     h->dropped = (uint64_t)dropped;
     json_array_foreach(msgs, k, e)
     {
-        append(h, json_incref(json_object_get(e, "message")), str_field(e, "run_id"));
+        append(h, msg_item(json_incref(json_object_get(e, "message")), str_field(e, "run_id")));
     }
     trim(h);
 out:
@@ -820,7 +1548,7 @@ out:
 static bool page_match(const struct agw_history *h, const struct agw_history_query *q, size_t i)
 {
     return q->run_id[0] == '\0' ||
-           (h->items[i].run_id != NULL && strcmp(h->items[i].run_id, q->run_id) == 0);
+           (h->items[i]->run_id != NULL && strcmp(h->items[i]->run_id, q->run_id) == 0);
 }
 
 /* Whether a message of <q->run_id> lies in [<from>, <to>). */
@@ -871,7 +1599,7 @@ json_t *agw_history_page(const struct agw_history *h, const struct agw_history_q
     /* idx is ascending when taken from the low end, descending from the high end */
     for (size_t k = 0; k < n; k++) {
         size_t i = from_high == q->desc ? idx[k] : idx[n - 1 - k];
-        must_ok(json_array_append_new(msgs, must(json_deep_copy(h->items[i].msg))));
+        must_ok(json_array_append_new(msgs, item_copy(h->items[i])));
     }
     page = must(json_pack("{s:o, s:b}", "messages", msgs, "has_more", has_more));
     if (n == 0)

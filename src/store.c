@@ -31,6 +31,10 @@
 #define TTL_SWEEP_MS    60000 /* how often expired threads are looked for */
 #define TTL_BATCH       500   /* threads deleted per transaction by the ttl */
 #define WRITER_NICE     5     /* the writer thread's nice value (the loops keep 0) */
+/* Records wait in the queue until the oldest is BATCH_MS old (or the commit interval, if shorter),
+ * BATCH_BYTES wait, or a read comes: the writer wakes once per batch, not once per record. */
+#define BATCH_MS    20
+#define BATCH_BYTES (4u << 20)
 
 enum job_kind { JOB_INPUT, JOB_EVENTS, JOB_READ };
 
@@ -80,6 +84,9 @@ struct agw_store {
     pthread_cond_t wake;
     struct job_list queue;
     size_t queued_bytes;
+    uint64_t queued_since_ms; /* when the oldest waiting record was handed over */
+    unsigned queued_reads;    /* read requests waiting */
+    bool writer_waiting;      /* the writer sleeps on <wake> */
     bool stopping;
     pthread_t thread;
     bool thread_started;
@@ -88,10 +95,13 @@ struct agw_store {
     size_t n_buckets, n_threads;
     struct thread_list lru;   /* most recently used first */
     struct thread_list dirty; /* changed since the last commit */
-    uint64_t first_dirty_ms;
+    uint64_t first_dirty_ms;  /* when the oldest uncommitted change was handed over */
+    uint64_t batch_since_ms;  /* when the oldest record being applied was handed over */
     uint64_t next_sweep_ms;
     struct agw_store_backend be; /* be.self NULL: the memory kind */
-    bool failing;                /* the last commit failed (logged once per streak) */
+    struct agw_store_msg *msgs;  /* a commit's messages, kept from one commit to the next */
+    size_t msgs_cap;
+    bool failing; /* the last commit failed (logged once per streak) */
     /* statistics (atomics: read from any thread) */
     uint64_t records, dropped, commits, commit_errors, expired, malformed, max_commit_us;
     size_t cached;
@@ -205,7 +215,7 @@ static void mark_dirty(struct agw_store *s, struct thread *t)
     if (t->dirty || s->be.self == NULL)
         return;
     if (TAILQ_EMPTY(&s->dirty))
-        s->first_dirty_ms = agw_now_ms();
+        s->first_dirty_ms = s->batch_since_ms; /* the commit interval counts from the hand-over */
     t->dirty = true;
     TAILQ_INSERT_TAIL(&s->dirty, t, dirty_link);
 }
@@ -215,12 +225,31 @@ static bool expired(const struct agw_store *s, int64_t updated_s)
     return s->o.ttl_s > 0 && updated_s + (int64_t)s->o.ttl_s <= (int64_t)(agw_wall_ms() / 1000);
 }
 
+/* A thread being read back from the backend, message by message. */
+struct restoring {
+    struct agw_store *s;
+    struct agw_history *h; /* made at the first message */
+    bool bad;              /* a stored message could not be read */
+};
+
+static void restore_one(void *arg, const struct agw_store_msg *m)
+{
+    struct restoring *r = arg;
+    struct agw_history_row row = {.data = m->data, .len = m->len, .part = m->part, .text = m->text};
+
+    if (r->bad)
+        return;
+    if (r->h == NULL)
+        r->h = agw_history_restore(r->s->o.max_messages, m->pos);
+    if (agw_history_restore_message(r->h, m->pos, m->run_id, &row) != 0)
+        r->bad = true;
+}
+
 /* Thread <id> from the cache or the database; NULL when neither knows it (or it expired). */
 static struct thread *lookup(struct agw_store *s, const char *id)
 {
     uint64_t hash = hash_id(id);
     struct thread *t = cache_find(s, id, hash);
-    struct agw_history *h;
 
     if (t != NULL) {
         if (expired(s, t->updated_s) && !t->dirty) {
@@ -234,17 +263,23 @@ static struct thread *lookup(struct agw_store *s, const char *id)
     if (s->be.self == NULL)
         return NULL;
     struct agw_store_row row;
-    int rc = s->be.load(s->be.self, id, &row);
-    h = rc == 1 ? agw_history_load(row.data, row.len, s->o.max_messages) : NULL;
-    if (rc != 0 && h == NULL) {
+    struct restoring r = {.s = s};
+    int rc = s->be.load(s->be.self, id, s->o.max_messages, &row, restore_one, &r);
+    if (rc == 1 && !r.bad && expired(s, row.updated_s)) {
+        agw_history_free(r.h);
+        return NULL;
+    }
+    if (rc == 1 && !r.bad) {
+        if (r.h == NULL) /* a thread row with no message */
+            r.h = agw_history_restore(s->o.max_messages, row.first);
+        return cache_add(s, id, hash, r.h, row.agents, row.updated_s);
+    }
+    agw_history_free(r.h);
+    if (rc != 0) {
         agw_log_error("thread history: thread %s: its stored data cannot be read: ignored", id);
         stat_add(&s->malformed, 1);
-    } else if (h != NULL && !expired(s, row.updated_s)) {
-        t = cache_add(s, id, hash, h, row.agents, row.updated_s);
-        h = NULL;
     }
-    agw_history_free(h);
-    return t;
+    return NULL;
 }
 
 /* Thread <id>, made when new. */
@@ -274,12 +309,49 @@ static void add_agent(struct thread *t, const char *agent)
 
 /* ---- commits (writer thread) -------------------------------------------------------------- */
 
+/* The changes of thread <t> since its last commit, for the backend: its row, and in *<msgs> (grown
+ * as needed, <cap> entries) from index <at> on, the messages that changed. Returns how many. */
+static size_t changes(struct thread *t, struct agw_store_row *row, struct agw_store_msg **msgs,
+                      size_t *cap, size_t at)
+{
+    struct agw_history *h = t->h;
+    size_t n = agw_history_count(h), k = at;
+    uint64_t first = agw_history_dropped(h);
+    struct agw_history_row r;
+
+    for (size_t i = agw_history_first_changed(h); i < n; i++) {
+        if (!agw_history_changed(h, i))
+            continue;
+        if (k == *cap) {
+            *cap = *cap > 0 ? *cap * 2 : 64;
+            *msgs = agw_xrealloc(*msgs, *cap * sizeof(**msgs));
+        }
+        agw_history_message_row(h, i, &r);
+        (*msgs)[k] = (struct agw_store_msg){.pos = first + i,
+                                            .run_id = agw_history_run_id(h, i),
+                                            .data = r.data,
+                                            .len = r.len,
+                                            .part = r.part,
+                                            .text = r.text,
+                                            .drop_parts = r.drop_parts};
+        k++;
+    }
+    *row = (struct agw_store_row){.id = t->id,
+                                  .agents = t->agents,
+                                  .updated_s = t->updated_s,
+                                  .first = first,
+                                  .count = n,
+                                  .n_msgs = k - at};
+    return k - at;
+}
+
+/* Writes every dirty thread's changes in one transaction. */
 static void commit(struct agw_store *s)
 {
     struct timespec a, b;
     struct agw_store_row *rows;
     struct thread *t;
-    size_t n = 0;
+    size_t n = 0, n_msgs = 0;
     char err[256];
     int rc;
 
@@ -292,16 +364,16 @@ static void commit(struct agw_store *s)
     n = 0;
     TAILQ_FOREACH(t, &s->dirty, dirty_link)
     {
-        char *dump = agw_history_dump(t->h);
-        rows[n++] = (struct agw_store_row){.id = t->id,
-                                           .agents = t->agents,
-                                           .updated_s = t->updated_s,
-                                           .data = dump,
-                                           .len = strlen(dump)};
+        n_msgs += changes(t, &rows[n], &s->msgs, &s->msgs_cap, n_msgs);
+        n++;
+    }
+    /* the messages' array is complete (it may have moved while growing): point the rows into it */
+    n_msgs = 0;
+    for (size_t i = 0; i < n; i++) {
+        rows[i].msgs = s->msgs + n_msgs;
+        n_msgs += rows[i].n_msgs;
     }
     rc = s->be.save(s->be.self, rows, n, err, sizeof(err));
-    for (size_t i = 0; i < n; i++)
-        free((char *)(uintptr_t)rows[i].data);
     free(rows);
     if (rc != 0) {
         /* The threads stay dirty: the next commit tries them again. */
@@ -315,6 +387,7 @@ static void commit(struct agw_store *s)
     while ((t = TAILQ_FIRST(&s->dirty)) != NULL) {
         TAILQ_REMOVE(&s->dirty, t, dirty_link);
         t->dirty = false;
+        agw_history_mark_saved(t->h);
     }
     clock_gettime(CLOCK_MONOTONIC, &b);
     {
@@ -360,16 +433,12 @@ static void sweep(struct agw_store *s)
 
 static void apply_input(struct agw_store *s, struct job *j)
 {
-    json_t *root = json_loadb(j->data, j->len, JSON_REJECT_DUPLICATES, NULL);
-    json_t *messages = json_object_get(root, "messages");
     struct thread *t = lookup_or_make(s, j->thread_id);
 
-    if (messages == NULL) {
-        stat_add(&s->malformed, root == NULL); /* validated before: only an absent list is fine */
-    } else {
-        agw_history_merge_input(t->h, j->run_id, messages);
-    }
-    json_decref(root);
+    /* validated before (agw_input_parse()): an absent list is fine, a body jansson refuses with
+     * JSON_REJECT_DUPLICATES is counted */
+    if (agw_history_merge_body(t->h, j->run_id, j->data, j->len) < 0)
+        stat_add(&s->malformed, 1);
     add_agent(t, j->agent_id);
     mark_dirty(s, t);
 }
@@ -382,11 +451,9 @@ static void apply_events(struct agw_store *s, struct job *j)
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = (nl != NULL ? nl : end) - p;
-        json_t *ev = n > 0 ? json_loadb(p, n, 0, NULL) : NULL;
 
-        if (n > 0 && (ev == NULL || agw_history_apply(t->h, j->run_id, ev) < 0))
+        if (n > 0 && agw_history_apply_line(t->h, j->run_id, p, n) < 0)
             stat_add(&s->malformed, 1);
-        json_decref(ev);
         p += n + 1;
     }
     mark_dirty(s, t);
@@ -432,9 +499,17 @@ static void job_free(struct job *j)
     free(j);
 }
 
+/* Whether the waiting records are to be applied now (under <lock>). */
+static bool batch_due(const struct agw_store *s, uint64_t now, uint64_t batch_ms)
+{
+    return s->stopping || s->queued_reads > 0 || s->queued_bytes >= BATCH_BYTES ||
+           (!STAILQ_EMPTY(&s->queue) && now >= s->queued_since_ms + batch_ms);
+}
+
 static void *writer_main(void *arg)
 {
     struct agw_store *s = arg;
+    uint64_t batch_ms = s->o.commit_ms < BATCH_MS ? s->o.commit_ms : BATCH_MS;
     struct job_list batch = STAILQ_HEAD_INITIALIZER(batch);
 
 #ifdef __linux__
@@ -450,13 +525,17 @@ static void *writer_main(void *arg)
         bool stop;
 
         pthread_mutex_lock(&s->lock);
-        while (STAILQ_EMPTY(&s->queue) && !s->stopping) {
+        for (;;) {
             uint64_t now = agw_now_ms(), due = s->next_sweep_ms;
             struct timespec ts;
+            if (batch_due(s, now, batch_ms))
+                break;
+            if (!STAILQ_EMPTY(&s->queue) && s->queued_since_ms + batch_ms < due)
+                due = s->queued_since_ms + batch_ms;
             if (!TAILQ_EMPTY(&s->dirty) && s->first_dirty_ms + s->o.commit_ms < due)
                 due = s->first_dirty_ms + s->o.commit_ms;
             if (due <= now)
-                break;
+                break; /* a commit or a sweep */
             clock_gettime(CLOCK_MONOTONIC, &ts);
             ts.tv_sec += (time_t)((due - now) / 1000);
             ts.tv_nsec += (long)((due - now) % 1000) * 1000000L;
@@ -464,10 +543,14 @@ static void *writer_main(void *arg)
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000L;
             }
+            s->writer_waiting = true;
             pthread_cond_timedwait(&s->wake, &s->lock, &ts);
+            s->writer_waiting = false;
         }
+        s->batch_since_ms = STAILQ_EMPTY(&s->queue) ? agw_now_ms() : s->queued_since_ms;
         STAILQ_CONCAT(&batch, &s->queue);
         s->queued_bytes = 0;
+        s->queued_reads = 0;
         stop = s->stopping;
         pthread_mutex_unlock(&s->lock);
 
@@ -520,9 +603,19 @@ static void submit(struct agw_store *s, struct job *j)
     pthread_mutex_lock(&s->lock);
     over = j->kind != JOB_READ && s->queued_bytes + j->cost > s->o.max_queue_bytes;
     if (!over) {
+        bool first = STAILQ_EMPTY(&s->queue);
+        if (first)
+            s->queued_since_ms = agw_now_ms();
         STAILQ_INSERT_TAIL(&s->queue, j, link);
         s->queued_bytes += j->cost;
-        pthread_cond_signal(&s->wake);
+        s->queued_reads += j->kind == JOB_READ;
+        /* A sleeping writer is woken for a read, a full batch, or the first record (so that it
+         * sleeps until that one's batch is due); a writer that runs or waits for a batch takes
+         * the others when it is due, without a system call here. */
+        if (s->writer_waiting && (first || j->kind == JOB_READ || s->queued_bytes >= BATCH_BYTES)) {
+            s->writer_waiting = false;
+            pthread_cond_signal(&s->wake);
+        }
     }
     pthread_mutex_unlock(&s->lock);
     if (over) {
@@ -728,6 +821,7 @@ void agw_store_close(struct agw_store *s)
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->lock);
     free(s->buckets);
+    free(s->msgs);
     free(s->path);
     free(s);
 }

@@ -48,4 +48,55 @@ size_t agw_capture_size(const struct agw_capture *c);
  * the same message starts a new coalesced event. */
 char *agw_capture_take(struct agw_capture *c, size_t *len);
 
+/* The parts of a coalesced content line (see agw_capture_line_delta()). */
+struct agw_capture_delta {
+    bool args;      /* TOOL_CALL_ARGS (toolCallId); false: TEXT_MESSAGE_CONTENT (messageId) */
+    const char *id; /* the id's bytes between its quotes, as written */
+    size_t id_len;
+    bool id_escaped;   /* the id holds an escape: its bytes are not its value */
+    const char *delta; /* the delta's bytes between its quotes, escapes and all */
+    size_t delta_len;
+};
+
+/* Whether <line> (<len> bytes, without its '\n') is exactly in the coalesced form this module
+ * writes, {"type":"TEXT_MESSAGE_CONTENT","messageId":"<id>","delta":"<delta>"} (or its
+ * TOOL_CALL_ARGS twin with "toolCallId"), both strings valid as the scanner checks them (as jansson
+ * reads them); then <d> points into <line> at its parts. Any other line (a kept event, even one of
+ * these types written otherwise) gives false: parse it. For the store's thread, so that a content
+ * line is applied without building a JSON value of its delta. */
+bool agw_capture_line_delta(const char *line, size_t len, struct agw_capture_delta *d);
+
+/* Members of an event line, read by the scanner (agw_capture_line_fields()): each the bytes
+ * between its quotes (a string written without an escape: they are its value), or NULL when the
+ * line does not have it. */
+struct agw_capture_fields {
+    const char *type, *message_id, *role;
+    size_t type_len, message_id_len, role_len;
+};
+
+/* Whether the scanner reads <line> (<len> bytes, without its '\n') as jansson would, enough for
+ * the store's thread to apply it without building JSON values: one JSON object (the whole syntax
+ * checked, as for an event) whose "type" is a string and whose "messageId" and "role" are absent
+ * or strings, none of the three written with an escape, and no key written with an escape nor one
+ * of the scanner's keys given twice. Then <f> points into <line>. False for anything else: parse
+ * the line. */
+bool agw_capture_line_fields(const char *line, size_t len, struct agw_capture_fields *f);
+
+/* Called by agw_capture_input_messages() for each element of a run's input's "messages": its bytes
+ * (<msg>, <msg_len>: an object, as sent) and its "id" (<id>, <id_len>: the bytes between the
+ * quotes of a string written without an escape). Returns false to stop. */
+typedef bool agw_capture_message_fn(void *arg, const char *msg, size_t msg_len, const char *id,
+                                    size_t id_len);
+
+/* For the store's thread: reads a RunAgentInput <body> (<len> bytes) with the scanner and gives
+ * <fn> each element of its "messages", in order, so that messages the thread holds already need no
+ * JSON value. True only when the whole body reads as jansson reads it with JSON_REJECT_DUPLICATES
+ * (one object, the whole syntax checked, no key given twice in any object), no key is written with
+ * an escape, "messages" is there and is an array of objects each with an "id" that is a string
+ * written without an escape, within the scanner's limits, and <fn> never returned false. False
+ * for anything else: parse the body. <fn> may be called before the scanner gives up: it must
+ * change nothing. */
+bool agw_capture_input_messages(const char *body, size_t len, agw_capture_message_fn *fn,
+                                void *arg);
+
 #endif

@@ -13,10 +13,18 @@
  * results, message snapshots). It never holds more than <max_messages>: the oldest are dropped.
  *
  * Ownership: one struct agw_history per thread, owned by its creator; not thread-safe (the owner
- * serialises calls). Unlike elsewhere (a json_t never outlives its function), the thread holds its
- * messages as jansson values for its whole life: they are the data, edited in place event by event.
+ * serialises calls, even of the functions that take it const: a message held as text is parsed
+ * when first asked for). Unlike elsewhere (a json_t never outlives its function), the thread holds
+ * its messages as jansson values for its whole life: they are the data, edited in place event by
+ * event; except a text message that only content deltas have touched so far, held as its JSON text
+ * (its deltas appended as the escaped bytes they came as) until something needs it as a value.
  * Every json_t it holds is its own (deep copies of what it was given); what it hands out is
- * borrowed, valid until the next call that changes the thread. */
+ * borrowed, valid until the next call that changes the thread.
+ *
+ * For a store that writes each message apart (doc/internals/store.md), a message has a position
+ * in the thread's life, agw_history_dropped() + its index, which only an insertion before it or a
+ * snapshot changes, and the thread knows which messages changed (were made, edited or moved) since
+ * the store last saved it. */
 #ifndef AGW_HISTORY_H
 #define AGW_HISTORY_H
 
@@ -41,12 +49,38 @@ void agw_history_free(struct agw_history *h);
  * -AGW_EINVAL when <messages> is not an array (nothing changes, counted as malformed). */
 int agw_history_merge_input(struct agw_history *h, const char *run_id, const json_t *messages);
 
+/* agw_history_merge_input() of the "messages" of a RunAgentInput <body> (<len> bytes) read with
+ * JSON_REJECT_DUPLICATES, run <run_id> (may be NULL). Messages the thread holds already, byte for
+ * byte (a client resends its whole history), are found without building JSON values: the body is
+ * read by the capture's scanner (agw_capture_input_messages()) and only the other messages are
+ * parsed; a body the scanner does not read is parsed whole. Returns the number of messages added
+ * or replaced (0 when the body has no "messages", or when it is not an array: then counted as
+ * malformed, as by agw_history_merge_input()), or -AGW_EINVAL when the body is not JSON (nothing
+ * changes, not counted: the caller counts it). */
+int agw_history_merge_body(struct agw_history *h, const char *run_id, const char *body, size_t len);
+
 /* Applies one relayed event (<event>, borrowed) of run <run_id> (copied when a message is made;
  * may be NULL). Returns 1 when the messages changed, 0 when the event leaves them as they are (a
  * type that makes no message, an end event, an id the thread does not know: the client ignores
  * those too), or -AGW_EINVAL when the event is malformed (not an object with a string "type", or a
  * field the rule needs missing or of the wrong type): nothing changes and it is counted. */
 int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *event);
+
+/* Applies one line of a run's capture (agw_capture_take()): a text's coalesced deltas
+ * (agw_capture_line_delta()) are appended as they are to a message held as text
+ * (agw_history_append_text()); any other line is parsed and applied (agw_history_apply()). The
+ * thread is the one agw_history_apply() of the parsed line would make. Returns what
+ * agw_history_apply() returns; -AGW_EINVAL (counted) for a line that is not JSON. */
+int agw_history_apply_line(struct agw_history *h, const char *run_id, const char *line, size_t len);
+
+/* The fast path for a coalesced content line of a run's capture (agw_capture_line_delta()): what
+ * agw_history_apply() does with {"type":"TEXT_MESSAGE_CONTENT","messageId":<id>,"delta":"<delta>"},
+ * where <id> (<id_len> bytes, no escape in it) is the id and <delta> (<delta_len> bytes) the body
+ * of a valid JSON string, escapes and all, that is appended as it is. Returns 1 (appended), 0 (no
+ * message has that id: nothing changes), or AGW_AGAIN when the message is not held as text (nothing
+ * changes: apply the parsed event instead). */
+int agw_history_append_text(struct agw_history *h, const char *id, size_t id_len, const char *delta,
+                            size_t delta_len);
 
 /* Number of messages held. */
 size_t agw_history_count(const struct agw_history *h);
@@ -61,13 +95,54 @@ uint64_t agw_history_dropped(const struct agw_history *h);
 /* Malformed events and input messages ignored so far (not saved by agw_history_dump()). */
 uint64_t agw_history_malformed(const struct agw_history *h);
 
-/* The thread as one compact JSON text, NUL-terminated, for a store:
+/* The thread as one compact JSON text, NUL-terminated (schema 1 of the store kept it; now the
+ * migration of such a store reads it, and tests compare threads with it):
  * {"v":1,"dropped":N,"messages":[{"run_id":"r1"|null,"message":{...}},...]}. The caller frees it
  * with free(). */
 char *agw_history_dump(const struct agw_history *h);
 /* A thread read back from what agw_history_dump() wrote (<len> bytes at <data>), keeping at most
  * <max_messages> (the newest when the dump holds more). NULL when the text is not such a dump. */
 struct agw_history *agw_history_load(const char *data, size_t len, size_t max_messages);
+
+/* ---- for a store that writes each message apart ------------------------------------------- */
+
+/* The index of the first message changed since agw_history_mark_saved() (or since the thread was
+ * made), or agw_history_count() when none is. */
+size_t agw_history_first_changed(const struct agw_history *h);
+/* Whether the <i>-th message changed since agw_history_mark_saved(); false out of range. */
+bool agw_history_changed(const struct agw_history *h, size_t i);
+/* The <i>-th message (< agw_history_count(), asserted) as compact JSON, *<len> bytes and a NUL;
+ * borrowed, valid until the thread changes or is marked saved. A message held as text is its text;
+ * another is dumped once. */
+const char *agw_history_message_json(struct agw_history *h, size_t i, size_t *len);
+/* What a store writes for a changed message, as pieces: the message's JSON is its pieces' bytes,
+ * in order, followed by '"}' when <text>. A text message grows by content deltas: once saved, what
+ * it grew by is written as its next piece, so that a text streamed over many commits is written
+ * once, not again at each commit. */
+struct agw_history_row {
+    const char *data; /* borrowed: valid until the thread changes or is marked saved */
+    size_t len;
+    unsigned part;   /* 0: the whole message; k > 0: the bytes appended to its pieces 0..k-1 */
+    bool text;       /* the pieces lack the closing '"}' (a text message, held as text) */
+    bool drop_parts; /* part 0 of a message stored in several pieces: the others go */
+};
+/* The row to write for the <i>-th message (< agw_history_count(), asserted), changed. */
+void agw_history_message_row(struct agw_history *h, size_t i, struct agw_history_row *r);
+/* Every message is as the store holds it now (after the rows of the changed ones were written). */
+void agw_history_mark_saved(struct agw_history *h);
+
+/* A thread read back from a store, message by message: a new thread keeping at most
+ * <max_messages>, whose first message will be at position <dropped> (the messages dropped before
+ * it); then agw_history_restore_message() for each stored message, oldest first. */
+struct agw_history *agw_history_restore(size_t max_messages, uint64_t dropped);
+/* Appends the stored message of run <run_id> (may be NULL) stored at position <pos>: <r> gives its
+ * pieces' bytes put together (<data>, <len>: a JSON object with a string "id", followed by '"}'
+ * when <text>), and in <part> how many pieces the store holds. A text stays a text (it may grow by
+ * pieces). It is not changed (it is as saved) when <pos> is its position in the thread; else it is
+ * (a store writes it again, whole, where it belongs). Past <max_messages>, the oldest are dropped.
+ * Returns 0, or -AGW_EINVAL when the bytes are not such an object (nothing changes). */
+int agw_history_restore_message(struct agw_history *h, uint64_t pos, const char *run_id,
+                                const struct agw_history_row *r);
 
 /* ---- paging (GET /v1/ag-ui/threads/{id}/messages, doc/internals/history.md#paging) ---------- */
 

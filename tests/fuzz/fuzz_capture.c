@@ -11,8 +11,9 @@
  * - every line is an input event as it was (raw CR and LF made tabs), or a coalesced content event
  * ({"type":"TEXT_MESSAGE_CONTENT","messageId":…,"delta":…} or its TOOL_CALL_ARGS twin) that jansson
  * parses into exactly those three string members;
- * - the thread rebuilt from the kept lines (parsed and applied as the store does) dumps to the
- * same bytes as the thread rebuilt from the events themselves, whatever the bytes.
+ * - the thread rebuilt from the kept lines (applied as the store does, agw_history_apply_line():
+ * coalesced text deltas appended raw to a message held as text) dumps to the same bytes as the
+ * thread rebuilt from the events themselves, whatever the bytes.
  *
  *   tests/fuzz/build.sh _build-fuzz capture
  *   ./_build-fuzz/fuzz_capture tests/fuzz/corpus/capture */
@@ -105,7 +106,6 @@ static size_t take_and_apply(struct agw_capture *c, struct agw_history *h, const
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = (size_t)(nl - p);
-        json_t *v;
         bool known = is_coalesced(p, n);
 
         for (size_t i = *from; !known && i < ev->n; i++) {
@@ -115,10 +115,8 @@ static size_t take_and_apply(struct agw_capture *c, struct agw_history *h, const
             }
         }
         check(known, "a line is an input event or a coalesced content event");
-        v = n > 0 ? json_loadb(p, n, 0, NULL) : NULL;
-        if (v != NULL)
-            agw_history_apply(h, "r1", v);
-        json_decref(v);
+        if (n > 0)
+            agw_history_apply_line(h, "r1", p, n);
         lines++;
         p = nl + 1;
     }

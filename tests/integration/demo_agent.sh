@@ -289,6 +289,26 @@ check_contains "pipelined: first answer" '{"status":"ok"}' "$RAW"
 check_contains "HTTP/1.0: close-delimited stream" $'Connection: close\n\ndata: {"type":"RUN_STARTED"' "$RAW"
 check_contains "HTTP/1.0: complete" 'RUN_FINISHED' "$RAW"
 
+# ---- ids=run: every message and tool-call id is followed by -<runId> (new in every run) ----
+sse "$U/agent?ids=run" "$HELLO"
+check_contains "ids=run: the text message's id" '"messageId":"msg_2-run_001","role":"assistant"' "$SSE"
+check_not_contains "ids=run: no bare id" '"msg_2"' "$SSE"
+sse "$U/agent?ids=count" "$HELLO"
+check_contains "ids=count: the message count alone (the default)" '"messageId":"msg_2","role":"assistant"' "$SSE"
+sse "$U/agent" '{"threadId":"t","runId":"r5","messages":[{"id":"m1","role":"user","content":"What is the weather in Paris?"}]}' \
+    -H 'X-Demo-Ids: run'
+check_contains "ids=run (header): the tool call and its parent" \
+    '"toolCallId":"call_001-r5","toolCallName":"get_weather","parentMessageId":"msg_2-r5"' "$SSE"
+check_contains "ids=run: the tool result" '"messageId":"msg_tool_1-r5","toolCallId":"call_001-r5"' "$SSE"
+check_contains "ids=run: the answer" '"messageId":"msg_3-r5"' "$SSE"
+sse "$U/agent?ids=run" "$FT1"
+check_contains "ids=run: a frontend tool call" '"toolCallId":"call_002-run_003"' "$SSE"
+sse "$U/agent?ids=run" '{"messages":[{"id":"m1","role":"user","content":"Hello"}]}'
+check_contains "ids=run: a generated runId too" '"messageId":"msg_2-run_' "$SSE"
+sse "$U/agent?ids=sometimes" "$HELLO"
+check_contains "ids: a bad value is 400" "HTTP/1.1 400" "$HDR"
+check_contains "ids: the 400 names the knob" "demo knob ids: expects count|run" "$SSE"
+
 # ---- /_demo endpoints ----------------------------------------------------------------------------------
 http GET "$U/healthz"
 check_eq "healthz: 200" 200 "$STATUS"
@@ -489,6 +509,14 @@ check_eq "decision=stream: not applied as a decision" "$D0" "$(demo_stat decisio
 decide "$(decision_body tm rm "$APPROVE")" -H 'X-Demo-Decision: maybe'
 check_eq "decision=: a bad value is 400" 400 "$STATUS"
 check_contains "decision=: the 400 names the knob" "demo knob decision" "$BODY"
+
+# (ids=run) a decision's follow-up text gets the waiting run's runId
+start_waiting w7 "$U/agent?wait_decision=1&ids=run" "$(wait_body tn rn)"
+check_contains "ids=run: the waiting run's tool call" '"toolCallId":"call_003-rn"' "$(cat "$T/w7.s")"
+decide "$(decision_body tn rn "$APPROVE")"
+check_eq "ids=run: the decision is taken" 202 "$STATUS"
+check_eq "ids=run: the run ends" 0 "$(ended "$WAIT_PID")"
+check_contains "ids=run: the follow-up text's id" '"messageId":"msg_3-rn"' "$(cat "$T/w7.s")"
 
 # ---- SIGTERM ------------------------------------------------------------------------------------------
 curl -sS -N -m 10 -d "$CHAT" "$U/agent?stall=1" >/dev/null 2>&1 &

@@ -576,6 +576,134 @@ Test(capture, truncations_of_an_event_never_read_past_it)
     }
 }
 
+/* ---- reading a coalesced line back ---------------------------------------------------------- */
+
+static bool line_delta(const char *text, struct agw_capture_delta *d)
+{
+    size_t len;
+    char *line = dq(text, &len); /* exactly its length: a read past it is caught */
+    bool ok = agw_capture_line_delta(line, len, d);
+
+    if (ok) { /* the parts point into the line: copy what the test looks at */
+        static char id[64], delta[64];
+        snprintf(id, sizeof(id), "%.*s", (int)d->id_len, d->id);
+        snprintf(delta, sizeof(delta), "%.*s", (int)d->delta_len, d->delta);
+        d->id = id;
+        d->delta = delta;
+    }
+    free(line);
+    return ok;
+}
+
+Test(capture, a_coalesced_line_is_read_back_in_parts)
+{
+    struct agw_capture_delta d;
+
+    cr_assert(
+        line_delta("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x\\'y\\u00e9'}", &d));
+    cr_assert_not(d.args);
+    cr_assert_not(d.id_escaped);
+    cr_assert_str_eq(d.id, "a1");
+    cr_assert_str_eq(d.delta, "x\\\"y\\u00e9");
+    cr_assert(line_delta("{'type':'TOOL_CALL_ARGS','toolCallId':'c\\u0031','delta':''}", &d));
+    cr_assert(d.args);
+    cr_assert(d.id_escaped);
+    cr_assert_str_eq(d.id, "c\\u0031");
+    cr_assert_str_eq(d.delta, "");
+    /* whatever the coalescing does not write is not read: it goes to the full parse */
+    cr_assert_not(
+        line_delta("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x','t':1}", &d));
+    cr_assert_not(
+        line_delta("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x','delta':'y'}", &d));
+    cr_assert_not(line_delta("{'type':'TEXT_MESSAGE_CONTENT', 'messageId':'a1','delta':'x'}", &d));
+    cr_assert_not(line_delta("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x'} ", &d));
+    cr_assert_not(line_delta("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':1}", &d));
+    cr_assert_not(line_delta("{'type':'TEXT_MESSAGE_CONTENT','messageId':1,'delta':'x'}", &d));
+    cr_assert_not(
+        line_delta("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'\\u0000'}", &d));
+    cr_assert_not(
+        line_delta("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'\\ud83d'}", &d));
+    cr_assert_not(
+        line_delta("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'\xff'}", &d));
+    cr_assert_not(line_delta("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x", &d));
+    cr_assert_not(line_delta("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1'", &d));
+    cr_assert_not(line_delta("{'type':'TEXT_MESSAGE_START','messageId':'a1'}", &d));
+    cr_assert_not(line_delta("", &d));
+}
+
+/* ---- reading a run's input ---------------------------------------------------------------- */
+
+struct got {
+    char text[512];
+    size_t calls;
+    size_t stop_at; /* 0: never stop */
+};
+
+static bool got_one(void *arg, const char *msg, size_t msg_len, const char *id, size_t id_len)
+{
+    struct got *g = arg;
+    size_t n = strlen(g->text);
+
+    snprintf(g->text + n, sizeof(g->text) - n, "%s%.*s=%.*s", n > 0 ? " " : "", (int)id_len, id,
+             (int)msg_len, msg);
+    return ++g->calls != g->stop_at;
+}
+
+static bool input_messages(const char *text, struct got *g)
+{
+    size_t len;
+    char *body = dq(text, &len);
+    bool ok = agw_capture_input_messages(body, len, got_one, g);
+
+    free(body);
+    return ok;
+}
+
+Test(capture, a_run_input_gives_its_messages)
+{
+    struct got g = {"", 0, 0};
+
+    cr_assert(input_messages(" {'threadId':'t','state':{'a':[1,{'b':null}]},'messages':[ "
+                             "{'role':'user','id':'m1'} ,{'id':'m\xc3\xa9','x':{'id':'\\u00e9'}}],"
+                             "'tools':[]} ",
+                             &g));
+    cr_assert_str_eq(g.text,
+                     "m1={\"role\":\"user\",\"id\":\"m1\"} "
+                     "m\xc3\xa9={\"id\":\"m\xc3\xa9\",\"x\":{\"id\":\"\\u00e9\"}}",
+                     "%s", g.text);
+    g = (struct got){"", 0, 0};
+    cr_assert(input_messages("{'messages':[]}", &g));
+    cr_assert_eq(g.calls, 0);
+    /* what jansson with JSON_REJECT_DUPLICATES would refuse, or read otherwise: jansson decides */
+    static const char *const refused[] = {
+        "{'messages':[{'id':'m1'}],'messages':[]}",
+        "{'messages':[{'id':'m1','id':'m2'}]}",
+        "{'messages':[{'id':'m1'}],'state':{'a':1,'a':2}}",
+        "{'messages':[{'id':'m1'}],'st\\u0061te':{}}",
+        "{'messages':[{'id':'m1','r\\u006fle':'user'}]}",
+        "{'messages':[{'id':'m\\u0031'}]}",
+        "{'messages':[{'id':1}]}",
+        "{'messages':[{'role':'user'}]}",
+        "{'messages':[1]}",
+        "{'messages':{}}",
+        "{'threadId':'t'}",
+        "{}",
+        "[]",
+        "{'messages':[{'id':'m1','c':'\\u0000'}]}",
+        "{'messages':[{'id':'m1'}]",
+        "{'messages':[{'id':'m1'}]}}",
+        "{'messages':[{'id':'m1'},]}",
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        g = (struct got){"", 0, 0};
+        cr_assert_not(input_messages(refused[i], &g), "%s", refused[i]);
+    }
+    /* the callback stops it */
+    g = (struct got){"", 0, 1};
+    cr_assert_not(input_messages("{'messages':[{'id':'a'},{'id':'b'}]}", &g));
+    cr_assert_eq(g.calls, 1);
+}
+
 /* ---- the property the store relies on -------------------------------------------------------- */
 
 /* Applies each line of <lines> to <h> as the store does. */
@@ -586,11 +714,9 @@ static void apply_lines(struct agw_history *h, const char *lines, size_t len)
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = (size_t)((nl != NULL ? nl : end) - p);
-        json_t *ev = n > 0 ? json_loadb(p, n, 0, NULL) : NULL;
 
-        if (ev != NULL)
-            agw_history_apply(h, "r1", ev);
-        json_decref(ev);
+        if (n > 0)
+            agw_history_apply_line(h, "r1", p, n);
         p += n + 1;
     }
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agw/common.h"
 #include "agw/history.h"
 
 static json_t *parse(const char *text)
@@ -550,6 +551,389 @@ Test(history, cap_applies_to_a_snapshot)
        "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"a\",\"role\":\"user\"},"
        "{\"id\":\"b\",\"role\":\"user\"}]}");
     expect(h, "[{\"id\":\"b\",\"role\":\"user\"}]");
+    agw_history_free(h);
+}
+
+/* ---- saving message by message (a store's row per message) -------------------------------------
+ */
+
+/* The indices of the changed messages, space-separated. */
+static const char *changed(const struct agw_history *h)
+{
+    static char out[256];
+    size_t n = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; i < agw_history_count(h); i++)
+        if (agw_history_changed(h, i))
+            n += (size_t)snprintf(out + n, sizeof(out) - n, "%s%zu", n > 0 ? " " : "", i);
+    for (size_t i = 0; i < agw_history_first_changed(h); i++)
+        cr_assert(!agw_history_changed(h, i), "first_changed %zu, but %zu is changed",
+                  agw_history_first_changed(h), i);
+    return out;
+}
+
+Test(history, changes_are_tracked_until_saved)
+{
+    struct agw_history *h = agw_history_new(4);
+
+    merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\"},{\"id\":\"u2\",\"role\":\"user\"}]");
+    cr_assert_str_eq(changed(h), "0 1");
+    agw_history_mark_saved(h);
+    cr_assert_str_eq(changed(h), "");
+    cr_assert_eq(agw_history_first_changed(h), 2);
+    merge(h, "r2", "[{\"id\":\"u1\",\"role\":\"user\"},{\"id\":\"u2\",\"role\":\"user\"}]");
+    cr_assert_str_eq(changed(h), "", "an equal resend changes nothing");
+    ev(h, "r2",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"a1\"}");
+    cr_assert_str_eq(changed(h), "2");
+    agw_history_mark_saved(h);
+    ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"u1\",\"delta\":\"x\"}");
+    cr_assert_str_eq(changed(h), "0", "an edit");
+    agw_history_mark_saved(h);
+    /* a tool result after its owner a1 (index 2), then the cap drops u1 */
+    ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\"}");
+    agw_history_mark_saved(h);
+    cr_assert_eq(agw_history_count(h), 4);
+    ev(h, "r2",
+       "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"t1\",\"toolCallId\":\"c1\","
+       "\"content\":\"r\"}");
+    cr_assert_eq(agw_history_dropped(h), 1);
+    cr_assert_str_eq(changed(h), "2 3", "the result and the message it moved");
+    cr_assert_str_eq(json_string_value(json_object_get(agw_history_message(h, 3), "id")), "a2");
+    agw_history_mark_saved(h);
+    /* a snapshot keeping u2 and a2: a2 moves */
+    ev(h, "r3",
+       "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"u2\",\"role\":\"user\"},"
+       "{\"id\":\"a2\",\"role\":\"assistant\",\"content\":\"\"}]}");
+    cr_assert_eq(agw_history_count(h), 2);
+    cr_assert_str_eq(changed(h), "1");
+    agw_history_free(h);
+}
+
+/* A text message made by events is held as its JSON text: escaped as jansson escapes, its deltas
+ * appended raw by agw_history_append_text(). */
+Test(history, a_text_message_is_its_json)
+{
+    struct agw_history *h = agw_history_new(10);
+    const char *j;
+    size_t len;
+
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a\\\"1\",\"role\":\"x/y\"}");
+    ev(h, "r1",
+       "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a\\\"1\",\"delta\":"
+       "\"q\\n\\u0001\\t\\u00e9\"}");
+    cr_assert_eq(agw_history_append_text(h, "a\"1", 3, "\\u00e9!", 7), 1);
+    cr_assert_eq(agw_history_append_text(h, "nope", 4, "x", 1), 0, "an unknown id");
+    j = agw_history_message_json(h, 0, &len);
+    cr_assert_eq(strlen(j), len);
+    cr_assert_str_eq(
+        j, "{\"id\":\"a\\\"1\",\"role\":\"x/y\",\"content\":\"q\\n\\u0001\\t\xc3\xa9\\u00e9!\"}");
+    expect(h,
+           "[{\"id\":\"a\\\"1\",\"role\":\"x/y\",\"content\":\"q\\n\\u0001\\t\\u00e9\\u00e9!\"}]");
+    /* now held as a value: a raw delta is refused, the parsed event applies */
+    cr_assert_eq(agw_history_append_text(h, "a\"1", 3, "x", 1), AGW_AGAIN);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a\\\"1\",\"delta\":\"x\"}");
+    j = agw_history_message_json(h, 0, &len);
+    cr_assert_str_eq(
+        j, "{\"id\":\"a\\\"1\",\"role\":\"x/y\",\"content\":\"q\\n\\u0001\\t\xc3\xa9\xc3\xa9!x\"}");
+    /* a message from the input is a value: raw deltas are refused */
+    merge(h, "r2", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"a\"}]");
+    cr_assert_eq(agw_history_append_text(h, "u1", 2, "x", 1), AGW_AGAIN);
+    agw_history_free(h);
+}
+
+/* A raw delta ends a chunk's continuation, as the parsed event does. */
+Test(history, a_raw_delta_ends_a_chunk)
+{
+    struct agw_history *h = agw_history_new(10);
+
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c\",\"delta\":\"1\"}"), 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "x", 1), 1);
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"2\"}"), -AGW_EINVAL);
+    /* so does one for an unknown message */
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c\",\"delta\":\"3\"}"), 1);
+    cr_assert_eq(agw_history_append_text(h, "zz", 2, "x", 1), 0);
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"4\"}"), -AGW_EINVAL);
+    agw_history_free(h);
+}
+
+/* agw_history_apply_line() (its fast paths for content lines, starts and ends) makes the thread,
+ * the return codes and the malformed count agw_history_apply() of the parsed line makes. */
+Test(history, apply_line_is_apply_of_the_parsed_line)
+{
+    static const char *const lines[] = {
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\",\"role\":\"assistant\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"x\\u00e9\\n\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\",\"role\":\"tool\",\"x\":[1,{}]}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a3\",\"role\":null}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a4\",\"role\":\"u\",\"role\":\"v\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a\\u0035\",\"role\":\"r\\\"q\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a6\",\"role\":7}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"role\":\"user\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":5}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a7\"",
+        "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c1\",\"delta\":\"1\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"zz\"}",
+        "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"2\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a2\",\"delta\":\"\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"nope\",\"delta\":\"y\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a8\",\"role\":\"assistant\"}  ",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"\xc3\xa9\",\"role\":\"assistant\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"\xc3\xa9\",\"delta\":\"\\\"\"}",
+        "not json",
+    };
+    struct agw_history *a = agw_history_new(100), *b = agw_history_new(100);
+    uint64_t not_json = 0;
+
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+        json_t *e = json_loads(lines[i], 0, NULL);
+        int ra = e != NULL ? agw_history_apply(a, "r1", e) : -AGW_EINVAL;
+
+        not_json += e == NULL;
+        int rb = agw_history_apply_line(b, "r1", lines[i], strlen(lines[i]));
+        char *da, *db;
+
+        json_decref(e);
+        cr_assert_eq(rb, ra, "line %zu: %d, parsed %d", i, rb, ra);
+        da = agw_history_dump(a);
+        db = agw_history_dump(b);
+        cr_assert_str_eq(db, da, "line %zu", i);
+        free(da);
+        free(db);
+    }
+    cr_assert_eq(not_json, 2);
+    cr_assert_eq(agw_history_malformed(b), agw_history_malformed(a) + not_json,
+                 "a line that is not JSON counts too");
+    agw_history_free(a);
+    agw_history_free(b);
+}
+
+static int merge_body(struct agw_history *h, const char *run_id, const char *body)
+{
+    size_t n = strlen(body);
+    char *b = malloc(n > 0 ? n : 1); /* exactly its length: a read past it is caught */
+    int rc;
+
+    memcpy(b, body, n);
+    rc = agw_history_merge_body(h, run_id, b, n);
+    free(b);
+    return rc;
+}
+
+/* A client resends its whole history: the messages the thread holds byte for byte are found as
+ * they are (a text stays text), the new one is added, a changed one replaces the stored one. */
+Test(history, merge_body_resent_history)
+{
+    struct agw_history *h = agw_history_new(10);
+    const char *runs[] = {"r1", "r1", "r2"};
+
+    cr_assert_eq(merge_body(h, "r1",
+                            "{\"threadId\":\"t\",\"messages\":[{\"id\":\"u1\",\"role\":"
+                            "\"user\",\"content\":\"Hi\"}],\"state\":{\"a\":[1,{}]}}"),
+                 1);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "Hel\\u006co", 10), 1);
+    /* the client's copy of the text, as JSON.stringify writes it, and a new question */
+    cr_assert_eq(merge_body(h, "r2",
+                            "{\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"},"
+                            "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hel\\u006co\"},"
+                            "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"More\"}]}"),
+                 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "!", 1), 1, "a1 is still held as text");
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"},"
+              "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello!\"},"
+              "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"More\"}]");
+    expect_runs(h, runs, 3);
+    /* written otherwise (spaces): compared as values, equal */
+    cr_assert_eq(merge_body(h, "r3",
+                            "{\"messages\":[{\"id\":\"u1\", \"role\":\"user\", "
+                            "\"content\":\"Hi\"}]}"),
+                 0);
+    /* changed: replaced in place, keeping its run */
+    cr_assert_eq(merge_body(h, "r3",
+                            "{\"messages\":[{\"id\":\"u2\",\"role\":\"user\","
+                            "\"content\":\"Less\"}]}"),
+                 1);
+    cr_assert_str_eq(json_string_value(json_object_get(agw_history_message(h, 2), "content")),
+                     "Less");
+    cr_assert_str_eq(agw_history_run_id(h, 2), "r2");
+    cr_assert_eq(agw_history_malformed(h), 0);
+    agw_history_free(h);
+}
+
+/* What the body's whole reading with JSON_REJECT_DUPLICATES makes, whatever the scanner does. */
+Test(history, merge_body_is_merge_of_the_body_read_whole)
+{
+    static const char *const bodies[] = {
+        "{\"messages\":[{\"id\":\"m1\",\"role\":\"user\"}]}",
+        "{\"messages\":[{\"id\":\"m1\",\"role\":\"user\"}]}",
+        "{\"messages\":[{\"id\":\"m0\"},{\"id\":\"m1\",\"role\":\"user\"},{\"id\":\"m2\"}]}",
+        "{\"messages\":[{\"id\":\"m1\",\"role\":\"x\"},{\"id\":\"m1\",\"role\":\"user\"}]}",
+        "{\"messages\":[{\"id\":\"n1\"},{\"id\":\"n1\",\"a\":1}]}",
+        "{\"messages\":[{\"id\":\"m\\u0031\",\"role\":\"y\"}]}",
+        "{\"messages\":[{\"id\":\"m3\",\"id\":\"m4\"}]}",
+        "{\"messages\":[{\"id\":\"m5\"}],\"state\":{\"k\":1,\"k\":2}}",
+        "{\"messages\":[{\"id\":\"m6\"}],\"st\\u0061te\":{}}",
+        "{\"messages\":[1,{\"role\":\"user\"},{\"id\":7},{\"id\":\"m7\"}]}",
+        "{\"messages\":{\"id\":\"m8\"}}",
+        "{\"messages\":[{\"id\":\"m9\",\"c\":\"\\u0000\"}]}",
+        "{\"messages\":[{\"id\":\"m10\",\"n\":123456789012345678901234567890}]}",
+        "{\"messages\":[]}",
+        "{\"threadId\":\"t\"}",
+        "[]",
+        "{\"messages\":[{\"id\":\"m11\"}]",
+        "{\"messages\":[{\"id\":\"m12\"}]} x",
+        "",
+    };
+    struct agw_history *a = agw_history_new(6), *b = agw_history_new(6);
+
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        json_t *root = json_loadb(bodies[i], strlen(bodies[i]), JSON_REJECT_DUPLICATES, NULL);
+        int ra = root == NULL ? -AGW_EINVAL : 0, rb;
+        char *da, *db;
+
+        if (root != NULL && json_object_get(root, "messages") != NULL)
+            ra = agw_history_merge_input(a, "r", json_object_get(root, "messages"));
+        if (ra < 0 && root != NULL)
+            ra = 0;
+        json_decref(root);
+        rb = merge_body(b, "r", bodies[i]);
+        cr_assert_eq(rb, ra, "body %zu: %d, read whole %d", i, rb, ra);
+        da = agw_history_dump(a);
+        db = agw_history_dump(b);
+        cr_assert_str_eq(db, da, "body %zu", i);
+        cr_assert_eq(agw_history_malformed(b), agw_history_malformed(a), "body %zu", i);
+        free(da);
+        free(db);
+    }
+    agw_history_free(a);
+    agw_history_free(b);
+}
+
+/* A stored message, one piece: <json> (text: without its closing '"}'). */
+static int restore1(struct agw_history *h, uint64_t pos, const char *run, const char *json,
+                    bool text)
+{
+    struct agw_history_row r = {json, strlen(json), 1, text, false};
+
+    return agw_history_restore_message(h, pos, run, &r);
+}
+
+Test(history, restore_reads_back_what_was_saved)
+{
+    struct agw_history *h = agw_history_new(3), *back;
+    const char *runs[] = {"r1", NULL, "r2"};
+
+    merge(h, NULL, "[{\"id\":\"u0\",\"role\":\"user\"}]");
+    merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"caf\\u00e9\"}]");
+    merge(h, NULL, "[{\"id\":\"u2\",\"role\":\"user\"}]");
+    ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    ev(h, "r2",
+       "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"\\\"hi\\\"\"}");
+    cr_assert_eq(agw_history_dropped(h), 1);
+
+    back = agw_history_restore(3, agw_history_dropped(h));
+    for (size_t i = 0; i < agw_history_count(h); i++) {
+        struct agw_history_row r;
+        agw_history_message_row(h, i, &r);
+        cr_assert_eq(r.part, 0, "a new message is written whole");
+        cr_assert_eq(r.text, i == 2, "a1 is a text");
+        r.part = 1; /* read back: one piece */
+        cr_assert_eq(agw_history_restore_message(back, agw_history_dropped(h) + i,
+                                                 agw_history_run_id(h, i), &r),
+                     0);
+    }
+    cr_assert_str_eq(changed(back), "", "as saved");
+    cr_assert_eq(agw_history_append_text(back, "a1", 2, "", 0), 1, "a text read back is a text");
+    expect(back, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"caf\\u00e9\"},"
+                 "{\"id\":\"u2\",\"role\":\"user\"},"
+                 "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"\\\"hi\\\"\"}]");
+    expect_runs(back, runs, 3);
+    cr_assert_eq(agw_history_dropped(back), 1);
+    cr_assert_eq(restore1(back, 4, NULL, "{\"role\":\"user\"}", false), -AGW_EINVAL, "no id");
+    cr_assert_eq(restore1(back, 4, NULL, "[", false), -AGW_EINVAL);
+    cr_assert_eq(restore1(back, 4, NULL, "{\"id\":\"t\",\"role\":\"x\"}", true), -AGW_EINVAL,
+                 "a text must end in a string");
+    cr_assert_eq(restore1(back, 4, NULL, "{\"id\":\"t\",\"role\":\"x\",\"content\":\"a", false),
+                 -AGW_EINVAL, "an open text is a text");
+    cr_assert_eq(agw_history_count(back), 3);
+    /* past the cap: the oldest go */
+    cr_assert_eq(restore1(back, 4, NULL, "{\"id\":\"m4\"}", false), 0);
+    cr_assert_eq(agw_history_dropped(back), 2);
+    cr_assert_str_eq(changed(back), "1", "the text grew (by nothing)");
+    agw_history_mark_saved(back);
+    /* out of place (a gap): written again where it belongs */
+    cr_assert_eq(restore1(back, 9, NULL, "{\"id\":\"m9\"}", false), 0);
+    cr_assert_str_eq(changed(back), "2");
+    agw_history_free(back);
+    agw_history_free(h);
+}
+
+/* The row of a changed message: whole when new, moved or no longer a text; a text that grew since
+ * it was saved, by the piece it grew by. */
+Test(history, a_growing_text_is_saved_by_pieces)
+{
+    struct agw_history *h = agw_history_new(10);
+    struct agw_history_row r;
+
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "abc", 3), 1);
+    agw_history_message_row(h, 0, &r);
+    cr_assert_eq(r.part, 0);
+    cr_assert(r.text);
+    cr_assert_eq(r.len, strlen("{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"abc"));
+    cr_assert_eq(memcmp(r.data, "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"abc", r.len),
+                 0);
+    agw_history_mark_saved(h);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "de", 2), 1);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"\\n\"}");
+    agw_history_message_row(h, 0, &r);
+    cr_assert_eq(r.part, 1);
+    cr_assert(r.text);
+    cr_assert_eq(r.len, 4);
+    cr_assert_eq(memcmp(r.data, "de\\n", 4), 0);
+    agw_history_mark_saved(h);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "f", 1), 1);
+    agw_history_message_row(h, 0, &r);
+    cr_assert_eq(r.part, 2);
+    cr_assert_eq(r.len, 1);
+    agw_history_mark_saved(h);
+    /* moved (a message inserted before it): whole, at its new position; the one that takes its
+     * old position, held in three pieces, drops the two others there */
+    merge_body(h, "r0",
+               "{\"messages\":[{\"id\":\"u0\",\"role\":\"user\"},{\"id\":\"a1\",\"role\":"
+               "\"assistant\",\"content\":\"abcde\\nf\"}]}");
+    cr_assert_str_eq(changed(h), "0 1");
+    agw_history_message_row(h, 0, &r);
+    cr_assert_eq(r.part, 0);
+    cr_assert(r.drop_parts);
+    agw_history_message_row(h, 1, &r);
+    cr_assert_eq(r.part, 0);
+    cr_assert_not(r.drop_parts, "nothing in pieces was at its new position");
+    cr_assert(r.text, "still a text (the client's copy was the same bytes)");
+    agw_history_mark_saved(h);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "g", 1), 1);
+    agw_history_message_row(h, 1, &r);
+    cr_assert_eq(r.part, 1, "it grows by pieces again");
+    agw_history_mark_saved(h);
+    /* a tool call added: a value now, written whole */
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"a1\"}");
+    agw_history_message_row(h, 1, &r);
+    cr_assert_eq(r.part, 0);
+    cr_assert_not(r.text);
+    cr_assert(r.drop_parts, "it was two pieces");
+    cr_assert_eq(r.data[r.len], '\0');
+    cr_assert(strstr(r.data, "\"toolCalls\"") != NULL, "%s", r.data);
     agw_history_free(h);
 }
 

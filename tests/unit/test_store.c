@@ -1,7 +1,11 @@
 /* Unit tests for src/store.c: records applied in order and read back through an event loop's inbox,
  * both kinds; the embedded store across a close and a reopen (a restart); the startup errors (a
- * read-only directory, a file that is not a database, the redis kind); the per-thread cap, the ttl,
- * the memory kind's cache limit, the agents list, and an inbox freed with an answer still in it. */
+ * read-only directory, a file that is not a database, the redis kind, a newer schema); the
+ * per-thread cap, the ttl, the memory kind's cache limit, the agents list, and an inbox freed with
+ * an answer still in it. Schema 2 (src/store_sqlite.c), read back with SQLite: a row per message at
+ * its position, a text growing across commits, an insertion mid-thread, a shrinking snapshot, the
+ * cap and the ttl on the rows, an unreadable row, a text written by pieces, and the migration of a
+ * schema 1 store. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 
@@ -16,6 +20,7 @@
 
 #include <event2/event.h>
 #include <jansson.h>
+#include <sqlite3.h>
 
 #include "agw/store.h"
 
@@ -402,4 +407,377 @@ Test(store, an_inbox_freed_first_gives_null)
     agw_store_inbox_free(in);
     cr_assert(a.called && a.null);
     event_base_free(base);
+}
+
+/* ---- schema 2: a row per message ---------------------------------------------------------- */
+
+static sqlite3 *db_file(void)
+{
+    char p[256];
+    sqlite3 *db = NULL;
+
+    snprintf(p, sizeof(p), "%s/history.db", db_dir());
+    cr_assert_eq(sqlite3_open(p, &db), SQLITE_OK);
+    return db;
+}
+
+/* The first column of the first row of <sql> as an integer (-1: no row). */
+static long long q1(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st;
+    long long v = -1;
+
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    if (sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static void exec_sql(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql,
+                 msg != NULL ? msg : "");
+}
+
+/* The ids of thread <id>'s messages, space-separated, as the store answers them. */
+static char *ids_of(struct agw_store *s, const char *id, char *out, size_t len)
+{
+    struct answer a = read_thread(s, id, "limit=200");
+    json_t *m;
+    size_t i, n = 0;
+
+    out[0] = '\0';
+    if (a.status != 200) {
+        snprintf(out, len, "%d", a.status);
+        return out;
+    }
+    json_array_foreach(json_object_get(a.page, "messages"), i, m)
+    {
+        n += (size_t)snprintf(out + n, len - n, "%s%s", n > 0 ? " " : "",
+                              json_string_value(json_object_get(m, "id")));
+    }
+    json_decref(a.page);
+    return out;
+}
+
+/* Waits past the store's commit interval (20 ms in these tests). */
+static void committed(void)
+{
+    nanosleep(&(struct timespec){0, 150 * 1000 * 1000}, NULL);
+}
+
+Test(store, embedded_writes_a_row_per_message_at_its_position)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    json_t *m;
+
+    write_run1(s, "t1");
+    agw_store_close(s);
+    db = db_file();
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 2);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1'"), 2);
+    cr_assert_eq(q1(db, "SELECT n_messages FROM threads WHERE id = 't1'"), 2);
+    cr_assert_eq(q1(db, "SELECT dropped FROM threads WHERE id = 't1'"), 0);
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT run_id, data || '\"}', text, part FROM messages"
+                                    " WHERE thread = 't1' AND pos = 1",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), "r1");
+    cr_assert_eq(sqlite3_column_int(st, 2), 1, "a text, without its closing");
+    cr_assert_eq(sqlite3_column_int(st, 3), 0, "one piece");
+    m = json_loads((const char *)sqlite3_column_text(st, 1), 0, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(m, "id")), "a1");
+    cr_assert_str_eq(json_string_value(json_object_get(m, "content")), "Hello");
+    json_decref(m);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+/* A text streamed over several records, committed in between: each commit adds what it grew by as
+ * a piece of its own; read back (after a restart) whole, and still a text that grows by pieces. A
+ * piece missing makes the thread unreadable. */
+Test(store, a_text_growing_across_commits_is_written_by_pieces)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    static const char abe5[] = "ab\xc3\xa9"
+                               "ab\xc3\xa9"
+                               "ab\xc3\xa9"
+                               "ab\xc3\xa9"
+                               "ab\xc3\xa9";
+    static const char growth[] =
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a2\",\"delta\":\"ab\\u00e9\"}\n";
+    struct agw_store_stats st;
+    struct answer a;
+    sqlite3 *db;
+    json_t *m;
+
+    write_run1(s, "t1");
+    events(s, "t1", "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\"}\n");
+    for (int i = 0; i < 5; i++) {
+        committed();
+        events(s, "t1", "r1", growth);
+    }
+    agw_store_get_stats(s, &st);
+    cr_assert_geq(st.commits, 5);
+    agw_store_close(s);
+    db = db_file();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1' AND pos = 2"), 6,
+                 "the start, then a piece per commit");
+    cr_assert_eq(q1(db, "SELECT length(data) FROM messages WHERE thread = 't1' AND pos = 2 AND "
+                        "part = 3"),
+                 8, "a piece is what the text grew by, escaped as it came");
+    sqlite3_close(db);
+
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    a = read_thread(s, "t1", "order=desc&limit=1");
+    m = json_array_get(json_object_get(a.page, "messages"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(m, "id")), "a2");
+    cr_assert_str_eq(json_string_value(json_object_get(m, "content")), abe5);
+    cr_assert_str_eq(json_string_value(json_object_get(m, "role")), "assistant");
+    json_decref(a.page);
+    events(s, "t1", "r1", growth); /* read back, it goes on growing by pieces */
+    agw_store_close(s);
+    db = db_file();
+    cr_assert_eq(q1(db, "SELECT max(part) FROM messages WHERE thread = 't1' AND pos = 2"), 6);
+    exec_sql(db, "DELETE FROM messages WHERE thread = 't1' AND pos = 2 AND part = 4");
+    sqlite3_close(db);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    a = read_thread(s, "t1", NULL);
+    cr_assert_eq(a.status, 404, "a piece missing: unreadable");
+    agw_store_get_stats(s, &st);
+    cr_assert_eq(st.malformed, 1);
+    agw_store_close(s);
+}
+
+/* A tool result goes after its owner, before messages already written: the rows from there on are
+ * written again at their new positions. */
+Test(store, an_insertion_mid_thread_survives_a_restart)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    char ids[256];
+    sqlite3 *db;
+
+    write_run1(s, "t1");
+    events(s, "t1", "r1",
+           "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+           "\"parentMessageId\":\"a1\"}\n"
+           "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{}\"}\n"
+           "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\"}\n"
+           "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a2\",\"delta\":\"later\"}\n");
+    committed();
+    events(s, "t1", "r1",
+           "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"tr1\",\"toolCallId\":\"c1\","
+           "\"content\":\"42\"}\n");
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "u1 a1 tr1 a2");
+    agw_store_close(s);
+
+    db = db_file();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1'"), 4);
+    cr_assert_eq(q1(db, "SELECT max(pos) FROM messages WHERE thread = 't1'"), 3);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1' AND pos = 3 AND data "
+                        "LIKE '%later%'"),
+                 1);
+    sqlite3_close(db);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "u1 a1 tr1 a2");
+    {
+        struct answer a = read_thread(s, "t1", "limit=2");
+        json_t *tc = json_array_get(
+            json_object_get(json_array_get(json_object_get(a.page, "messages"), 1), "toolCalls"),
+            0);
+        cr_assert_str_eq(
+            json_string_value(json_object_get(json_object_get(tc, "function"), "arguments")), "{}");
+        json_decref(a.page);
+    }
+    agw_store_close(s);
+}
+
+/* A snapshot that keeps fewer messages than were written: the rows past the thread's end go. */
+Test(store, a_snapshot_that_shrinks_a_thread_survives_a_restart)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    char ids[256];
+    sqlite3 *db;
+
+    write_run1(s, "t1");
+    events(s, "t1", "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\"}\n");
+    committed();
+    events(s, "t1", "r2",
+           "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"a2\",\"role\":\"assistant\","
+           "\"content\":\"kept\"}]}\n");
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "a2");
+    agw_store_close(s);
+    db = db_file();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1'"), 1);
+    cr_assert_eq(q1(db, "SELECT pos FROM messages WHERE thread = 't1'"), 0);
+    sqlite3_close(db);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "a2");
+    agw_store_close(s);
+}
+
+/* The cap: the oldest rows go with the messages; a smaller cap at the next start reads only the
+ * newest, and the next commit deletes the others. */
+Test(store, the_cap_keeps_the_newest_rows_across_restarts)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 3, 0, 100);
+    char ids[256];
+    sqlite3 *db;
+
+    input(s, "demo", "t1", "r1",
+          "{\"messages\":[{\"id\":\"m1\",\"role\":\"user\",\"content\":\"1\"},"
+          "{\"id\":\"m2\",\"role\":\"user\",\"content\":\"2\"}]}");
+    committed();
+    input(s, "demo", "t1", "r2",
+          "{\"messages\":[{\"id\":\"m3\",\"role\":\"user\",\"content\":\"3\"},"
+          "{\"id\":\"m4\",\"role\":\"user\",\"content\":\"4\"},"
+          "{\"id\":\"m5\",\"role\":\"user\",\"content\":\"5\"}]}");
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "m3 m4 m5");
+    agw_store_close(s);
+    db = db_file();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1'"), 3);
+    cr_assert_eq(q1(db, "SELECT min(pos) FROM messages WHERE thread = 't1'"), 2);
+    cr_assert_eq(q1(db, "SELECT dropped FROM threads WHERE id = 't1'"), 2);
+    sqlite3_close(db);
+
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 2, 0, 100);
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "m4 m5");
+    input(s, "demo", "t1", "r3", "{\"messages\":[{\"id\":\"m6\",\"role\":\"user\"}]}");
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "m5 m6");
+    agw_store_close(s);
+    db = db_file();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1'"), 2);
+    cr_assert_eq(q1(db, "SELECT min(pos) FROM messages WHERE thread = 't1'"), 4);
+    sqlite3_close(db);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "m5 m6");
+    agw_store_close(s);
+}
+
+Test(store, the_ttl_deletes_a_threads_messages_with_it)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    sqlite3 *db;
+
+    write_run1(s, "t1");
+    write_run1(s, "t2");
+    agw_store_close(s);
+    db = db_file();
+    exec_sql(db, "UPDATE threads SET updated = 1 WHERE id = 't1'");
+    sqlite3_close(db);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 3600, 100);
+    agw_store_close(s); /* the sweep runs at start */
+    db = db_file();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM threads"), 1);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1'"), 0);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't2'"), 2);
+    sqlite3_close(db);
+}
+
+Test(store, a_stored_message_that_cannot_be_read_is_a_404_counted)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    struct agw_store_stats st;
+    struct answer a;
+    sqlite3 *db;
+
+    write_run1(s, "t1");
+    write_run1(s, "t2");
+    agw_store_close(s);
+    db = db_file();
+    exec_sql(db, "UPDATE messages SET data = '{not json' WHERE thread = 't1' AND pos = 1");
+    sqlite3_close(db);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    a = read_thread(s, "t1", NULL);
+    cr_assert_eq(a.status, 404);
+    a = read_thread(s, "t2", NULL);
+    expect_run1(&a);
+    json_decref(a.page);
+    agw_store_get_stats(s, &st);
+    cr_assert_eq(st.malformed, 1);
+    agw_store_close(s);
+}
+
+/* A store written by schema version 1 (one row per thread, the thread as one JSON text) is
+ * migrated at start: every thread readable as before, positions from its dropped count; a thread
+ * whose data could not be read is left out. */
+Test(store, a_version_1_store_is_migrated)
+{
+    struct agw_store *s;
+    struct answer a;
+    char ids[256];
+    sqlite3 *db;
+
+    cr_assert_eq(mkdir(db_dir(), 0700), 0);
+    db = db_file();
+    exec_sql(db, "PRAGMA journal_mode=WAL;"
+                 "CREATE TABLE threads (id TEXT PRIMARY KEY, agents TEXT NOT NULL,"
+                 " updated INTEGER NOT NULL, data TEXT NOT NULL);"
+                 "CREATE INDEX threads_updated ON threads(updated);"
+                 "PRAGMA user_version=1;");
+    exec_sql(db,
+             "INSERT INTO threads VALUES ('t1', ',demo,other,', strftime('%s','now'),"
+             " '{\"v\":1,\"dropped\":2,\"messages\":["
+             "{\"run_id\":\"r1\",\"message\":{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"}},"
+             "{\"run_id\":null,\"message\":{\"id\":\"a1\",\"role\":\"assistant\","
+             "\"content\":\"Hello\",\"toolCalls\":[{\"id\":\"c1\",\"type\":\"function\","
+             "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}}]}');"
+             "INSERT INTO threads VALUES ('t2', ',demo,', strftime('%s','now'), 'not json');"
+             "INSERT INTO threads VALUES ('t3', ',demo,', strftime('%s','now'),"
+             " '{\"v\":1,\"dropped\":0,\"messages\":[]}');");
+    sqlite3_close(db);
+
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    a = read_thread(s, "t1", NULL);
+    cr_assert_eq(a.status, 200);
+    cr_assert_str_eq(a.agents, ",demo,other,");
+    {
+        json_t *a1 = json_array_get(json_object_get(a.page, "messages"), 1);
+        json_t *tc = json_array_get(json_object_get(a1, "toolCalls"), 0);
+        cr_assert_str_eq(
+            json_string_value(json_object_get(json_object_get(tc, "function"), "name")), "f");
+    }
+    json_decref(a.page);
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "u1 a1");
+    cr_assert_str_eq(ids_of(s, "t2", ids, sizeof(ids)), "404");
+    cr_assert_str_eq(ids_of(s, "t3", ids, sizeof(ids)), "");
+    a = read_thread(s, "t1", "run_id=r1");
+    cr_assert_eq(json_array_size(json_object_get(a.page, "messages")), 1);
+    json_decref(a.page);
+    input(s, "demo", "t1", "r2", "{\"messages\":[{\"id\":\"u2\",\"role\":\"user\"}]}");
+    agw_store_close(s);
+
+    db = db_file();
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 2);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM sqlite_master WHERE name = 'threads_v1'"), 0);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM threads"), 2);
+    cr_assert_eq(q1(db, "SELECT min(pos) FROM messages WHERE thread = 't1'"), 2);
+    cr_assert_eq(q1(db, "SELECT max(pos) FROM messages WHERE thread = 't1'"), 4);
+    sqlite3_close(db);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "u1 a1 u2");
+    agw_store_close(s);
+}
+
+Test(store, a_newer_schema_is_a_clear_error)
+{
+    struct agw_store_options o = options(AGW_STORE_EMBEDDED, db_dir(), 10, 0, 10);
+    char err[512] = "";
+    sqlite3 *db;
+
+    cr_assert_eq(mkdir(db_dir(), 0700), 0);
+    db = db_file();
+    exec_sql(db, "CREATE TABLE x (a); PRAGMA user_version=3;");
+    sqlite3_close(db);
+    cr_assert_null(agw_store_open(&o, err, sizeof(err)));
+    cr_assert(strstr(err, "schema version 3") != NULL, "%s", err);
+    cr_assert(strstr(err, "history.db") != NULL, "%s", err);
 }
