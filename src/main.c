@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -95,6 +96,23 @@ static int write_port_file(const char *path, const uint16_t *ports, size_t n)
     return rename(tmp, path);
 }
 
+/* The kernel grows a process's descriptor table by doubling it when a descriptor past its end is
+ * needed, and in a process with several threads (worker loops, the store's writer) each growth
+ * waits for an RCU grace period in the thread that asked: an event loop's socket() or accept()
+ * stalled 10 to 25 ms at its 257th, 513th, ... descriptor. Growing the table once at start, to the
+ * limit (at most AGW_FD_TABLE_MAX), costs the kernel 8 bytes per descriptor and no stall later.
+ * Tables never shrink: a descriptor placed at the top and closed again leaves it grown. */
+#define AGW_FD_TABLE_MAX (1 << 20)
+
+static void grow_fd_table(rlim_t limit)
+{
+    int top =
+        (int)((limit == RLIM_INFINITY || limit > AGW_FD_TABLE_MAX ? AGW_FD_TABLE_MAX : limit) - 1);
+
+    if (top > 2 && fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, top) == top)
+        close(top);
+}
+
 /* Each relayed stream holds two descriptors: take every descriptor the system lets this process
  * have (the soft limit up to the hard one), and say what that allows. */
 static void raise_fd_limit(void)
@@ -110,6 +128,7 @@ static void raise_fd_limit(void)
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
             getrlimit(RLIMIT_NOFILE, &rl);
     }
+    grow_fd_table(rl.rlim_cur);
     if (rl.rlim_cur == RLIM_INFINITY)
         agw_log_info("open files: no limit");
     else
