@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -1314,39 +1315,66 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 
 /* ---- life ------------------------------------------------------------------------------------ */
 
-/* The loop probe (AGW_LOOP_PROBE_MS, for benchmarks): a timer every period; how late it fires is
- * how long the loop was busy elsewhere. */
+/* The loop probe (AGW_LOOP_PROBE_MS, for benchmarks): a timerfd that becomes readable every period
+ * (the kernel's high-resolution timer, not the loop's millisecond timeouts); how late the loop
+ * reads it after the first expiry it had not served is how long a ready event waited for the loop.
+ */
 static void lag_probe_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct agw_worker *w = arg;
     struct timespec ts;
-    uint64_t now_us, late;
+    uint64_t now_us, expired = 0, due, late;
+
+    (void)what;
+    if (read(fd, &expired, sizeof(expired)) != (ssize_t)sizeof(expired) || expired == 0)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    now_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    due = w->lag_start_us + (w->lag_expired + 1) * w->lag_period_us;
+    late = now_us > due ? now_us - due : 0;
+    w->lag_expired += expired;
+    if (late > __atomic_load_n(&w->lag_max_us, __ATOMIC_RELAXED))
+        __atomic_store_n(&w->lag_max_us, late, __ATOMIC_RELAXED);
+}
+
+/* Arms the probe's timer once the loop runs (a start-up before it is not the loop's lateness). */
+static void arm_lag_probe(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_worker *w = arg;
+    struct itimerspec its;
+    struct timespec now;
 
     (void)fd;
     (void)what;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    now_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-    late = now_us > w->lag_due_us ? now_us - w->lag_due_us : 0;
-    if (w->lag_due_us != 0 && late > __atomic_load_n(&w->lag_max_us, __ATOMIC_RELAXED))
-        __atomic_store_n(&w->lag_max_us, late, __ATOMIC_RELAXED);
-    w->lag_due_us = now_us + w->lag_period_us;
+    its.it_interval.tv_sec = (time_t)(w->lag_period_us / 1000000u);
+    its.it_interval.tv_nsec = (long)(w->lag_period_us % 1000000u) * 1000L;
+    its.it_value = its.it_interval;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    w->lag_start_us = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
+    w->lag_expired = 0;
+    timerfd_settime(event_get_fd(w->lag_probe), 0, &its, NULL);
 }
 
 static void start_lag_probe(struct agw_worker *w)
 {
     const char *v = getenv("AGW_LOOP_PROBE_MS");
     long ms = v != NULL ? strtol(v, NULL, 10) : 0;
-    struct timeval tv;
+    const struct timeval now = {0, 0};
+    int fd;
 
     if (ms <= 0 || ms > 10000)
         return;
+    fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (fd < 0) {
+        agw_log_warn("AGW_LOOP_PROBE_MS: no timerfd: %s", strerror(errno));
+        return;
+    }
     w->lag_period_us = (uint64_t)ms * 1000u;
-    tv.tv_sec = ms / 1000;
-    tv.tv_usec = (ms % 1000) * 1000;
     /* The highest priority: it measures the loop, it must not wait behind a busy one's work. */
-    w->lag_probe = event_new(w->base, -1, EV_PERSIST, lag_probe_cb, w);
+    w->lag_probe = event_new(w->base, fd, EV_READ | EV_PERSIST, lag_probe_cb, w);
     event_priority_set(w->lag_probe, 0);
-    event_add(w->lag_probe, &tv);
+    event_add(w->lag_probe, NULL);
+    event_base_once(w->base, -1, EV_TIMEOUT, arm_lag_probe, w, &now);
 }
 
 /* The loop objects of worker <w>, its relays, its first configuration (pools) and its server (the
@@ -1397,8 +1425,10 @@ static void worker_free(struct agw_worker *w)
         agw_log_error("worker %u: a configuration is still held at exit", w->index);
     if (w->drain_poll != NULL)
         event_free(w->drain_poll);
-    if (w->lag_probe != NULL)
+    if (w->lag_probe != NULL) {
+        close(event_get_fd(w->lag_probe));
         event_free(w->lag_probe);
+    }
     if (w->dns != NULL)
         evdns_base_free(w->dns, 0);
 }

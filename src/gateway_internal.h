@@ -83,7 +83,8 @@ struct agw_worker {
     struct event *reaper;          /* drops released wconf references */
     struct event *drain_poll;
     struct event *lag_probe; /* AGW_LOOP_PROBE_MS only */
-    uint64_t lag_period_us, lag_due_us;
+    uint64_t lag_period_us, lag_start_us,
+        lag_expired;                  /* the probe's timerfd: its start, expiries */
     uint64_t lag_max_us;              /* read by /metrics on any loop: atomic */
     uint32_t batch_window_us;         /* the configuration's batch_window_us (restart only) */
     struct agw_loop_stats loop_stats; /* read by /metrics on any loop: atomic */
