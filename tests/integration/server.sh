@@ -19,6 +19,16 @@ start_gateway "$T/gw.json" || exit 1
 ADMIN_PORT=$(sed -n 2p "$T/gw.port")
 G=http://127.0.0.1:$GW_PORT
 
+# The descriptor table is grown to the open-file limit at start (src/main.c, grow_fd_table): growing
+# it later, with several threads, stalls the thread that needs a descriptor. /proc says its size.
+fdsize=$(awk '/^FDSize:/ {print $2}' "/proc/$GW_PID/status" 2>/dev/null)
+limit=$(awk '/^Max open files/ {print $4}' "/proc/$GW_PID/limits" 2>/dev/null)
+if [ -n "$fdsize" ] && [ -n "$limit" ] && [ "$limit" != unlimited ]; then
+    want=$((limit < 1048576 ? limit : 1048576))
+    check_eq "descriptor table grown to the open-file limit ($limit) at start" yes \
+        "$([ "$fdsize" -ge "$want" ] && echo yes || echo "no: FDSize $fdsize")"
+fi
+
 http GET $G/healthz
 check_eq "healthz status" 200 "$STATUS"
 check_eq "healthz body" '{"status":"ok"}' "$BODY"
