@@ -5,12 +5,12 @@
  * ready each time, and spends most of its CPU going to sleep and waking up. agw_loop_run() runs
  * the loop like event_base_dispatch(), and while the loop is busy — its turns, measured from one
  * look at the sockets to the end of the callbacks it ran, are shorter than half <window_us> on
- * average and this one was shorter than the window — it waits until <window_us> after that look before looking again. Each
- * look then finds every event that arrived meanwhile, so a busy loop makes fewer wake-ups and
- * fewer reads and writes per event, and an event waits at most <window_us> (plus the kernel's
- * timer slack) longer than it would have. A loop that is idle or lightly loaded (its turns
- * block, waiting for the next event, for longer than the window on average) never waits: the
- * first event after a quiet spell is handled at once. */
+ * average and this one was shorter than the window — it waits until <window_us> after that look
+ * before looking again. Each look then finds every event that arrived meanwhile, so a busy loop
+ * makes fewer wake-ups and fewer reads and writes per event, and an event waits at most
+ * <window_us> (plus the kernel's timer slack) longer than it would have. A loop that is idle or
+ * lightly loaded (its turns block, waiting for the next event, for longer than the window on
+ * average) never waits: the first event after a quiet spell is handled at once. */
 #ifndef AGW_LOOP_H
 #define AGW_LOOP_H
 
