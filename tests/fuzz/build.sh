@@ -4,7 +4,8 @@
 #
 #   tests/fuzz/build.sh [BUILDDIR] [NAME...]      (default BUILDDIR: _build-fuzz; default: every target)
 #
-# BUILDDIR is configured once with CC=clang and -fsanitize=fuzzer-no-link,address,undefined, so the
+# BUILDDIR is configured once with CC=clang, -fsanitize=fuzzer-no-link,address,undefined and the C
+# library's malloc (AddressSanitizer replaces it; jemalloc would be linked for nothing), so the
 # library (src/libagw.a) carries the coverage instrumentation; each driver tests/fuzz/fuzz_NAME.c is
 # then linked with -fsanitize=fuzzer into BUILDDIR/fuzz_NAME. Run them with tests/fuzz/run.sh, or by
 # hand (see tests/fuzz/README.md). CC overrides the compiler (it must support -fsanitize=fuzzer).
@@ -30,7 +31,7 @@ PKGS="evhtp libevent libevent_openssl libevent_pthreads openssl jansson"
 [ -x "$src/configure" ] || (cd "$src" && ./autogen.sh >/dev/null)
 if [ ! -f "$out/Makefile" ]; then
     echo "==> configuring $out (CC=$CC)"
-    (cd "$out" && "$src/configure" CC="$CC" CFLAGS="$CFLAGS" >/dev/null)
+    (cd "$out" && "$src/configure" CC="$CC" CFLAGS="$CFLAGS" --without-jemalloc >/dev/null)
 fi
 make -C "$out" -j"$(nproc 2>/dev/null || echo 2)" src/libagw.a >/dev/null
 
