@@ -1038,6 +1038,7 @@ static int parse_limits(struct ctx *c, json_t *v, struct agw_limits *l)
                                        "max_json_depth",
                                        "max_request_header_bytes",
                                        "max_request_header_fields",
+                                       "upstream_idle_connections",
                                        NULL};
     char p[256];
     json_t *x;
@@ -1065,6 +1066,10 @@ static int parse_limits(struct ctx *c, json_t *v, struct agw_limits *l)
         return -AGW_EINVAL;
     if ((x = json_object_get(v, "max_request_header_fields")) != NULL &&
         get_uint(c, "limits.max_request_header_fields", x, 1, 10000, &l->max_request_header_fields))
+        return -AGW_EINVAL;
+    if ((x = json_object_get(v, "upstream_idle_connections")) != NULL &&
+        get_uint(c, "limits.upstream_idle_connections", x, 0, 100000,
+                 &l->upstream_idle_connections))
         return -AGW_EINVAL;
     return 0;
 }
@@ -1315,6 +1320,7 @@ static struct agw_config *config_new(void)
 
     cfg->limits.max_body_bytes = 1024 * 1024;
     cfg->limits.stream_buffer_bytes = 256 * 1024;
+    cfg->limits.upstream_idle_connections = 256;
     cfg->limits.max_frame_bytes = 1024 * 1024;
     cfg->limits.max_header_bytes = 16 * 1024;
     cfg->limits.max_json_depth = 64;

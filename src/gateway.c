@@ -1063,7 +1063,7 @@ static struct wconf *wconf_new(struct agw_worker *w, struct gconf *gc)
         .first_byte_ms = cfg->timeouts.first_byte_ms,
         .idle_ms = cfg->timeouts.idle_ms,
         .max_header_bytes = cfg->limits.max_header_bytes,
-        .max_idle_conns = 64,
+        .max_idle_conns = cfg->limits.upstream_idle_connections,
         .keepalive_ms = 60000,
     };
 

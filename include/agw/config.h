@@ -162,6 +162,8 @@ struct agw_limits {
     unsigned max_json_depth;    /* nesting depth of a request body (64) */
     size_t max_request_header_bytes;    /* a client's request line + header fields (32 KiB) */
     unsigned max_request_header_fields; /* header fields in a client's request (100) */
+    unsigned upstream_idle_connections; /* kept-alive idle connections per backend and event loop
+                                           (256); 0 = a connection per run */
 };
 
 struct agw_timeouts {

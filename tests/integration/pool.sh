@@ -17,7 +17,8 @@ cat >"$T/gw.json" <<JSON
   "agents": {
     "keep": { "upstreams": ["$D/agent?events=3"] },
     "hidle": { "upstreams": ["$D/agent?events=3&hangup=idle"] },
-    "hnext": { "upstreams": ["$D/agent?events=3&hangup=next"] }
+    "hnext": { "upstreams": ["$D/agent?events=3&hangup=next"] },
+    "slow": { "upstreams": ["$D/agent?events=3&delay_ms=300"] }
   }
 }
 JSON
@@ -63,6 +64,26 @@ for _ in 1 2 3; do r="$r$(run keep) "; done
 check_eq "three runs complete" "RUN_FINISHED RUN_FINISHED RUN_FINISHED " "$r"
 upstream
 check_eq "and share one upstream connection" $((a0 + 1)) "$UP"
+
+# Waves of runs at once: each run of the first wave needs its own connection; those all go back to
+# the pool (limits.upstream_idle_connections, 256 by default), and the second wave takes them again.
+wave() {
+    local i
+    for i in $(seq 80); do
+        (run slow >"$T/wave.$i") &
+    done
+    wait
+    cat "$T"/wave.* | sort | uniq -c | awk '{print $1, $2}'
+    rm -f "$T"/wave.*
+}
+upstream
+a0=$UP
+check_eq "a wave of 80 runs at once completes" "80 RUN_FINISHED" "$(wave)"
+upstream
+check_eq "and opens a connection per run" $((a0 + 80)) "$UP"
+check_eq "a second wave completes" "80 RUN_FINISHED" "$(wave)"
+upstream
+check_eq "on the 80 pooled connections, none opened" $((a0 + 80)) "$UP"
 
 # The client's side: three runs on one kept-alive client connection. Each run's head, events and last
 # chunk leave in one write, and libevhtp completes the request from the write event the head armed; if

@@ -45,6 +45,7 @@ Test(config, minimal_and_defaults)
     cr_assert_eq(cfg->limits.stream_buffer_bytes, 256 * 1024);
     cr_assert_eq(cfg->limits.max_frame_bytes, 1024 * 1024);
     cr_assert_eq(cfg->limits.max_json_depth, 64);
+    cr_assert_eq(cfg->limits.upstream_idle_connections, 256);
     cr_assert_eq(cfg->timeouts.connect_ms, 5000);
     cr_assert_eq(cfg->timeouts.first_byte_ms, 60000);
     cr_assert_eq(cfg->timeouts.idle_ms, 300000);
@@ -100,7 +101,7 @@ Test(config, full)
              "\"a\":{\"upstreams\":[\"http://[::1]:9001/a\",\"http://h2\"]}},"
              "\"limits\":{\"max_body_bytes\":\"2MiB\",\"stream_buffer_bytes\":65536,\"max_frame_"
              "bytes\":\"512k\","
-             "\"max_header_bytes\":\"32KiB\",\"max_json_depth\":20},"
+             "\"max_header_bytes\":\"32KiB\",\"max_json_depth\":20,\"upstream_idle_connections\":0},"
              "\"timeouts\":{\"connect\":\"500ms\",\"first_byte\":\"2m\",\"idle\":0,\"run\":\"1h\","
              "\"heartbeat\":\"15s\","
              "\"drain\":1000,\"request\":\"10s\"},"
@@ -141,6 +142,7 @@ Test(config, full)
     cr_assert_eq(cfg->limits.stream_buffer_bytes, 65536);
     cr_assert_eq(cfg->limits.max_frame_bytes, 512 * 1024);
     cr_assert_eq(cfg->limits.max_json_depth, 20);
+    cr_assert_eq(cfg->limits.upstream_idle_connections, 0);
     cr_assert_eq(cfg->timeouts.connect_ms, 500);
     cr_assert_eq(cfg->timeouts.first_byte_ms, 120000);
     cr_assert_eq(cfg->timeouts.idle_ms, 0);
@@ -229,6 +231,8 @@ Test(config, errors_name_the_key_path)
                  "timeouts.connect: must be greater than 0");
     expect_error("{" BASE "," AGENT ",\"limits\":{\"max_body_bytes\":\"lots\"}}",
                  "limits.max_body_bytes: expects a size");
+    expect_error("{" BASE "," AGENT ",\"limits\":{\"upstream_idle_connections\":-1}}",
+                 "limits.upstream_idle_connections: expects an integer 0..100000");
     expect_error("{\"listen\":[{\"address\":\"127.0.0.1\",\"port\":70000}],\"auth\":{\"mode\":"
                  "\"none\"}," AGENT "}",
                  "listen[0].port: expects an integer 0..65535");
