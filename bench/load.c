@@ -161,6 +161,7 @@ struct conn {
     size_t line_len; /* bytes kept of the current line */
     bool frame_data; /* the current frame had a data line */
     bool held;       /* --hold: counted in bench.held */
+    uint64_t runs;   /* runs this connection slot has sent (its thread is runs / runs_per_thread) */
 };
 
 struct bench {
@@ -178,6 +179,8 @@ struct bench {
     unsigned active; /* connections not yet DONE */
     bool hold;
     bool new_conn;  /* one connection per run (Connection: close) */
+    uint64_t runs_per_thread; /* a connection slot starts a new thread after this many runs; 0:
+                                 one thread per slot for the whole load */
     double seconds; /* start runs for this long (0 = until --runs are started) */
     bool draining;  /* --seconds passed: no new run, the ones under way finish */
     unsigned held;
@@ -283,7 +286,11 @@ static void send_request(struct conn *c)
 
     snprintf(ids, sizeof(ids), "bench-%u-%" PRIu64, c->id, b->runs_started);
     json_object_set_new(b->body_tmpl, "runId", json_string(ids));
-    snprintf(ids, sizeof(ids), "bench-thread-%u", c->id);
+    if (b->runs_per_thread > 0)
+        snprintf(ids, sizeof(ids), "bench-thread-%u-%" PRIu64, c->id, c->runs / b->runs_per_thread);
+    else
+        snprintf(ids, sizeof(ids), "bench-thread-%u", c->id);
+    c->runs++;
     json_object_set_new(b->body_tmpl, "threadId", json_string(ids));
     body = json_dumps(b->body_tmpl, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!body)
@@ -801,6 +808,8 @@ static void usage(FILE *f)
         "                      limit with --seconds)\n"
         "  --seconds S         start runs for S seconds; the runs under way then finish\n"
         "  --new-conn          a new connection per run (the request says Connection: close)\n"
+        "  --runs-per-thread K a connection slot moves to a new threadId every K runs (a\n"
+        "                      conversation of K turns; default: one thread per slot)\n"
         "  --duration S        stop after S seconds whatever is left (default 120)\n"
         "  --header 'N: v'     extra request header (repeatable)\n"
         "  --body FILE         RunAgentInput JSON (threadId/runId are set per run)\n"
@@ -885,6 +894,7 @@ int main(int argc, char **argv)
         {"label", required_argument, NULL, 'l'},
         {"seconds", required_argument, NULL, 'S'},
         {"new-conn", no_argument, NULL, 'n'},
+        {"runs-per-thread", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -899,7 +909,7 @@ int main(int argc, char **argv)
     b->concurrency = 1;
     b->duration = 120;
     b->max_inflight = DEFAULT_INFLIGHT;
-    while ((ch = getopt_long(argc, argv, "u:c:r:d:H:b:os:i:l:S:nh", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "u:c:r:d:H:b:os:i:l:S:nt:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'u':
             url = optarg;
@@ -941,6 +951,9 @@ int main(int argc, char **argv)
             break;
         case 'n':
             b->new_conn = true;
+            break;
+        case 't':
+            b->runs_per_thread = parse_count("--runs-per-thread", optarg, 1000000000UL);
             break;
         case 'h':
             usage(stdout);

@@ -30,6 +30,10 @@ enum kind {
 struct agw_capture {
     char *buf;       /* JSON Lines; an open coalesced event at the end, without its '"}\n' */
     size_t len, cap; /* bytes used and allocated in buf */
+    agw_capture_chunk_fn *chunk; /* where chunks come from (agw_capture_use_chunks()), or NULL */
+    void *chunk_arg;
+    bool buf_is_chunk; /* buf is a chunk: cap == AGW_CAPTURE_CHUNK_BYTES, from chunk() */
+    bool was_chunk;    /* the last buffer taken was a chunk: the next one starts as a chunk */
     enum kind open;  /* KIND_TEXT or KIND_ARGS while a coalesced event is open; else KIND_DROP */
     size_t id_at, id_len; /* the open event's id token (quotes included) at buf + id_at */
 };
@@ -421,8 +425,21 @@ static char *room(struct agw_capture *c, size_t n)
 {
     assert(n < SIZE_MAX / 4 &&
            c->len < SIZE_MAX / 4); /* events are bounded by the SSE frame limit */
+    if (c->cap - c->len < n && c->chunk != NULL && !c->buf_is_chunk &&
+        c->len + n <= AGW_CAPTURE_CHUNK_BYTES &&
+        (c->was_chunk || c->len + n > AGW_CAPTURE_SMALL_BYTES)) {
+        char *b = c->chunk(c->chunk_arg);
+
+        if (c->len > 0)
+            memcpy(b, c->buf, c->len);
+        free(c->buf);
+        c->buf = b;
+        c->cap = AGW_CAPTURE_CHUNK_BYTES;
+        c->buf_is_chunk = true;
+    }
     if (c->cap - c->len < n) {
         size_t cap = c->cap > 0 ? c->cap : CAPTURE_FIRST_CAP;
+        c->buf_is_chunk = false; /* a chunk outgrown by an event too big for it */
         while (cap - c->len < n)
             cap *= 2;
         c->buf = agw_xrealloc(c->buf, cap);
@@ -488,6 +505,12 @@ static void coalesce(struct agw_capture *c, enum kind kind, const struct member 
 struct agw_capture *agw_capture_new(void)
 {
     return agw_xcalloc(1, sizeof(struct agw_capture));
+}
+
+void agw_capture_use_chunks(struct agw_capture *c, agw_capture_chunk_fn *get, void *arg)
+{
+    c->chunk = get;
+    c->chunk_arg = arg;
 }
 
 void agw_capture_free(struct agw_capture *c)
@@ -641,16 +664,22 @@ size_t agw_capture_size(const struct agw_capture *c)
     return c->len;
 }
 
-char *agw_capture_take(struct agw_capture *c, size_t *len)
+char *agw_capture_take(struct agw_capture *c, size_t *len, bool *chunk)
 {
     char *out;
 
     close_open(c);
     *len = c->len;
+    if (chunk != NULL)
+        *chunk = false;
     if (c->len == 0)
         return NULL; /* (then there is no buffer: one is only made to hold something) */
     out = c->buf;
+    if (chunk != NULL)
+        *chunk = c->buf_is_chunk;
+    c->was_chunk = c->buf_is_chunk;
     c->buf = NULL;
     c->len = c->cap = 0;
+    c->buf_is_chunk = false;
     return out;
 }

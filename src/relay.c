@@ -222,10 +222,11 @@ static void flush_capture(struct agw_relay *r)
 {
     size_t len;
     char *lines;
+    bool chunk;
 
-    if (r->capture == NULL || (lines = agw_capture_take(r->capture, &len)) == NULL)
+    if (r->capture == NULL || (lines = agw_capture_take(r->capture, &len, &chunk)) == NULL)
         return;
-    agw_store_run_events(r->store, r->thread_id, r->run_id, lines, len);
+    agw_store_run_events(r->store, r->thread_id, r->run_id, lines, len, chunk);
 }
 
 static void legacy_frame(void *arg, const char *data, size_t len)
@@ -766,8 +767,10 @@ static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_r
     r->detach = p->detach;
     r->legacy_client = p->legacy_client;
     r->store = p->store;
-    if (r->store != NULL)
+    if (r->store != NULL) {
         r->capture = agw_capture_new();
+        agw_capture_use_chunks(r->capture, agw_store_chunk, r->store);
+    }
     r->start_ms = agw_now_ms();
     {
         const char *id = agw_req_id(p->req);

@@ -23,6 +23,7 @@
 #include <event2/event.h>
 #include <jansson.h>
 
+#include "agw/capture.h"
 #include "agw/log.h"
 #include "agw/store.h"
 #include "store_backend.h"
@@ -35,6 +36,10 @@
  * BATCH_BYTES wait, or a read comes: the writer wakes once per batch, not once per record. */
 #define BATCH_MS    20
 #define BATCH_BYTES (4u << 20)
+/* Capture chunks kept for reuse (agw_store_chunk()): 10 MiB at most. Enough for the chunks a
+ * batch hands over under a streaming load (about 20 ms of records at 120 MB/s, 30 chunks) and a
+ * margin, so that a loop takes back pages that are already there instead of faulting new ones in. */
+#define CHUNKS_KEPT 128
 
 enum job_kind { JOB_INPUT, JOB_EVENTS, JOB_READ };
 
@@ -46,6 +51,7 @@ struct job {
     char *data;                                /* INPUT: the body (in the block); EVENTS: owned */
     size_t len;
     size_t cost; /* bytes counted against max_queue_bytes */
+    bool chunk;  /* JOB_EVENTS: <data> is a capture chunk, to be reused (agw_store_chunk()) */
     /* JOB_READ */
     struct agw_history_query q;
     struct agw_store_inbox *inbox;
@@ -87,6 +93,10 @@ struct agw_store {
     uint64_t queued_since_ms; /* when the oldest waiting record was handed over */
     unsigned queued_reads;    /* read requests waiting */
     bool writer_waiting;      /* the writer sleeps on <wake> */
+    /* capture chunks waiting to be reused (agw_store_chunk()): a list through their first bytes */
+    pthread_mutex_t chunks_lock;
+    char *chunks;
+    size_t n_chunks;
     bool stopping;
     pthread_t thread;
     bool thread_started;
@@ -490,9 +500,27 @@ static void deliver(struct job *j)
         agw_log_error("thread history: cannot wake an event loop: %s", strerror(errno));
 }
 
-static void job_free(struct job *j)
+/* A chunk handed back: kept for a loop's next agw_store_chunk() while fewer than CHUNKS_KEPT
+ * wait, else freed. */
+static void chunk_put(struct agw_store *s, char *c)
 {
-    if (j->kind == JOB_EVENTS)
+    pthread_mutex_lock(&s->chunks_lock);
+    if (s->n_chunks < CHUNKS_KEPT) {
+        memcpy(c, &s->chunks, sizeof(char *));
+        s->chunks = c;
+        s->n_chunks++;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&s->chunks_lock);
+    free(c);
+}
+
+/* <s> may be NULL for a record that holds no chunk (a read). */
+static void job_free(struct agw_store *s, struct job *j)
+{
+    if (j->kind == JOB_EVENTS && j->chunk)
+        chunk_put(s, j->data);
+    else if (j->kind == JOB_EVENTS)
         free(j->data);
     free(j->page.body);
     free(j->page.agents);
@@ -579,7 +607,7 @@ static void *writer_main(void *arg)
             }
             stat_add(&s->records, 1);
             if (j != NULL)
-                job_free(j);
+                job_free(s, j);
         }
         if (!TAILQ_EMPTY(&s->dirty) && (stop || agw_now_ms() >= s->first_dirty_ms + s->o.commit_ms))
             commit(s);
@@ -629,7 +657,7 @@ static void submit(struct agw_store *s, struct job *j)
             agw_log_error("thread history: the store is behind (%zu bytes queued): records "
                           "dropped (thread %s)",
                           s->o.max_queue_bytes, j->thread_id);
-        job_free(j);
+        job_free(s, j);
     }
 }
 
@@ -679,14 +707,30 @@ void agw_store_run_input(struct agw_store *s, const char *agent_id, const char *
 }
 
 void agw_store_run_events(struct agw_store *s, const char *thread_id, const char *run_id,
-                          char *lines, size_t len)
+                          char *lines, size_t len, bool chunk)
 {
     struct job *j = job_new(JOB_EVENTS, thread_id, run_id, NULL, 0, NULL);
 
     j->data = lines;
     j->len = len;
+    j->chunk = chunk;
     j->cost += len;
     submit(s, j);
+}
+
+char *agw_store_chunk(void *store)
+{
+    struct agw_store *s = store;
+    char *c;
+
+    pthread_mutex_lock(&s->chunks_lock);
+    c = s->chunks;
+    if (c != NULL) {
+        memcpy(&s->chunks, c, sizeof(char *));
+        s->n_chunks--;
+    }
+    pthread_mutex_unlock(&s->chunks_lock);
+    return c != NULL ? c : agw_xmalloc(AGW_CAPTURE_CHUNK_BYTES);
 }
 
 void agw_store_read(struct agw_store *s, const char *thread_id, const struct agw_history_query *q,
@@ -717,7 +761,7 @@ static void inbox_cb(evutil_socket_t fd, short what, void *arg)
     while ((j = STAILQ_FIRST(&got)) != NULL) {
         STAILQ_REMOVE_HEAD(&got, link);
         j->done(j->arg, &j->page);
-        job_free(j);
+        job_free(NULL, j); /* a read: no chunk */
     }
 }
 
@@ -746,7 +790,7 @@ void agw_store_inbox_free(struct agw_store_inbox *in)
     while ((j = STAILQ_FIRST(&in->jobs)) != NULL) {
         STAILQ_REMOVE_HEAD(&in->jobs, link);
         j->done(j->arg, NULL);
-        job_free(j);
+        job_free(NULL, j);
     }
     event_free(in->ev);
     close(in->fd);
@@ -769,6 +813,7 @@ struct agw_store *agw_store_open(const struct agw_store_options *o, char *err, s
     TAILQ_INIT(&s->dirty);
     STAILQ_INIT(&s->queue);
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->chunks_lock, NULL);
     {
         /* The writer's deadlines are monotonic (agw_now_ms()): so must its waits be. */
         pthread_condattr_t ca;
@@ -822,6 +867,12 @@ void agw_store_close(struct agw_store *s)
         cache_remove(s, t);
     if (s->be.self != NULL)
         s->be.close(s->be.self);
+    while (s->chunks != NULL) {
+        char *c = s->chunks;
+        memcpy(&s->chunks, c, sizeof(char *));
+        free(c);
+    }
+    pthread_mutex_destroy(&s->chunks_lock);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->lock);
     free(s->buckets);

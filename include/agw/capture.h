@@ -43,10 +43,23 @@ void agw_capture_event(struct agw_capture *c, const char *json, size_t len);
 size_t agw_capture_size(const struct agw_capture *c);
 
 /* Hands over everything kept so far as JSON Lines (each kept or coalesced event, then '\n'), the
- * open coalesced event closed first; *<len> gets their length. The caller frees them with free().
- * NULL (and *<len> 0) when nothing is held. The capture is empty then and goes on: a later delta of
- * the same message starts a new coalesced event. */
-char *agw_capture_take(struct agw_capture *c, size_t *len);
+ * open coalesced event closed first; *<len> gets their length, and *<chunk> (when not NULL) whether
+ * the buffer is a chunk (below). The caller frees them with free(), or gives a chunk back to where
+ * chunks come from. NULL (and *<len> 0) when nothing is held. The capture is empty then and goes
+ * on: a later delta of the same message starts a new coalesced event. */
+char *agw_capture_take(struct agw_capture *c, size_t *len, bool *chunk);
+
+/* Chunks: the buffers of a long run, recycled by the caller instead of being grown by doubling and
+ * freed. A capture starts with a small buffer (a run that waits keeps little); once what it holds
+ * passes AGW_CAPTURE_SMALL_BYTES it moves to a chunk of AGW_CAPTURE_CHUNK_BYTES from <get> (one
+ * copy of what it held), and after a take that handed over a chunk it starts the next buffer as a
+ * chunk at once. A chunk is a block of exactly AGW_CAPTURE_CHUNK_BYTES that free() accepts; one
+ * that an event too big for it outgrew is no chunk any more (take says so). <get> never fails
+ * (out of memory aborts, as agw_xmalloc() does). Without this call every buffer grows by doubling. */
+#define AGW_CAPTURE_SMALL_BYTES (8 * 1024)
+#define AGW_CAPTURE_CHUNK_BYTES (80 * 1024)
+typedef char *agw_capture_chunk_fn(void *arg);
+void agw_capture_use_chunks(struct agw_capture *c, agw_capture_chunk_fn *get, void *arg);
 
 /* The parts of a coalesced content line (see agw_capture_line_delta()). */
 struct agw_capture_delta {

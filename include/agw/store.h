@@ -51,9 +51,13 @@ void agw_store_close(struct agw_store *s);
 void agw_store_run_input(struct agw_store *s, const char *agent_id, const char *thread_id,
                          const char *run_id, const char *body, size_t len);
 /* Events run <run_id> of thread <thread_id> produced: <lines> (<len> bytes of JSON Lines, one event
- * per line, from agw_capture_take()) is taken over and freed by the store. */
+ * per line, from agw_capture_take()) is taken over by the store, which frees it, or keeps it for
+ * reuse when <chunk> says it is a capture chunk (include/agw/capture.h). */
 void agw_store_run_events(struct agw_store *s, const char *thread_id, const char *run_id,
-                          char *lines, size_t len);
+                          char *lines, size_t len, bool chunk);
+/* A capture chunk (AGW_CAPTURE_CHUNK_BYTES, for agw_capture_use_chunks(); <store> is the struct
+ * agw_store): one the writer handed back after applying its records, or a new one. Any thread. */
+char *agw_store_chunk(void *store);
 
 /* ---- reading ------------------------------------------------------------------------------- */
 

@@ -93,7 +93,7 @@ static size_t take_and_apply(struct agw_capture *c, struct agw_history *h, const
                              size_t *from)
 {
     size_t held = agw_capture_size(c), len, lines = 0;
-    char *out = agw_capture_take(c, &len);
+    char *out = agw_capture_take(c, &len, NULL);
     const char *p = out, *end;
 
     check((out == NULL) == (len == 0), "NULL exactly when nothing is held");

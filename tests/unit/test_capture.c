@@ -52,7 +52,7 @@ static void feed(struct agw_capture *c, const char *text)
 static char *take_str(struct agw_capture *c)
 {
     size_t len = 12345;
-    char *lines = agw_capture_take(c, &len), *s;
+    char *lines = agw_capture_take(c, &len, NULL), *s;
 
     if (lines == NULL) {
         cr_assert_eq(len, 0);
@@ -163,11 +163,11 @@ Test(capture, nothing_held_gives_null)
     struct agw_capture *c = agw_capture_new();
     size_t len = 99;
 
-    cr_assert_null(agw_capture_take(c, &len));
+    cr_assert_null(agw_capture_take(c, &len, NULL));
     cr_assert_eq(len, 0);
     feed(c, "{'type':'RUN_STARTED','threadId':'t','runId':'r'}");
     cr_assert_eq(agw_capture_size(c), 0);
-    cr_assert_null(agw_capture_take(c, &len));
+    cr_assert_null(agw_capture_take(c, &len, NULL));
     cr_assert_eq(len, 0);
     agw_capture_free(c);
     agw_capture_free(NULL);
@@ -284,7 +284,7 @@ Test(capture, grows_past_its_first_buffer)
         if (i % 1000 == 999)
             feed(c, "{'type':'TEXT_MESSAGE_START','messageId':'m2'}");
     }
-    lines = agw_capture_take(c, &len);
+    lines = agw_capture_take(c, &len, NULL);
     cr_assert_not_null(lines);
     /* five coalesced events of 10,000 bytes of text, each followed by a start */
     want = malloc(10001);
@@ -340,7 +340,7 @@ static void expect_concatenation(const char *const *deltas, size_t n)
         agw_capture_event(c, t, tl);
         free(t);
     }
-    lines = agw_capture_take(c, &len);
+    lines = agw_capture_take(c, &len, NULL);
     cr_assert_not_null(lines);
     cr_assert_eq(memchr(lines, '\n', len), lines + len - 1, "one line");
     got = json_loadb(lines, len - 1, 0, NULL);
@@ -353,6 +353,95 @@ static void expect_concatenation(const char *const *deltas, size_t n)
     free(want);
     free(lines);
     agw_capture_free(c);
+}
+
+/* A pool of chunks for agw_capture_use_chunks(): counts what it gave. */
+struct pool {
+    int given;
+};
+
+static char *give_chunk(void *arg)
+{
+    struct pool *p = arg;
+    char *c = malloc(AGW_CAPTURE_CHUNK_BYTES);
+
+    cr_assert_not_null(c);
+    memset(c, 'X', AGW_CAPTURE_CHUNK_BYTES); /* what a reused chunk holds: someone else's bytes */
+    p->given++;
+    return c;
+}
+
+/* Everything take() hands over, with whether it was a chunk. */
+static char *take_all(struct agw_capture *c, bool *chunk, size_t *len)
+{
+    char *lines = agw_capture_take(c, len, chunk);
+
+    cr_assert_not_null(lines);
+    return lines;
+}
+
+Test(capture, a_long_run_moves_to_chunks_and_stays_on_them)
+{
+    struct pool p = {0};
+    struct agw_capture *plain = agw_capture_new(), *c = agw_capture_new();
+    char *a, *b;
+    size_t alen, blen;
+    bool chunk;
+    char ev[256];
+
+    agw_capture_use_chunks(c, give_chunk, &p);
+    /* small: no chunk */
+    feed(c, "{'type':'TEXT_MESSAGE_START','messageId':'m1'}");
+    feed(plain, "{'type':'TEXT_MESSAGE_START','messageId':'m1'}");
+    cr_assert_eq(p.given, 0);
+    a = take_all(c, &chunk, &alen);
+    cr_assert_not(chunk, "a small run's buffer is no chunk");
+    free(a);
+    free(take_all(plain, &chunk, &alen));
+    /* past AGW_CAPTURE_SMALL_BYTES: one chunk, holding what was there, and still one after */
+    for (int i = 0; i < 2000; i++) {
+        snprintf(ev, sizeof(ev), "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'%04d'}",
+                 i);
+        feed(c, ev);
+        feed(plain, ev);
+        if (i % 500 == 0) { /* kept events between the deltas */
+            feed(c, "{'type':'TOOL_CALL_END','toolCallId':'t1'}");
+            feed(plain, "{'type':'TOOL_CALL_END','toolCallId':'t1'}");
+        }
+    }
+    cr_assert_eq(p.given, 1, "moved to a chunk once");
+    a = take_all(c, &chunk, &alen);
+    cr_assert(chunk);
+    b = take_all(plain, &chunk, &blen);
+    cr_assert_not(chunk);
+    cr_assert_eq(alen, blen);
+    cr_assert_eq(memcmp(a, b, alen), 0, "a chunk holds what a grown buffer holds");
+    free(a);
+    free(b);
+    /* after a chunk, the next buffer is a chunk from the first byte */
+    feed(c, "{'type':'TEXT_MESSAGE_END','messageId':'m1'}");
+    cr_assert_eq(p.given, 2);
+    a = take_all(c, &chunk, &alen);
+    cr_assert(chunk);
+    cr_assert_eq(alen, strlen("{'type':'TEXT_MESSAGE_END','messageId':'m1'}\n"));
+    free(a);
+    /* an event bigger than a chunk outgrows it: no chunk any more */
+    {
+        size_t n = AGW_CAPTURE_CHUNK_BYTES + 100;
+        char *big = malloc(n + 64);
+        size_t k = (size_t)snprintf(big, 64, "{\"type\":\"TOOL_CALL_RESULT\",\"content\":\"");
+        memset(big + k, 'z', n - k - 2);
+        memcpy(big + n - 2, "\"}", 2);
+        feed_raw(c, big, n);
+        a = take_all(c, &chunk, &alen);
+        cr_assert_not(chunk, "an outgrown chunk is no chunk");
+        cr_assert_eq(alen, n + 1);
+        cr_assert_eq(memcmp(a, big, n), 0);
+        free(a);
+        free(big);
+    }
+    agw_capture_free(c);
+    agw_capture_free(plain);
 }
 
 Test(capture, escaped_deltas_concatenate_to_the_concatenated_text)
@@ -564,7 +653,7 @@ Test(capture, truncations_of_an_event_never_read_past_it)
             char *out;
 
             feed_raw(c, full, n);
-            out = agw_capture_take(c, &out_len);
+            out = agw_capture_take(c, &out_len, NULL);
             if (n < len) {
                 cr_assert_eq(out_len, n + 1, "a cut event is kept as it is (%zu)", n);
                 cr_assert(n == 0 || memcmp(out, full, n) == 0);
@@ -738,7 +827,7 @@ static size_t same_thread(const char *const *events, size_t n, size_t take_every
     for (size_t i = 0; i <= n; i++) {
         if (i == n || (take_every > 0 && i > 0 && i % take_every == 0)) {
             size_t len;
-            char *lines = agw_capture_take(c, &len);
+            char *lines = agw_capture_take(c, &len, NULL);
             for (size_t k = 0; k < len; k++)
                 lines_n += lines[k] == '\n';
             apply_lines(captured, lines, len);

@@ -126,7 +126,7 @@ static void input(struct agw_store *s, const char *agent, const char *thread, co
 
 static void events(struct agw_store *s, const char *thread, const char *run, const char *lines)
 {
-    agw_store_run_events(s, thread, run, strdup(lines), strlen(lines));
+    agw_store_run_events(s, thread, run, strdup(lines), strlen(lines), false);
 }
 
 static const char RUN1_EVENTS[] =
@@ -167,6 +167,29 @@ Test(store, memory_records_are_read_back_in_order)
     a = read_thread(s, "nope", NULL);
     cr_assert_eq(a.status, 404);
     cr_assert_null(a.page);
+    agw_store_close(s);
+}
+
+Test(store, capture_chunks_are_reused_once_applied)
+{
+    struct agw_store *s = open_store(AGW_STORE_MEMORY, NULL, 100, 0, 100);
+    char *c1 = agw_store_chunk(s), *c2 = agw_store_chunk(s), *again;
+    struct answer a;
+
+    cr_assert_not_null(c1);
+    cr_assert_neq(c1, c2, "two chunks at once are two blocks");
+    input(s, "demo", "t1", "r1",
+          "{\"threadId\":\"t\",\"runId\":\"r1\",\"messages\":[{\"id\":\"u1\",\"role\":\"user\","
+          "\"content\":\"Hi\"}]}");
+    memcpy(c1, RUN1_EVENTS, sizeof(RUN1_EVENTS) - 1);
+    agw_store_run_events(s, "t1", "r1", c1, sizeof(RUN1_EVENTS) - 1, true);
+    a = read_thread(s, "t1", NULL); /* after the read, the events were applied */
+    expect_run1(&a);
+    json_decref(a.page);
+    again = agw_store_chunk(s);
+    cr_assert_eq(again, c1, "the applied chunk is handed out again");
+    free(again);
+    free(c2);
     agw_store_close(s);
 }
 
