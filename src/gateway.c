@@ -679,6 +679,11 @@ static void thread_read_done(void *arg, const struct agw_store_page *page)
     if (page == NULL) {
         status = 503;
         agw_req_reply_error(req, status, "service unavailable: the gateway is shutting down");
+    } else if (page->status == 500) {
+        status = 500;
+        agw_req_reply_error(req, status,
+                            "internal error: thread %s could not be read from the store (logged)",
+                            tr->thread_id);
     } else if (page->status != 200 || tr->w->wc == NULL ||
                !key_sees(tr->w->wc->cfg, tr->key_id, page->agents)) {
         status = 404;

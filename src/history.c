@@ -23,11 +23,33 @@
  * and a store writes the text as it is. The first operation that needs a jansson value (a tool call
  * added to it, a comparison with a client's copy, a page, a dump) parses the text and the message
  * is held as a value from then on. */
+/* A hash of bytes given in any number of pieces (the same bytes give the same hash however they
+ * are split): eight bytes at a time, little-endian, the rest carried to the next piece. For
+ * comparing a shed text with a client's copy: the lengths must be equal too. */
+struct hs {
+    uint64_t h, carry, len;
+    unsigned n_carry; /* bytes in <carry>, 0..7 */
+};
+
+/* One message. Most are held as jansson values (<msg>); a text message made by the events
+ * (TEXT_MESSAGE_START, a first TEXT_MESSAGE_CHUNK) is held as its compact JSON text instead, while
+ * nothing but content deltas touches it: {"id":…,"role":…,"content":"<content> without the closing
+ * '"}', so that a delta is appended as its escaped bytes, without decoding or copying the content,
+ * and a store writes the text as it is. The first operation that needs a jansson value (a tool call
+ * added to it, a comparison with a different copy from a client, a page, a dump) parses the text and
+ * the message is held as a value from then on.
+ *
+ * A text the store saved may be shed (agw_history_shed()): its first <text_base> bytes are then in
+ * the store only, and <text> holds the rest, [text_base, text_len): what it grew by since, usually
+ * nothing. The thread keeps their length and hash (<text_hs>), which is all a client's copy is
+ * compared with; anything that needs the whole text reads them back through the thread's loader. */
 struct item {
-    json_t *msg;     /* owned; NULL while the message is held as <text> */
-    char *text;      /* owned; NULL when held as <msg> */
-    size_t text_len; /* bytes of <text>, without the closing '"}' */
-    size_t text_cap; /* >= text_len + TEXT_CLOSE_LEN + 1 */
+    json_t *msg;      /* owned; NULL while the message is held as <text> */
+    char *text;       /* owned; NULL when held as <msg> (or shed with nothing since) */
+    size_t text_len;  /* bytes of the text, without the closing '"}' */
+    size_t text_base; /* held as text: bytes of it not in <text> (shed), <= saved_len */
+    size_t text_cap;  /* >= text_len - text_base + TEXT_CLOSE_LEN + 1, or 0 with <text> NULL */
+    struct hs text_hs; /* of the first <text_base> bytes */
     char *json;      /* owned: <msg> as compact JSON (agw_history_message_json(), comparisons with
                         a client's copy); NULL until asked, freed when the message changes */
     size_t json_len;
@@ -51,6 +73,9 @@ struct item {
 
 struct agw_history {
     struct item **items; /* oldest first */
+    agw_history_load_fn *load; /* reads a shed text's bytes back (agw_history_set_loader()) */
+    void *load_arg;
+    uint64_t load_errors; /* shed texts that could not be read back */
     size_t n, alloc;
     size_t max;            /* >= 1: at most this many items */
     struct item **buckets; /* items by id (each in one chain), once past LINEAR_MAX items */
@@ -122,11 +147,56 @@ static uint64_t hash_bytes(const char *s, size_t n)
     return h ^ (h >> 29);
 }
 
+/* ---- hashing bytes given in pieces --------------------------------------------------------- */
+
+#define HS_MUL 0x9E3779B97F4A7C15ULL
+
+static void hs_word(struct hs *s, uint64_t w)
+{
+    s->h = (s->h ^ w) * HS_MUL;
+    s->h ^= s->h >> 31;
+}
+
+static void hs_update(struct hs *s, const char *p, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)p;
+
+    s->len += n;
+    for (; n > 0 && s->n_carry > 0; n--, u++) {
+        s->carry |= (uint64_t)*u << (8 * s->n_carry);
+        if (++s->n_carry == 8) {
+            hs_word(s, s->carry);
+            s->carry = 0;
+            s->n_carry = 0;
+        }
+    }
+    for (; n >= 8; n -= 8, u += 8)
+        hs_word(s, (uint64_t)u[0] | (uint64_t)u[1] << 8 | (uint64_t)u[2] << 16 |
+                       (uint64_t)u[3] << 24 | (uint64_t)u[4] << 32 | (uint64_t)u[5] << 40 |
+                       (uint64_t)u[6] << 48 | (uint64_t)u[7] << 56);
+    for (; n > 0; n--, u++)
+        s->carry |= (uint64_t)*u << (8 * s->n_carry++);
+}
+
+static uint64_t hs_final(const struct hs *s)
+{
+    uint64_t h = (s->h ^ s->carry ^ ((uint64_t)s->n_carry << 56)) * HS_MUL;
+
+    h = (h ^ s->len) * HS_MUL;
+    return h ^ (h >> 29);
+}
+
 /* ---- the text form ------------------------------------------------------------------------- */
+
+/* Bytes of the text in memory (the rest is shed). */
+static size_t text_mem(const struct item *it)
+{
+    return it->text_len - it->text_base;
+}
 
 static void text_reserve(struct item *it, size_t more)
 {
-    size_t need = it->text_len + more + TEXT_CLOSE_LEN + 1;
+    size_t need = text_mem(it) + more + TEXT_CLOSE_LEN + 1;
 
     if (need <= it->text_cap)
         return;
@@ -139,7 +209,7 @@ static void text_reserve(struct item *it, size_t more)
 static void text_put(struct item *it, const char *s, size_t n)
 {
     text_reserve(it, n);
-    memcpy(it->text + it->text_len, s, n);
+    memcpy(it->text + text_mem(it), s, n);
     it->text_len += n;
 }
 
@@ -190,16 +260,18 @@ static void text_put_escaped(struct item *it, const char *s, size_t n)
     text_put(it, s + from, n - from);
 }
 
-/* The text message's whole JSON (<text> closed in place; the room is always there). */
+/* The text message's whole JSON (<text> closed in place; the room is always there). Not for a shed
+ * text (text_whole() first). */
 static const char *text_closed(const struct item *it, size_t *len)
 {
+    assert(it->text_base == 0);
     memcpy(it->text + it->text_len, TEXT_CLOSE, TEXT_CLOSE_LEN);
     it->text[it->text_len + TEXT_CLOSE_LEN] = '\0';
     *len = it->text_len + TEXT_CLOSE_LEN;
     return it->text;
 }
 
-/* A new value of the text message: what it holds, parsed. */
+/* A new value of the text message: what it holds, parsed. Not for a shed text. */
 static json_t *text_parse(const struct item *it)
 {
     size_t len;
@@ -207,6 +279,74 @@ static json_t *text_parse(const struct item *it)
 
     /* made of a parsed id and role and of deltas that were valid string bodies: always valid */
     return must(json_loadb(s, len, 0, NULL));
+}
+
+/* The whole JSON of text message <it>, shed or not, as a new NUL-terminated block (*<len> bytes),
+ * or NULL when its shed bytes cannot be read back (counted; the caller says so). */
+static char *text_copy(struct agw_history *h, const struct item *it, size_t *len)
+{
+    char *stored = NULL, *b;
+    size_t n = 0;
+    struct hs check = {0};
+
+    if (it->text_base > 0) {
+        if (h->load == NULL || h->load(h->load_arg, it->pos, &stored, &n) != 0 ||
+            n < it->text_base) {
+            free(stored);
+            h->load_errors++;
+            return NULL;
+        }
+        hs_update(&check, stored, it->text_base);
+        if (hs_final(&check) != hs_final(&it->text_hs)) { /* not what was shed */
+            free(stored);
+            h->load_errors++;
+            return NULL;
+        }
+    }
+    *len = it->text_len + TEXT_CLOSE_LEN;
+    b = agw_xmalloc(*len + 1);
+    if (it->text_base > 0)
+        memcpy(b, stored, it->text_base);
+    if (text_mem(it) > 0)
+        memcpy(b + it->text_base, it->text, text_mem(it));
+    memcpy(b + it->text_len, TEXT_CLOSE, TEXT_CLOSE_LEN);
+    b[*len] = '\0';
+    free(stored);
+    return b;
+}
+
+/* Makes a shed text whole in memory again (before anything that needs its bytes or moves it: its
+ * shed bytes are read back from the position the store holds them at). 0, or -AGW_EIO when they
+ * cannot be read back (counted; the thread is then unreliable, agw_history_load_errors()). */
+static int text_whole(struct agw_history *h, struct item *it)
+{
+    size_t len;
+    char *b;
+
+    if (it->msg != NULL || it->text_base == 0)
+        return 0;
+    if ((b = text_copy(h, it, &len)) == NULL)
+        return -AGW_EIO;
+    free(it->text);
+    it->text = b;
+    it->text_cap = len + 1;
+    it->text_base = 0;
+    memset(&it->text_hs, 0, sizeof(it->text_hs));
+    return 0;
+}
+
+/* A shed text that cannot be read back: held from now on as the value {"id": <id>} (the thread is
+ * unreliable and a store discards it, agw_history_load_errors()), so that every operation still
+ * has a message to work on. */
+static void text_lost(struct item *it)
+{
+    json_t *m = must(json_object());
+
+    must_ok(json_object_set_new(m, "id", must(json_stringn(it->id, it->id_len))));
+    free(it->text);
+    it->text = NULL;
+    it->text_len = it->text_base = it->text_cap = 0;
+    it->msg = m;
 }
 
 /* ---- items --------------------------------------------------------------------------------- */
@@ -242,8 +382,10 @@ static void item_free(struct item *it)
 
 /* The message as a jansson value, borrowed: a text message is parsed and held as a value from now
  * on (the same message, so not a change; if it changes, it is written whole). */
-static json_t *item_msg(struct item *it)
+static json_t *item_msg(struct agw_history *h, struct item *it)
 {
+    if (it->msg == NULL && text_whole(h, it) != 0)
+        text_lost(it);
     if (it->msg == NULL) {
         it->msg = text_parse(it);
         free(it->text);
@@ -254,10 +396,23 @@ static json_t *item_msg(struct item *it)
     return it->msg;
 }
 
-/* A new value equal to the message, sharing nothing with it. */
-static json_t *item_copy(const struct item *it)
+/* A new value equal to the message, sharing nothing with it; a shed text is read back for it and
+ * stays shed. NULL when it cannot be read back (counted). */
+static json_t *item_copy(struct agw_history *h, const struct item *it)
 {
-    return it->msg != NULL ? must(json_deep_copy(it->msg)) : text_parse(it);
+    size_t len;
+    char *b;
+    json_t *v;
+
+    if (it->msg != NULL)
+        return must(json_deep_copy(it->msg));
+    if (it->text_base == 0)
+        return text_parse(it);
+    if ((b = text_copy(h, it, &len)) == NULL)
+        return NULL;
+    v = must(json_loadb(b, len, 0, NULL));
+    free(b);
+    return v;
 }
 
 static bool item_is_assistant(const struct item *it)
@@ -408,6 +563,10 @@ static json_t *find_tool_call(const struct agw_history *h, const char *tc_id, bo
 static void place(struct agw_history *h, size_t at, struct item *it)
 {
     assert(at <= h->n);
+    /* the items after <at> move: a shed text is read back from where the store holds it first */
+    for (size_t i = at; i < h->n; i++)
+        if (text_whole(h, h->items[i]) != 0)
+            text_lost(h->items[i]);
     index_add(h, it);
     if (h->n == h->alloc) {
         h->alloc = h->alloc ? h->alloc * 2 : 8;
@@ -496,7 +655,7 @@ static void replace_at(struct agw_history *h, size_t i, json_t *msg)
     json_decref(it->msg);
     free(it->text);
     it->text = NULL;
-    it->text_len = it->text_cap = 0;
+    it->text_len = it->text_base = it->text_cap = 0;
     it->msg = msg;
     it->whole = true;
     touch(h, i);
@@ -592,6 +751,16 @@ static bool item_is_bytes(struct item *it, const char *raw, size_t len)
     const char *j;
     size_t n;
 
+    if (it->msg == NULL && it->text_base > 0) { /* shed: its length and hash */
+        struct hs a = {0}, b = it->text_hs;
+        if (len != it->text_len + TEXT_CLOSE_LEN)
+            return false;
+        hs_update(&a, raw, len);
+        if (text_mem(it) > 0)
+            hs_update(&b, it->text, text_mem(it));
+        hs_update(&b, TEXT_CLOSE, TEXT_CLOSE_LEN);
+        return hs_final(&a) == hs_final(&b);
+    }
     if (it->msg == NULL) {
         j = text_closed(it, &n);
     } else {
@@ -619,7 +788,7 @@ static int put(struct agw_history *h, struct elem *e, const char *run_id, size_t
         *where = i;
         /* the bytes the thread holds are the bytes sent: no value needed to know they are equal */
         if ((e->raw != NULL && item_is_bytes(h->items[i], e->raw, e->raw_len)) ||
-            json_equal(item_msg(h->items[i]), (v = elem_value(e))))
+            json_equal(item_msg(h, h->items[i]), (v = elem_value(e))))
             return 0;
         replace_at(h, i, e->parsed != NULL ? json_incref(e->parsed) : must(json_deep_copy(v)));
         return 1;
@@ -807,7 +976,7 @@ static int on_tool_start(struct agw_history *h, const char *run_id, const json_t
     if (parent != NULL) {
         i = find_msg(h, parent);
         if (i != SIZE_MAX && item_is_assistant(h->items[i])) {
-            target = item_msg(h->items[i]);
+            target = item_msg(h, h->items[i]);
             touch(h, i);
         }
     }
@@ -980,12 +1149,15 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
             item_free(it);
             continue;
         }
+        /* read back from where the store holds it before it moves (unreadable: it differs) */
+        if (text_whole(h, it) != 0)
+            text_lost(it);
         h->items[kept] = it;
         if (kept != i) {
             it->pos = h->dropped + kept;
             touch_moved(h, kept);
         }
-        if (!json_equal(item_msg(it), s))
+        if (!json_equal(item_msg(h, it), s))
             replace_at(h, kept, must(json_deep_copy(s)));
         kept++;
     }
@@ -1121,9 +1293,9 @@ size_t agw_history_count(const struct agw_history *h)
     return h->n;
 }
 
-const json_t *agw_history_message(const struct agw_history *h, size_t i)
+const json_t *agw_history_message(struct agw_history *h, size_t i)
 {
-    return i < h->n ? item_msg(h->items[i]) : NULL;
+    return i < h->n ? item_msg(h, h->items[i]) : NULL;
 }
 
 const char *agw_history_run_id(const struct agw_history *h, size_t i)
@@ -1162,6 +1334,8 @@ const char *agw_history_message_json(struct agw_history *h, size_t i, size_t *le
 
     assert(i < h->n);
     it = h->items[i];
+    if (it->msg == NULL && text_whole(h, it) != 0)
+        text_lost(it);
     if (it->msg == NULL)
         return text_closed(it, len);
     if (it->json == NULL) {
@@ -1230,13 +1404,17 @@ void agw_history_message_row(struct agw_history *h, size_t i, struct agw_history
     memset(r, 0, sizeof(*r));
     r->text = it->msg == NULL;
     if (row_is_piece(it)) {
-        /* a text that grew since it was saved: the bytes it grew by, as its next piece */
-        r->data = it->text + it->saved_len;
+        /* a text that grew since it was saved: the bytes it grew by, as its next piece (what
+         * was shed is older than that) */
+        r->data = it->text + (it->saved_len - it->text_base);
         r->len = it->text_len - it->saved_len;
         r->part = it->saved_parts;
         return;
     }
     r->drop_parts = multi_has(h, h->dropped + i);
+    if (r->text && text_whole(h, it) != 0) /* (a text written whole is never shed: moves read */
+        text_lost(it);                     /* it back; this is for safety) */
+    r->text = it->msg == NULL;
     if (r->text) {
         r->data = it->text;
         r->len = it->text_len;
@@ -1266,6 +1444,57 @@ void agw_history_mark_saved(struct agw_history *h)
         it->changed = false;
     }
     h->first_changed = h->n;
+}
+
+void agw_history_set_loader(struct agw_history *h, agw_history_load_fn *fn, void *arg)
+{
+    h->load = fn;
+    h->load_arg = arg;
+}
+
+uint64_t agw_history_load_errors(const struct agw_history *h)
+{
+    return h->load_errors;
+}
+
+size_t agw_history_shed(struct agw_history *h, size_t min_bytes)
+{
+    size_t freed = 0;
+
+    if (h->load == NULL)
+        return 0;
+    for (size_t i = 0; i < h->n; i++) {
+        struct item *it = h->items[i];
+        size_t saved, tail;
+
+        /* a text as saved, at least <min_bytes> of it in memory */
+        if (it->msg != NULL || it->changed || it->saved_parts == 0 ||
+            it->saved_len - it->text_base < (min_bytes > 0 ? min_bytes : 1))
+            continue;
+        saved = it->saved_len - it->text_base; /* bytes in memory the store holds */
+        tail = it->text_len - it->saved_len;   /* (none right after a commit) */
+        hs_update(&it->text_hs, it->text, saved);
+        it->text_base = it->saved_len;
+        freed += saved;
+        if (tail > 0) {
+            memmove(it->text, it->text + saved, tail);
+        } else {
+            free(it->text);
+            it->text = NULL;
+            freed += it->text_cap - saved;
+            it->text_cap = 0;
+        }
+    }
+    return freed;
+}
+
+size_t agw_history_text_bytes(const struct agw_history *h)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < h->n; i++)
+        n += h->items[i]->text_cap + h->items[i]->json_len;
+    return n;
 }
 
 struct agw_history *agw_history_restore(size_t max_messages, uint64_t dropped)
@@ -1317,17 +1546,22 @@ int agw_history_restore_message(struct agw_history *h, uint64_t pos, const char 
     return 0;
 }
 
-char *agw_history_dump(const struct agw_history *h)
+char *agw_history_dump(struct agw_history *h)
 {
     json_t *msgs = must(json_array()), *doc;
     char *s;
 
-    /* a message held as text is parsed for the dump, and stays text */
-    for (size_t i = 0; i < h->n; i++)
+    /* a message held as text is parsed for the dump, and stays text (a shed one is read back; one
+     * that cannot be is dumped as its id alone, and counted) */
+    for (size_t i = 0; i < h->n; i++) {
+        const struct item *it = h->items[i];
+        json_t *m = it->msg != NULL ? json_incref(it->msg)
+                                    : item_copy(h, it);
+        if (m == NULL)
+            m = must(json_pack("{s:s%}", "id", it->id, it->id_len));
         must_ok(json_array_append_new(
-            msgs, must(json_pack("{s:s?, s:o}", "run_id", h->items[i]->run_id, "message",
-                                 h->items[i]->msg != NULL ? json_incref(h->items[i]->msg)
-                                                          : text_parse(h->items[i])))));
+            msgs, must(json_pack("{s:s?, s:o}", "run_id", it->run_id, "message", m))));
+    }
     doc = must(json_pack("{s:i, s:I, s:o}", "v", DUMP_VERSION, "dropped", (json_int_t)h->dropped,
                          "messages", msgs));
     s = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -1561,7 +1795,7 @@ static bool page_any(const struct agw_history *h, const struct agw_history_query
     return false;
 }
 
-json_t *agw_history_page(const struct agw_history *h, const struct agw_history_query *q)
+json_t *agw_history_page(struct agw_history *h, const struct agw_history_query *q)
 {
     size_t idx[AGW_HISTORY_LIMIT_MAX], n = 0, lo, hi, first, last;
     bool from_high, has_more = false;
@@ -1599,7 +1833,12 @@ json_t *agw_history_page(const struct agw_history *h, const struct agw_history_q
     /* idx is ascending when taken from the low end, descending from the high end */
     for (size_t k = 0; k < n; k++) {
         size_t i = from_high == q->desc ? idx[k] : idx[n - 1 - k];
-        must_ok(json_array_append_new(msgs, item_copy(h->items[i])));
+        json_t *m = item_copy(h, h->items[i]);
+        if (m == NULL) { /* a shed text that cannot be read back */
+            json_decref(msgs);
+            return NULL;
+        }
+        must_ok(json_array_append_new(msgs, m));
     }
     page = must(json_pack("{s:o, s:b}", "messages", msgs, "has_more", has_more));
     if (n == 0)

@@ -40,6 +40,10 @@
  * batch hands over under a streaming load (about 20 ms of records at 120 MB/s, 30 chunks) and a
  * margin, so that a loop takes back pages that are already there instead of faulting new ones in. */
 #define CHUNKS_KEPT 128
+/* After a commit, a saved text with at least this much in memory is shed (agw_history_shed()):
+ * the answers agents stream, most of a thread's bytes, stay on disk only; short ones stay, so that
+ * a page of a chat reads few messages back. */
+#define SHED_MIN_BYTES 1024
 
 enum job_kind { JOB_INPUT, JOB_EVENTS, JOB_READ };
 
@@ -70,6 +74,7 @@ struct agw_store_inbox {
 
 /* A thread in memory. <agents>: ",a,b," (see struct agw_store_page). */
 struct thread {
+    struct agw_store *s;
     struct thread *next; /* hash chain */
     TAILQ_ENTRY(thread) lru;
     TAILQ_ENTRY(thread) dirty_link;
@@ -165,11 +170,23 @@ static struct thread *cache_find(struct agw_store *s, const char *id, uint64_t h
     return NULL;
 }
 
+/* A shed text of thread <arg> read back from the backend (agw_history_set_loader()). */
+static int thread_load(void *arg, uint64_t pos, char **data, size_t *len)
+{
+    struct thread *t = arg;
+
+    return t->s->be.load_message(t->s->be.self, t->id, pos, data, len) == 0 ? 0 : -1;
+}
+
 static struct thread *cache_add(struct agw_store *s, const char *id, uint64_t hash,
                                 struct agw_history *h, const char *agents, int64_t updated_s)
 {
     struct thread *t = agw_xcalloc(1, sizeof(*t));
     struct thread **b;
+
+    t->s = s;
+    if (s->be.self != NULL)
+        agw_history_set_loader(h, thread_load, t);
 
     if (s->n_threads + 1 > s->n_buckets)
         grow(s);
@@ -398,6 +415,7 @@ static void commit(struct agw_store *s)
         TAILQ_REMOVE(&s->dirty, t, dirty_link);
         t->dirty = false;
         agw_history_mark_saved(t->h);
+        agw_history_shed(t->h, SHED_MIN_BYTES);
     }
     clock_gettime(CLOCK_MONOTONIC, &b);
     {
@@ -441,6 +459,21 @@ static void sweep(struct agw_store *s)
 
 /* ---- applying records (writer thread) ----------------------------------------------------- */
 
+/* A thread that could not read a shed text back (agw_history_load_errors()) is not to be trusted:
+ * it is dropped from the cache, its changes since the last commit with it, and read back from the
+ * database when next asked for. Returns true when it was. */
+static bool drop_if_unreliable(struct agw_store *s, struct thread *t)
+{
+    if (agw_history_load_errors(t->h) == 0)
+        return false;
+    agw_log_error("thread history: thread %s: a saved message could not be read back; its changes "
+                  "since the last commit are lost and it is read again from the database",
+                  t->id);
+    stat_add(&s->malformed, 1);
+    cache_remove(s, t);
+    return true;
+}
+
 static void apply_input(struct agw_store *s, struct job *j)
 {
     struct thread *t = lookup_or_make(s, j->thread_id);
@@ -450,7 +483,8 @@ static void apply_input(struct agw_store *s, struct job *j)
     if (agw_history_merge_body(t->h, j->run_id, j->data, j->len) < 0)
         stat_add(&s->malformed, 1);
     add_agent(t, j->agent_id);
-    mark_dirty(s, t);
+    if (!drop_if_unreliable(s, t))
+        mark_dirty(s, t);
 }
 
 static void apply_events(struct agw_store *s, struct job *j)
@@ -466,7 +500,8 @@ static void apply_events(struct agw_store *s, struct job *j)
             stat_add(&s->malformed, 1);
         p += n + 1;
     }
-    mark_dirty(s, t);
+    if (!drop_if_unreliable(s, t))
+        mark_dirty(s, t);
 }
 
 static void apply_read(struct agw_store *s, struct job *j)
@@ -479,6 +514,11 @@ static void apply_read(struct agw_store *s, struct job *j)
         return;
     }
     page = agw_history_page(t->h, &j->q);
+    if (page == NULL) { /* a shed text could not be read back */
+        drop_if_unreliable(s, t);
+        j->page.status = 500;
+        return;
+    }
     j->page.status = 200;
     j->page.body = json_dumps(page, JSON_COMPACT);
     if (j->page.body == NULL)

@@ -47,6 +47,10 @@ struct agw_store_backend {
      * unknown, -1 when it cannot be read (logged). */
     int (*load)(void *self, const char *id, size_t max, struct agw_store_row *row,
                 agw_store_msg_fn *fn, void *arg);
+    /* The message thread <id> holds at position <pos>: its pieces put together, in a new block
+     * (*<data>, *<len> bytes, from malloc(); the caller frees it). 0, or -1 when it is not there or
+     * cannot be read (logged). For a thread that shed its saved texts (agw_history_shed()). */
+    int (*load_message)(void *self, const char *id, uint64_t pos, char **data, size_t *len);
     /* Writes <n> threads in one transaction: each row replaces its thread's, its messages outside
      * [first, first + count) are deleted and its <msgs> written at their positions (a piece 0
      * replacing the message, another piece added to it). 0, or -1 with nothing written and the

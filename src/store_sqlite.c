@@ -30,8 +30,8 @@
 
 struct db {
     sqlite3 *db;
-    sqlite3_stmt *st_thread, *st_messages, *st_save_thread, *st_drop_before, *st_drop_from,
-        *st_save_message, *st_drop_parts, *st_expire;
+    sqlite3_stmt *st_thread, *st_messages, *st_message, *st_save_thread, *st_drop_before,
+        *st_drop_from, *st_save_message, *st_drop_parts, *st_expire;
     char *buf; /* a message's pieces put together, read back */
     size_t buf_len, buf_cap;
     int lock_fd; /* <dir>/history.lock, flock()ed while open; -1 = none */
@@ -184,6 +184,44 @@ fail:
     return -1;
 }
 
+static int db_load_message(void *self, const char *id, uint64_t pos, char **data, size_t *len)
+{
+    struct db *d = self;
+    sqlite3_int64 want = 0;
+    char *b = NULL;
+    size_t n = 0, cap = 0;
+    int rc;
+
+    sqlite3_bind_text(d->st_message, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(d->st_message, 2, (sqlite3_int64)pos);
+    while ((rc = sqlite3_step(d->st_message)) == SQLITE_ROW) {
+        const char *p = (const char *)sqlite3_column_text(d->st_message, 1);
+        size_t k = (size_t)sqlite3_column_bytes(d->st_message, 1);
+        if (p == NULL || sqlite3_column_int64(d->st_message, 0) != want++)
+            break; /* a piece missing */
+        if (cap - n < k + 1) {
+            cap = (n + k + 1) * 2;
+            b = agw_xrealloc(b, cap);
+        }
+        memcpy(b + n, p, k);
+        n += k;
+    }
+    sqlite3_reset(d->st_message);
+    sqlite3_clear_bindings(d->st_message);
+    if (rc != SQLITE_DONE || want == 0) {
+        agw_log_error("thread history: cannot read back message %llu of thread %s: %s",
+                      (unsigned long long)pos, id,
+                      rc == SQLITE_DONE || rc == SQLITE_ROW ? "its pieces are not all there"
+                                                             : sqlite3_errmsg(d->db));
+        free(b);
+        return -1;
+    }
+    b[n] = '\0';
+    *data = b;
+    *len = n;
+    return 0;
+}
+
 static bool step_done(sqlite3_stmt *st)
 {
     bool ok = sqlite3_step(st) == SQLITE_DONE;
@@ -266,6 +304,7 @@ static void db_close(void *self)
 
     sqlite3_finalize(d->st_thread);
     sqlite3_finalize(d->st_messages);
+    sqlite3_finalize(d->st_message);
     sqlite3_finalize(d->st_save_thread);
     sqlite3_finalize(d->st_drop_before);
     sqlite3_finalize(d->st_drop_from);
@@ -454,6 +493,10 @@ static int db_open(struct db *d, const char *dir, char *err, size_t errlen)
                            " WHERE thread = ?1 AND pos >= ?2 ORDER BY pos, part",
                            -1, &d->st_messages, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(d->db,
+                           "SELECT part, data FROM messages WHERE thread = ?1 AND pos = ?2"
+                           " ORDER BY part",
+                           -1, &d->st_message, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db,
                            "INSERT INTO threads (id, agents, updated, dropped, n_messages)"
                            " VALUES (?1, ?2, ?3, ?4, ?5)"
                            " ON CONFLICT(id) DO UPDATE SET agents = excluded.agents,"
@@ -493,6 +536,11 @@ int agw_store_sqlite_open(const char *dir, struct agw_store_backend *b, char *er
         return rc;
     }
     *b = (struct agw_store_backend){
-        .self = d, .load = db_load, .save = db_save, .expire = db_expire, .close = db_close};
+        .self = d,
+        .load = db_load,
+        .load_message = db_load_message,
+        .save = db_save,
+        .expire = db_expire,
+        .close = db_close};
     return 0;
 }

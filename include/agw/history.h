@@ -86,7 +86,7 @@ int agw_history_append_text(struct agw_history *h, const char *id, size_t id_len
 size_t agw_history_count(const struct agw_history *h);
 /* The <i>-th message, oldest first (borrowed, do not change it), or NULL when <i> is out of range.
  */
-const json_t *agw_history_message(const struct agw_history *h, size_t i);
+const json_t *agw_history_message(struct agw_history *h, size_t i);
 /* The id of the run that produced the <i>-th message (borrowed), or NULL when it has none or <i> is
  * out of range. */
 const char *agw_history_run_id(const struct agw_history *h, size_t i);
@@ -99,7 +99,7 @@ uint64_t agw_history_malformed(const struct agw_history *h);
  * migration of such a store reads it, and tests compare threads with it):
  * {"v":1,"dropped":N,"messages":[{"run_id":"r1"|null,"message":{...}},...]}. The caller frees it
  * with free(). */
-char *agw_history_dump(const struct agw_history *h);
+char *agw_history_dump(struct agw_history *h);
 /* A thread read back from what agw_history_dump() wrote (<len> bytes at <data>), keeping at most
  * <max_messages> (the newest when the dump holds more). NULL when the text is not such a dump. */
 struct agw_history *agw_history_load(const char *data, size_t len, size_t max_messages);
@@ -130,6 +130,26 @@ struct agw_history_row {
 void agw_history_message_row(struct agw_history *h, size_t i, struct agw_history_row *r);
 /* Every message is as the store holds it now (after the rows of the changed ones were written). */
 void agw_history_mark_saved(struct agw_history *h);
+
+/* Shedding: a store that can read a saved message back lets the thread forget the bytes of saved
+ * texts (the answers streamed by agents: most of a thread's bytes). agw_history_shed() drops from
+ * memory, of every text message as saved with at least <min_bytes> saved bytes in memory, those
+ * bytes, keeping their length and a hash (what a client's copy of the message is compared with);
+ * what it grows by later stays in memory until the next shedding. Anything that needs a shed
+ * text's bytes (a value made of it, a page, a dump, a move to another position, a comparison that
+ * the length and hash do not settle) reads them back with <fn>(<arg>, <pos>, &<data>, &<len>): the
+ * bytes the store holds for position <pos> (its pieces put together, at least what was shed, in a
+ * block from malloc() that the thread frees), returning 0, or non-zero when they cannot be read.
+ * Those that cannot be read back, or that are not what was shed, are counted
+ * (agw_history_load_errors()): the message is then held as {"id": <id>} and the thread is not to
+ * be trusted (a store drops it and reads it back from what it saved). Returns the bytes freed. No
+ * loader set: nothing is shed. */
+typedef int agw_history_load_fn(void *arg, uint64_t pos, char **data, size_t *len);
+void agw_history_set_loader(struct agw_history *h, agw_history_load_fn *fn, void *arg);
+size_t agw_history_shed(struct agw_history *h, size_t min_bytes);
+uint64_t agw_history_load_errors(const struct agw_history *h);
+/* Bytes held for the thread's texts and JSON dumps (its messages' values not counted). */
+size_t agw_history_text_bytes(const struct agw_history *h);
 
 /* A thread read back from a store, message by message: a new thread keeping at most
  * <max_messages>, whose first message will be at position <dropped> (the messages dropped before
@@ -191,6 +211,7 @@ int agw_history_query_parse(const char *query_string, struct agw_history_query *
  *   (desc) for the page before, when the thread holds a message of <q->run_id> before it in the
  *   reading direction; else left out (the page starts the thread).
  * An empty page has neither cursor. <q->limit> must be 1..AGW_HISTORY_LIMIT_MAX (asserted). */
-json_t *agw_history_page(const struct agw_history *h, const struct agw_history_query *q);
+json_t *agw_history_page(struct agw_history *h, const struct agw_history_query *q);
+/* (NULL when a shed text of the page cannot be read back: see agw_history_shed().) */
 
 #endif

@@ -63,7 +63,8 @@ char *agw_store_chunk(void *store);
 
 /* The answer to a read: <status> 200 with <body> the page ({"messages":…}, compact JSON, <len>
  * bytes) and <agents> the agents that served the thread (",a,b," with a comma before and after
- * each id, for strstr()), or 404 (the store does not know the thread; <body> NULL). Owned by the
+ * each id, for strstr()), 404 (the store does not know the thread; <body> NULL), or 500 (a saved
+ * message of the page could not be read back from the database: logged). Owned by the
  * callback's caller: valid during the callback only. */
 struct agw_store_page {
     int status;

@@ -15,7 +15,9 @@
  * A twin thread gets the same lines through the store's fast paths, agw_history_apply_line() for
  * events and agw_history_merge_body() for inputs (a merge line as a body's "messages", merged on
  * both as read whole with JSON_REJECT_DUPLICATES): it must stay the same thread, return the same
- * and count the same malformed input.
+ * and count the same malformed input. The twin also sheds its saved texts after each commit
+ * (agw_history_shed(), as the store does), reading them back from its rows when it needs them: it
+ * must never fail to, and every check holds on it all the same.
  *
  *   tests/fuzz/build.sh _build-fuzz history
  *   ./_build-fuzz/fuzz_history tests/fuzz/corpus/history */
@@ -153,6 +155,39 @@ static void commit(struct agw_history *h, struct rows *r)
     check(agw_history_first_changed(h) == agw_history_count(h), "saved: nothing changed");
 }
 
+/* The twin's loader: the pieces at <pos> put together, as the store's backend reads them. */
+static int load_rows(void *arg, uint64_t pos, char **data, size_t *len)
+{
+    struct rows *r = arg;
+    size_t n = 0;
+    char *b;
+
+    for (unsigned part = 0;; part++) {
+        size_t j;
+        for (j = 0; j < r->n && !(r->v[j].pos == pos && r->v[j].part == part); j++)
+            ;
+        if (j == r->n)
+            break;
+        n += r->v[j].len;
+    }
+    b = malloc(n + 1);
+    check(b != NULL, "malloc");
+    *len = 0;
+    for (unsigned part = 0;; part++) {
+        size_t j;
+        for (j = 0; j < r->n && !(r->v[j].pos == pos && r->v[j].part == part); j++)
+            ;
+        if (j == r->n)
+            break;
+        memcpy(b + *len, r->v[j].data, r->v[j].len);
+        *len += r->v[j].len;
+    }
+    check(*len > 0, "a shed text is read back from rows that are there");
+    b[*len] = '\0';
+    *data = b;
+    return 0;
+}
+
 static int by_pos(const void *a, const void *b)
 {
     const struct row *x = a, *y = b;
@@ -166,14 +201,17 @@ static int by_pos(const void *a, const void *b)
  * held as text as it is); the thread dumps, loads and dumps to the same bytes; and the store's rows
  * after a commit are the thread's messages at its positions, read back as the same thread, which is
  * returned (the caller may go on with it, as a store does after a restart). */
-static struct agw_history *check_thread(struct agw_history *h, size_t cap, struct rows *r)
+static struct agw_history *check_thread(struct agw_history *h, size_t cap, struct rows *r,
+                                        bool read_all)
 {
     char *s, *s2;
     struct agw_history *back;
     size_t k = 0;
 
     check(agw_history_count(h) <= cap, "count <= cap");
-    for (size_t i = 0; i < agw_history_count(h); i++) {
+    /* (read_all false: a shed twin keeps its texts shed into the commit, which then writes pieces
+     * of texts whose start is not in memory) */
+    for (size_t i = 0; read_all && i < agw_history_count(h); i++) {
         size_t len;
         const char *j = agw_history_message_json(h, i, &len);
         json_t *m = json_loadb(j, len, JSON_ALLOW_NUL, NULL);
@@ -275,7 +313,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     loaded = agw_history_load((const char *)data, size, 8);
     if (loaded != NULL) {
         struct rows r = {NULL, 0};
-        agw_history_free(check_thread(loaded, 8, &r));
+        agw_history_free(check_thread(loaded, 8, &r, true));
         rows_free(&r);
         agw_history_free(loaded);
     }
@@ -283,6 +321,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cap = 1 + data[0] % 16;
     h = agw_history_new(cap);
     h2 = agw_history_new(cap);
+    agw_history_set_loader(h2, load_rows, &rows2);
     p = (const char *)data + 1;
     end = (const char *)data + size;
     while (p < end) {
@@ -313,17 +352,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 check(rc2 == rc, "apply_line returns what apply returns");
             }
             json_decref(v);
-            back = check_thread(h, cap, &rows);
-            back2 = check_thread(h2, cap, &rows2);
+            back = check_thread(h, cap, &rows, true);
+            back2 = check_thread(h2, cap, &rows2, line % 2 == 0);
+            check(agw_history_load_errors(h2) == 0, "shed texts are always read back");
             if (line % 3 == 2) { /* a restart: both go on from what their rows read back */
                 agw_history_free(h);
                 agw_history_free(h2);
                 h = back;
                 h2 = back2;
+                agw_history_set_loader(h2, load_rows, &rows2);
             } else {
                 agw_history_free(back);
                 agw_history_free(back2);
             }
+            /* the twin forgets what it saved (all of it, or texts of 8 bytes or more) */
+            agw_history_shed(h2, line % 2 == 0 ? 0 : 8);
             a = agw_history_dump(h);
             b = agw_history_dump(h2);
             check(strcmp(a, b) == 0, "the twin (merge_body, apply_line) is the same thread");

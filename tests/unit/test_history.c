@@ -937,6 +937,235 @@ Test(history, a_growing_text_is_saved_by_pieces)
     agw_history_free(h);
 }
 
+/* ---- shedding saved texts ------------------------------------------------------------------- */
+
+/* A store's rows for the shedding tests: position -> the pieces put together, as written by save()
+ * (a piece 0 replaces the message, another is appended). */
+struct mini_store {
+    char *data[16];
+    size_t len[16];
+    int loads, fail;
+};
+
+static void save(struct agw_history *h, struct mini_store *st)
+{
+    for (size_t i = agw_history_first_changed(h); i < agw_history_count(h); i++) {
+        struct agw_history_row r;
+        uint64_t pos = agw_history_dropped(h) + i;
+        if (!agw_history_changed(h, i))
+            continue;
+        cr_assert_lt(pos, 16);
+        agw_history_message_row(h, i, &r);
+        if (r.part == 0)
+            st->len[pos] = 0;
+        st->data[pos] = realloc(st->data[pos], st->len[pos] + r.len + 1);
+        memcpy(st->data[pos] + st->len[pos], r.data, r.len);
+        st->len[pos] += r.len;
+    }
+    agw_history_mark_saved(h);
+}
+
+static int mini_load(void *arg, uint64_t pos, char **data, size_t *len)
+{
+    struct mini_store *st = arg;
+
+    st->loads++;
+    if (st->fail || pos >= 16 || st->data[pos] == NULL)
+        return -1;
+    *data = malloc(st->len[pos] + 1);
+    memcpy(*data, st->data[pos], st->len[pos]);
+    (*data)[st->len[pos]] = '\0';
+    *len = st->len[pos];
+    return 0;
+}
+
+static void mini_free(struct mini_store *st)
+{
+    for (size_t i = 0; i < 16; i++)
+        free(st->data[i]);
+}
+
+static const char A1_TEXT[] = "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello, world\"}";
+
+/* u1 and a text a1 ("Hello, world"), saved and shed. */
+static struct agw_history *shed_thread(struct mini_store *st)
+{
+    struct agw_history *h = agw_history_new(10);
+
+    agw_history_set_loader(h, mini_load, st);
+    merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"}]");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "Hello, ", 7), 1);
+    save(h, st);
+    cr_assert_gt(agw_history_shed(h, 0), 0, "the saved text is forgotten");
+    cr_assert_eq(agw_history_shed(h, 0), 0, "and only once");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "world", 5), 1, "a shed text grows");
+    save(h, st);
+    agw_history_shed(h, 0);
+    cr_assert_eq(st->loads, 0, "nothing read back yet");
+    return h;
+}
+
+Test(history, a_shed_text_grows_by_pieces_and_reads_back_whole)
+{
+    struct mini_store st = {0};
+    struct agw_history *h = shed_thread(&st);
+    struct agw_history_row r;
+    struct agw_history_query q;
+    json_t *page;
+    char *d;
+
+    cr_assert_eq(st.len[1], strlen(A1_TEXT) - 2, "the store holds the text in pieces");
+    cr_assert_eq(memcmp(st.data[1], A1_TEXT, st.len[1]), 0);
+    /* what it grows by after shedding is the next piece */
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "!", 1), 1);
+    agw_history_message_row(h, 1, &r);
+    cr_assert_eq(r.part, 2, "pieces 0 and 1 are saved");
+    cr_assert_eq(r.len, 1);
+    cr_assert_eq(r.data[0], '!');
+    save(h, &st);
+    agw_history_shed(h, 0);
+    /* a page and a dump read the text back, and leave it shed */
+    cr_assert_eq(agw_history_query_parse("", &q, NULL, 0), 0);
+    page = agw_history_page(h, &q);
+    cr_assert_not_null(page);
+    cr_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(page, "messages"), 1), "content")),
+                     "Hello, world!");
+    json_decref(page);
+    cr_assert_eq(st.loads, 1);
+    d = agw_history_dump(h);
+    cr_assert(strstr(d, "\"content\":\"Hello, world!\"") != NULL, "%s", d);
+    free(d);
+    cr_assert_eq(st.loads, 2);
+    cr_assert_eq(agw_history_load_errors(h), 0);
+    agw_history_free(h);
+    mini_free(&st);
+}
+
+Test(history, a_shed_text_is_compared_by_length_and_hash)
+{
+    struct mini_store st = {0};
+    struct agw_history *h = shed_thread(&st);
+
+    /* the client resends its history: the same bytes need no read back */
+    cr_assert_eq(merge_body(h, "r2",
+                            "{\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"},"
+                            "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello, world\"}]}"),
+                 0);
+    cr_assert_eq(st.loads, 0, "equal: settled by length and hash");
+    cr_assert_str_eq(changed(h), "");
+    /* the same length, other bytes: it is replaced (read back to compare values) */
+    cr_assert_eq(merge_body(h, "r2",
+                            "{\"messages\":[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":"
+                            "\"Hello, World\"}]}"),
+                 1);
+    cr_assert_eq(st.loads, 1);
+    cr_assert_str_eq(changed(h), "1");
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"},"
+              "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello, World\"}]");
+    agw_history_free(h);
+    mini_free(&st);
+}
+
+Test(history, a_shed_text_that_moves_is_read_back_from_where_it_was)
+{
+    struct mini_store st = {0};
+    struct agw_history *h = shed_thread(&st);
+    struct agw_history_row r;
+
+    /* an older message sent first: it goes before u1, and a1 moves */
+    cr_assert_eq(merge_body(h, "r0",
+                            "{\"messages\":[{\"id\":\"u0\",\"role\":\"user\"},{\"id\":\"u1\","
+                            "\"role\":\"user\",\"content\":\"Hi\"}]}"),
+                 1);
+    cr_assert_eq(st.loads, 1, "read back from position 1 before it moved");
+    cr_assert_str_eq(changed(h), "0 1 2");
+    agw_history_message_row(h, 2, &r);
+    cr_assert_eq(r.part, 0, "written whole where it is now");
+    cr_assert(r.text);
+    cr_assert_eq(r.len, strlen(A1_TEXT) - 2);
+    cr_assert_eq(memcmp(r.data, A1_TEXT, r.len), 0);
+    save(h, &st);
+    expect(h, "[{\"id\":\"u0\",\"role\":\"user\"},{\"id\":\"u1\",\"role\":\"user\",\"content\":"
+              "\"Hi\"},{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello, world\"}]");
+    agw_history_free(h);
+    mini_free(&st);
+}
+
+Test(history, a_shed_text_given_a_tool_call_or_a_snapshot_is_read_back)
+{
+    struct mini_store st = {0};
+    struct agw_history *h = shed_thread(&st);
+
+    ev(h, "r2",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"a1\"}");
+    cr_assert_eq(st.loads, 1);
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"},"
+              "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello, world\",\"toolCalls\":"
+              "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+              "\"arguments\":\"\"}}]}]");
+    agw_history_free(h);
+    mini_free(&st);
+    memset(&st, 0, sizeof(st));
+    h = shed_thread(&st);
+    /* a snapshot without u1: a1 moves to position 0, read back from position 1 first */
+    ev(h, "r2",
+       "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"a1\",\"role\":\"assistant\","
+       "\"content\":\"Hello, world\"}]}");
+    cr_assert_eq(st.loads, 1);
+    expect(h, "[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello, world\"}]");
+    cr_assert_eq(agw_history_load_errors(h), 0);
+    agw_history_free(h);
+    mini_free(&st);
+}
+
+Test(history, a_shed_text_that_cannot_be_read_back_is_counted)
+{
+    struct mini_store st = {0};
+    struct agw_history *h = shed_thread(&st);
+    struct agw_history_query q;
+
+    st.fail = 1;
+    cr_assert_eq(agw_history_query_parse("", &q, NULL, 0), 0);
+    cr_assert_null(agw_history_page(h, &q), "no page");
+    cr_assert_eq(agw_history_load_errors(h), 1);
+    /* an operation that needs it still has a message to work on: its id */
+    ev(h, "r2",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"a1\"}");
+    cr_assert_eq(agw_history_load_errors(h), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(agw_history_message(h, 1), "id")), "a1");
+    agw_history_free(h);
+    mini_free(&st);
+    /* bytes that are not what was shed are refused as well */
+    memset(&st, 0, sizeof(st));
+    h = shed_thread(&st);
+    st.data[1][10] = 'X';
+    cr_assert_eq(agw_history_query_parse("", &q, NULL, 0), 0);
+    cr_assert_null(agw_history_page(h, &q));
+    cr_assert_eq(agw_history_load_errors(h), 1);
+    agw_history_free(h);
+    mini_free(&st);
+}
+
+Test(history, nothing_is_shed_without_a_loader_or_below_the_minimum)
+{
+    struct mini_store st = {0};
+    struct agw_history *h = agw_history_new(10);
+
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    save(h, &st);
+    cr_assert_eq(agw_history_shed(h, 0), 0, "no loader");
+    agw_history_set_loader(h, mini_load, &st);
+    cr_assert_eq(agw_history_shed(h, 1000), 0, "below the minimum");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "x", 1), 1);
+    cr_assert_eq(agw_history_shed(h, 0), 0, "changed since saved");
+    agw_history_free(h);
+    mini_free(&st);
+}
+
 /* ---- dump and load ------------------------------------------------------------------------------
  */
 
