@@ -178,11 +178,11 @@ struct bench {
     unsigned inflight, max_inflight;
     unsigned active; /* connections not yet DONE */
     bool hold;
-    bool new_conn;  /* one connection per run (Connection: close) */
+    bool new_conn;            /* one connection per run (Connection: close) */
     uint64_t runs_per_thread; /* a connection slot starts a new thread after this many runs; 0:
                                  one thread per slot for the whole load */
-    double seconds; /* start runs for this long (0 = until --runs are started) */
-    bool draining;  /* --seconds passed: no new run, the ones under way finish */
+    double seconds;           /* start runs for this long (0 = until --runs are started) */
+    bool draining;            /* --seconds passed: no new run, the ones under way finish */
     unsigned held;
     bool ready_printed;
     double hold_seconds;

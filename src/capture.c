@@ -34,7 +34,7 @@ struct agw_capture {
     void *chunk_arg;
     bool buf_is_chunk; /* buf is a chunk: cap == AGW_CAPTURE_CHUNK_BYTES, from chunk() */
     bool was_chunk;    /* the last buffer taken was a chunk: the next one starts as a chunk */
-    enum kind open;  /* KIND_TEXT or KIND_ARGS while a coalesced event is open; else KIND_DROP */
+    enum kind open;    /* KIND_TEXT or KIND_ARGS while a coalesced event is open; else KIND_DROP */
     size_t id_at, id_len; /* the open event's id token (quotes included) at buf + id_at */
 };
 

@@ -1522,6 +1522,7 @@ struct agw_gateway *agw_gateway_new(struct agw_config *cfg, const struct agw_gat
             .cache_threads = cfg->history.cache_threads,
             .commit_ms = AGW_STORE_COMMIT_MS,
             .max_queue_bytes = AGW_STORE_MAX_QUEUE_BYTES,
+            .congested_bytes = AGW_STORE_CONGESTED_BYTES,
         };
         if ((gw->store = agw_store_open(&so, err, errlen)) == NULL)
             goto err;

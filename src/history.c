@@ -36,22 +36,24 @@ struct hs {
  * nothing but content deltas touches it: {"id":…,"role":…,"content":"<content> without the closing
  * '"}', so that a delta is appended as its escaped bytes, without decoding or copying the content,
  * and a store writes the text as it is. The first operation that needs a jansson value (a tool call
- * added to it, a comparison with a different copy from a client, a page, a dump) parses the text and
- * the message is held as a value from then on.
+ * added to it, a comparison with a different copy from a client, a page, a dump) parses the text
+ * and the message is held as a value from then on.
  *
  * A text the store saved may be shed (agw_history_shed()): its first <text_base> bytes are then in
  * the store only, and <text> holds the rest, [text_base, text_len): what it grew by since, usually
  * nothing. The thread keeps their length and hash (<text_hs>), which is all a client's copy is
  * compared with; anything that needs the whole text reads them back through the thread's loader. */
 struct item {
-    json_t *msg;      /* owned; NULL while the message is held as <text> */
-    char *text;       /* owned; NULL when held as <msg> (or shed with nothing since) */
-    size_t text_len;  /* bytes of the text, without the closing '"}' */
-    size_t text_base; /* held as text: bytes of it not in <text> (shed), <= saved_len */
-    size_t text_cap;  /* >= text_len - text_base + TEXT_CLOSE_LEN + 1, or 0 with <text> NULL */
+    json_t *msg;       /* owned; NULL while the message is held as <text> */
+    char *text;        /* owned; NULL when held as <msg> (or shed with nothing since) */
+    size_t text_len;   /* bytes of the text, without the closing '"}' */
+    size_t text_base;  /* held as text: bytes of it not in <text> (shed), <= saved_len */
+    size_t text_cap;   /* >= text_len - text_base + TEXT_CLOSE_LEN + 1, or 0 with <text> NULL */
     struct hs text_hs; /* of the first <text_base> bytes */
-    char *json;      /* owned: <msg> as compact JSON (agw_history_message_json(), comparisons with
-                        a client's copy); NULL until asked, freed when the message changes */
+    bool text_ended;   /* a TEXT_MESSAGE_END named it since its last delta (a hint for memory only:
+                          shedding frees the buffer of an ended text, keeps a growing one's) */
+    char *json;        /* owned: <msg> as compact JSON (agw_history_message_json(), comparisons with
+                          a client's copy); NULL until asked, freed when the message changes */
     size_t json_len;
     const char *id; /* the message's "id" (never changes), in this item's block */
     size_t id_len;
@@ -72,7 +74,7 @@ struct item {
 };
 
 struct agw_history {
-    struct item **items; /* oldest first */
+    struct item **items;       /* oldest first */
     agw_history_load_fn *load; /* reads a shed text's bytes back (agw_history_set_loader()) */
     void *load_arg;
     uint64_t load_errors; /* shed texts that could not be read back */
@@ -208,6 +210,7 @@ static void text_reserve(struct item *it, size_t more)
 
 static void text_put(struct item *it, const char *s, size_t n)
 {
+    it->text_ended = false;
     text_reserve(it, n);
     memcpy(it->text + text_mem(it), s, n);
     it->text_len += n;
@@ -693,6 +696,15 @@ static void append_content(struct agw_history *h, size_t i, const json_t *delta)
     else
         append_str(it->msg, "content", delta);
     touch(h, i);
+}
+
+/* TEXT_MESSAGE_END for message <id>: see text_ended. */
+static void text_end(struct agw_history *h, const char *id, size_t len)
+{
+    size_t i = find_msgn(h, id, len);
+
+    if (i != SIZE_MAX)
+        h->items[i]->text_ended = true;
 }
 
 struct agw_history *agw_history_new(size_t max_messages)
@@ -1221,7 +1233,10 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
     } else if (strcmp(type, "TEXT_MESSAGE_CONTENT") == 0) {
         rc = on_text_content(h, event);
     } else if (strcmp(type, "TEXT_MESSAGE_END") == 0) {
-        rc = str_field(event, "messageId") != NULL ? 0 : -AGW_EINVAL;
+        const char *id = str_field(event, "messageId");
+        if (id != NULL)
+            text_end(h, id, strlen(id));
+        rc = id != NULL ? 0 : -AGW_EINVAL;
     } else if (strcmp(type, "TOOL_CALL_START") == 0) {
         rc = on_tool_start(h, run_id, event);
     } else if (strcmp(type, "TOOL_CALL_ARGS") == 0) {
@@ -1275,8 +1290,10 @@ int agw_history_apply_line(struct agw_history *h, const char *run_id, const char
                            text_start(h, run_id, f.message_id, f.message_id_len,
                                       f.role != NULL ? f.role : "assistant",
                                       f.role != NULL ? f.role_len : 9, true));
-        if (span_eq(f.type, f.type_len, "TEXT_MESSAGE_END"))
+        if (span_eq(f.type, f.type_len, "TEXT_MESSAGE_END")) {
+            text_end(h, f.message_id, f.message_id_len);
             return applied(h, KNOWN_OTHER, 0);
+        }
     }
     ev = json_loadb(line, len, 0, NULL);
     if (ev == NULL) {
@@ -1478,12 +1495,12 @@ size_t agw_history_shed(struct agw_history *h, size_t min_bytes)
         freed += saved;
         if (tail > 0) {
             memmove(it->text, it->text + saved, tail);
-        } else {
+        } else if (it->text_ended) {
             free(it->text);
             it->text = NULL;
             freed += it->text_cap - saved;
             it->text_cap = 0;
-        }
+        } /* else it goes on growing into the same buffer: no new pages for it */
     }
     return freed;
 }
@@ -1555,8 +1572,7 @@ char *agw_history_dump(struct agw_history *h)
      * that cannot be is dumped as its id alone, and counted) */
     for (size_t i = 0; i < h->n; i++) {
         const struct item *it = h->items[i];
-        json_t *m = it->msg != NULL ? json_incref(it->msg)
-                                    : item_copy(h, it);
+        json_t *m = it->msg != NULL ? json_incref(it->msg) : item_copy(h, it);
         if (m == NULL)
             m = must(json_pack("{s:s%}", "id", it->id, it->id_len));
         must_ok(json_array_append_new(

@@ -265,6 +265,9 @@ void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g
         header(out, "agw_history_queue_bytes", "gauge",
                "Thread-history records waiting for the store's writer thread.");
         evbuffer_add_printf(out, "agw_history_queue_bytes %zu\n", h->queued_bytes);
+        header(out, "agw_history_congestions_total", "counter",
+               "Times the store fell behind and runs that record stopped reading their upstreams.");
+        evbuffer_add_printf(out, "agw_history_congestions_total %" PRIu64 "\n", h->congestions);
         header(out, "agw_history_cached_threads", "gauge", "Threads held in memory.");
         evbuffer_add_printf(out, "agw_history_cached_threads %zu\n", h->cached);
     }

@@ -66,7 +66,15 @@ struct agw_relay_set {
     struct event_base *base;
     TAILQ_HEAD(, agw_relay) relays;
     size_t count;
+    /* Relays waiting for the store (store_wait): the timer looks every STORE_WAIT_MS whether it
+     * caught up, while any waits. */
+    struct event *store_timer;
+    size_t n_store_wait;
+    struct agw_store *store; /* theirs */
 };
+
+/* How often a loop with runs waiting for the store looks whether it caught up. */
+#define STORE_WAIT_MS 5
 
 struct agw_relay {
     struct agw_relay_set *set;
@@ -131,6 +139,10 @@ struct agw_relay {
     /* thread history: what the run produced, handed to the store in pieces and at the end */
     struct agw_store *store;
     struct agw_capture *capture;
+    /* Its upstream is paused because the store is behind (agw_store_congested()); the set's timer
+     * resumes it. A pause for the client (backpressure) and this one are lifted separately: the
+     * upstream is read again when neither holds. */
+    bool store_wait;
 };
 
 /* A run's capture goes to the store when it holds this much, so a long run never holds its whole
@@ -227,6 +239,51 @@ static void flush_capture(struct agw_relay *r)
     if (r->capture == NULL || (lines = agw_capture_take(r->capture, &len, &chunk)) == NULL)
         return;
     agw_store_run_events(r->store, r->thread_id, r->run_id, lines, len, chunk);
+}
+
+/* Whether the client can take more (no client: a detached run). */
+static bool client_takes(const struct agw_relay *r)
+{
+    return r->req == NULL || agw_req_out_pending(r->req) <= r->stream_buffer_bytes;
+}
+
+static void store_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_relay_set *set = arg;
+    struct agw_relay *r, *next;
+
+    (void)fd;
+    (void)what;
+    if (set->n_store_wait == 0)
+        return;
+    if (agw_store_congested(set->store)) {
+        arm(set->store_timer, STORE_WAIT_MS);
+        return;
+    }
+    for (r = TAILQ_FIRST(&set->relays); r != NULL; r = next) {
+        next = TAILQ_NEXT(r, link);
+        if (!r->store_wait)
+            continue;
+        r->store_wait = false;
+        set->n_store_wait--;
+        if (r->up != NULL && IN(r, TO(RL_ST_STREAMING) | TO(RL_ST_DETACHED)) && client_takes(r))
+            agw_upstream_resume(r->up);
+    }
+}
+
+/* Stops reading the upstream until the store caught up (store_timer_cb()). */
+static void store_pause(struct agw_relay *r)
+{
+    struct agw_relay_set *set = r->set;
+
+    r->store_wait = true;
+    set->store = r->store;
+    agw_upstream_pause(r->up);
+    if (set->n_store_wait++ == 0) {
+        if (set->store_timer == NULL)
+            set->store_timer = evtimer_new(set->base, store_timer_cb, set);
+        arm(set->store_timer, STORE_WAIT_MS);
+    }
 }
 
 static void legacy_frame(void *arg, const char *data, size_t len)
@@ -544,6 +601,10 @@ static void up_on_body(void *arg, struct evbuffer *body)
     if (r->state == RL_ST_STREAMING && r->up != NULL &&
         agw_req_out_pending(r->req) > r->stream_buffer_bytes)
         agw_upstream_pause(r->up);
+    /* The store is behind: no more reading (and recording) until it caught up. */
+    if (r->capture != NULL && r->up != NULL && !r->store_wait &&
+        IN(r, TO(RL_ST_STREAMING) | TO(RL_ST_DETACHED)) && agw_store_congested(r->store))
+        store_pause(r);
 out:
     leave(r);
 }
@@ -626,7 +687,7 @@ static void client_drain(struct agw_req *req, void *arg)
     struct agw_relay *r = arg;
 
     (void)req;
-    if (r->up != NULL && r->state == RL_ST_STREAMING)
+    if (r->up != NULL && r->state == RL_ST_STREAMING && !r->store_wait)
         agw_upstream_resume(r->up);
 }
 
@@ -643,7 +704,7 @@ static void client_close(struct agw_req *req, void *arg)
         agw_log_info("req=%s client went away; the run goes on detached", r->request_id);
         r->was_detached = true;
         set_state(r, RL_ST_DETACHED);
-        if (r->up != NULL && r->answered)
+        if (r->up != NULL && r->answered && !r->store_wait)
             agw_upstream_resume(r->up);
         return;
     }
@@ -841,6 +902,8 @@ static void relay_free(struct agw_relay *r)
         r->on_end(r->arg, &s);
     TAILQ_REMOVE(&r->set->relays, r, link);
     __atomic_sub_fetch(&r->set->count, 1, __ATOMIC_RELAXED);
+    if (r->store_wait)
+        r->set->n_store_wait--;
     unregister(r);
     agw_upstream_close(r->up);
     event_free(r->heartbeat);
@@ -874,6 +937,8 @@ void agw_relay_set_free(struct agw_relay_set *set)
             r->outcome = "closed";
         relay_free(r);
     }
+    if (set->store_timer != NULL)
+        event_free(set->store_timer);
     free(set);
 }
 

@@ -38,7 +38,8 @@
 #define BATCH_BYTES (4u << 20)
 /* Capture chunks kept for reuse (agw_store_chunk()): 10 MiB at most. Enough for the chunks a
  * batch hands over under a streaming load (about 20 ms of records at 120 MB/s, 30 chunks) and a
- * margin, so that a loop takes back pages that are already there instead of faulting new ones in. */
+ * margin, so that a loop takes back pages that are already there instead of faulting new ones in.
+ */
 #define CHUNKS_KEPT 128
 /* After a commit, a saved text with at least this much in memory is shed (agw_history_shed()):
  * the answers agents stream, most of a thread's bytes, stay on disk only; short ones stay, so that
@@ -98,6 +99,10 @@ struct agw_store {
     uint64_t queued_since_ms; /* when the oldest waiting record was handed over */
     unsigned queued_reads;    /* read requests waiting */
     bool writer_waiting;      /* the writer sleeps on <wake> */
+    /* congestion (agw_store_congested()): bytes handed over and not yet applied, whether queued or
+     * in the writer's batch (atomic: added under <lock>, taken off by the writer as it applies) */
+    size_t pending_bytes;
+    bool congested; /* atomic */
     /* capture chunks waiting to be reused (agw_store_chunk()): a list through their first bytes */
     pthread_mutex_t chunks_lock;
     char *chunks;
@@ -118,7 +123,8 @@ struct agw_store {
     size_t msgs_cap;
     bool failing; /* the last commit failed (logged once per streak) */
     /* statistics (atomics: read from any thread) */
-    uint64_t records, dropped, commits, commit_errors, expired, malformed, max_commit_us;
+    uint64_t records, dropped, commits, commit_errors, expired, malformed, max_commit_us,
+        congestions;
     size_t cached;
 };
 
@@ -567,6 +573,21 @@ static void job_free(struct agw_store *s, struct job *j)
     free(j);
 }
 
+/* <cost> bytes of records were applied: the loops may read again once under a quarter of the
+ * congestion threshold. */
+static void applied_bytes(struct agw_store *s, size_t cost)
+{
+    size_t left = __atomic_sub_fetch(&s->pending_bytes, cost, __ATOMIC_RELAXED);
+
+    if (left <= s->o.congested_bytes / 4 && __atomic_load_n(&s->congested, __ATOMIC_RELAXED))
+        __atomic_store_n(&s->congested, false, __ATOMIC_RELEASE);
+}
+
+bool agw_store_congested(const struct agw_store *s)
+{
+    return __atomic_load_n(&s->congested, __ATOMIC_ACQUIRE);
+}
+
 /* Whether the waiting records are to be applied now (under <lock>). */
 static bool batch_due(const struct agw_store *s, uint64_t now, uint64_t batch_ms)
 {
@@ -647,6 +668,8 @@ static void *writer_main(void *arg)
             }
             stat_add(&s->records, 1);
             if (j != NULL)
+                applied_bytes(s, j->cost);
+            if (j != NULL)
                 job_free(s, j);
         }
         if (!TAILQ_EMPTY(&s->dirty) && (stop || agw_now_ms() >= s->first_dirty_ms + s->o.commit_ms))
@@ -680,6 +703,13 @@ static void submit(struct agw_store *s, struct job *j)
             s->queued_since_ms = agw_now_ms();
         STAILQ_INSERT_TAIL(&s->queue, j, link);
         s->queued_bytes += j->cost;
+        if (j->kind != JOB_READ &&
+            __atomic_add_fetch(&s->pending_bytes, j->cost, __ATOMIC_RELAXED) >=
+                s->o.congested_bytes &&
+            s->o.congested_bytes > 0 && !__atomic_load_n(&s->congested, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&s->congested, true, __ATOMIC_RELEASE);
+            stat_add(&s->congestions, 1);
+        }
         s->queued_reads += j->kind == JOB_READ;
         /* A sleeping writer is woken for a read, a full batch, or the first record (so that it
          * sleeps until that one's batch is due); a writer that runs or waits for a batch takes
@@ -931,6 +961,7 @@ void agw_store_get_stats(struct agw_store *s, struct agw_store_stats *st)
     st->malformed = __atomic_load_n(&s->malformed, __ATOMIC_RELAXED);
     st->max_commit_us = __atomic_load_n(&s->max_commit_us, __ATOMIC_RELAXED);
     st->cached = __atomic_load_n(&s->cached, __ATOMIC_RELAXED);
+    st->congestions = __atomic_load_n(&s->congestions, __ATOMIC_RELAXED);
     pthread_mutex_lock(&s->lock);
     st->queued_bytes = s->queued_bytes;
     pthread_mutex_unlock(&s->lock);

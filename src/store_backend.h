@@ -62,9 +62,9 @@ struct agw_store_backend {
     void (*close)(void *self);
 };
 
-/* The embedded kind: <dir>/history.db (SQLite, WAL), <dir> made when missing, <dir>/history.lock
- * held (one gateway per directory); a store of an older schema is migrated. 0, or -AGW_E* with a
- * message naming the file in <err>. */
+/* The embedded kind: <dir>/history.db (SQLite, rollback journal), <dir> made when missing,
+ * <dir>/history.lock held (one gateway per directory); a store of an older schema is migrated. 0,
+ * or -AGW_E* with a message naming the file in <err>. */
 int agw_store_sqlite_open(const char *dir, struct agw_store_backend *b, char *err, size_t errlen);
 
 #endif

@@ -55,7 +55,8 @@ char *agw_capture_take(struct agw_capture *c, size_t *len, bool *chunk);
  * copy of what it held), and after a take that handed over a chunk it starts the next buffer as a
  * chunk at once. A chunk is a block of exactly AGW_CAPTURE_CHUNK_BYTES that free() accepts; one
  * that an event too big for it outgrew is no chunk any more (take says so). <get> never fails
- * (out of memory aborts, as agw_xmalloc() does). Without this call every buffer grows by doubling. */
+ * (out of memory aborts, as agw_xmalloc() does). Without this call every buffer grows by doubling.
+ */
 #define AGW_CAPTURE_SMALL_BYTES (8 * 1024)
 #define AGW_CAPTURE_CHUNK_BYTES (80 * 1024)
 typedef char *agw_capture_chunk_fn(void *arg);

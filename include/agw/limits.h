@@ -16,5 +16,8 @@
  * records waiting for the store past this many bytes are dropped rather than blocking a loop. */
 #define AGW_STORE_COMMIT_MS       200
 #define AGW_STORE_MAX_QUEUE_BYTES (256u * 1024 * 1024)
+/* Records handed to the store and not yet applied past which runs that record stop reading their
+ * upstreams until it is back under a quarter of it (agw_store_congested()). */
+#define AGW_STORE_CONGESTED_BYTES (8u * 1024 * 1024)
 
 #endif

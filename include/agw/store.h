@@ -6,7 +6,7 @@
  * ends, and read requests (one page of a thread), whose answers come back on the asking loop
  * through that loop's inbox. The writer thread applies the records in the order they were handed
  * over (struct agw_history does the rebuilding), keeps the threads it touched last in a bounded
- * cache, and, for the embedded kind, writes the threads that changed to SQLite (WAL mode) in one
+ * cache, and, for the embedded kind, writes the threads that changed to SQLite in one
  * transaction at most every commit interval. So a read sees every record handed over before it,
  * and a kill -9 loses at most the last interval's writes.
  *
@@ -35,6 +35,8 @@ struct agw_store_options {
     size_t cache_threads;   /* threads held in memory */
     uint32_t commit_ms;     /* the longest a change waits before its commit (embedded) */
     size_t max_queue_bytes; /* records waiting beyond this are dropped, counted and logged */
+    size_t congested_bytes; /* agw_store_congested() past this many bytes not yet applied, until
+                               they are under a quarter of it; 0 = never */
 };
 
 /* Opens the store and starts its writer thread. On failure (a directory that cannot be created, a
@@ -55,6 +57,13 @@ void agw_store_run_input(struct agw_store *s, const char *agent_id, const char *
  * reuse when <chunk> says it is a capture chunk (include/agw/capture.h). */
 void agw_store_run_events(struct agw_store *s, const char *thread_id, const char *run_id,
                           char *lines, size_t len, bool chunk);
+/* Whether the writer is behind: more than <congested_bytes> of records handed over and not yet
+ * applied, and not yet back under a quarter of that. Runs that record stop reading their upstreams
+ * while it is (as they do for a slow client), so that a writer sharing a saturated core with the
+ * loops, or a slow disk, slows the streams down instead of letting records pile up and be
+ * dropped. Any thread; an atomic read. */
+bool agw_store_congested(const struct agw_store *s);
+
 /* A capture chunk (AGW_CAPTURE_CHUNK_BYTES, for agw_capture_use_chunks(); <store> is the struct
  * agw_store): one the writer handed back after applying its records, or a new one. Any thread. */
 char *agw_store_chunk(void *store);
@@ -100,6 +109,7 @@ struct agw_store_stats {
     uint64_t max_commit_us; /* the longest commit */
     size_t cached;          /* threads in memory */
     size_t queued_bytes;    /* records waiting */
+    uint64_t congestions;   /* times the store became congested (agw_store_congested()) */
 };
 void agw_store_get_stats(struct agw_store *s, struct agw_store_stats *st);
 

@@ -1049,10 +1049,11 @@ Test(history, a_shed_text_is_compared_by_length_and_hash)
     struct agw_history *h = shed_thread(&st);
 
     /* the client resends its history: the same bytes need no read back */
-    cr_assert_eq(merge_body(h, "r2",
-                            "{\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"},"
-                            "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello, world\"}]}"),
-                 0);
+    cr_assert_eq(
+        merge_body(h, "r2",
+                   "{\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"},"
+                   "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello, world\"}]}"),
+        0);
     cr_assert_eq(st.loads, 0, "equal: settled by length and hash");
     cr_assert_str_eq(changed(h), "");
     /* the same length, other bytes: it is replaced (read back to compare values) */

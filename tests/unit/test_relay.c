@@ -558,6 +558,61 @@ Test(relay, backpressure_pauses_and_drain_resumes)
     fake_req_free(req);
 }
 
+/* A run that records pauses its upstream while the store is behind, whatever its client, and
+ * reads again once the store caught up; the client's own backpressure is lifted apart. */
+Test(relay, a_store_behind_pauses_recording_runs_until_it_caught_up)
+{
+    /* congested from the first byte handed over until the writer applied it (it waits up to 20 ms
+     * for a batch): a capture's hand-over always finds it behind */
+    struct agw_store_options so = {.kind = AGW_STORE_MEMORY,
+                                   .max_messages = 100,
+                                   .cache_threads = 10,
+                                   .commit_ms = 20,
+                                   .max_queue_bytes = 1u << 30,
+                                   .congested_bytes = 1};
+    char err[256] = "";
+    struct agw_store *st = agw_store_open(&so, err, sizeof(err));
+    struct agw_req *req = fake_req_new();
+    struct opts o = {0};
+    struct agw_relay_params p = params(req, &o);
+    char ev[1200], *big = malloc(80 * 1024);
+    size_t n = 0, one;
+
+    cr_assert_not_null(st, "%s", err);
+    p.store = st;
+    p.stream_buffer_bytes = 1u << 30;
+    agw_relay_start(set, &p);
+    fake_up_head(last_up(), 200, SSE);
+    fake_up_body(last_up(), START TSTART);
+    cr_assert(!last_up()->paused, "nothing handed over yet");
+    /* deltas of 1,000 bytes: more than a capture holds before it hands over (64 KiB) */
+    one = (size_t)snprintf(ev, sizeof(ev),
+                           "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":"
+                           "\"%01000d\"}\n\n",
+                           7);
+    while (n + one < 80 * 1024) {
+        memcpy(big + n, ev, one);
+        n += one;
+    }
+    big[n] = '\0';
+    fake_up_body(last_up(), big);
+    cr_assert(agw_store_congested(st));
+    cr_assert(last_up()->paused, "the store is behind: no more reading");
+    req->pending = 0;
+    fake_req_drain(req);
+    cr_assert(last_up()->paused, "a client that drained does not lift the store's pause");
+    run_loop_ms(300);
+    cr_assert_not(agw_store_congested(st));
+    cr_assert_not(last_up()->paused, "the store caught up: reading again");
+    fake_up_body(last_up(), TEND FIN);
+    cr_assert(req->finished);
+    fake_req_close(req);
+    fake_req_free(req);
+    free(big);
+    cr_assert_eq(ended.calls, 1);
+    agw_store_close(st);
+}
+
 Test(relay, heartbeats_and_the_probe_of_a_half_closed_client)
 {
     struct agw_req *req = fake_req_new();

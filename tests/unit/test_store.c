@@ -193,6 +193,40 @@ Test(store, capture_chunks_are_reused_once_applied)
     agw_store_close(s);
 }
 
+Test(store, congested_while_records_wait_and_until_a_quarter_is_left)
+{
+    struct agw_store_options o = options(AGW_STORE_MEMORY, NULL, 100, 0, 100);
+    char err[512] = "";
+    struct agw_store *s;
+    struct agw_store_stats st;
+    struct answer a;
+
+    o.congested_bytes = 4096;
+    s = agw_store_open(&o, err, sizeof(err));
+    cr_assert_not_null(s, "%s", err);
+    cr_assert_not(agw_store_congested(s));
+    write_run1(s, "t1"); /* a few hundred bytes: under the threshold */
+    cr_assert_not(agw_store_congested(s));
+    {
+        /* one record of 8 KiB: past the threshold as it is handed over */
+        char *lines = malloc(9000);
+        int k = snprintf(lines, 9000,
+                         "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\"}\n"
+                         "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a2\",\"delta\":\"");
+        memset(lines + k, 'x', 8192);
+        k += 8192;
+        k += snprintf(lines + k, 9000 - (size_t)k, "\"}\n");
+        agw_store_run_events(s, "t2", "r2", lines, (size_t)k, false);
+    }
+    cr_assert(agw_store_congested(s), "over 4 KiB handed over and not applied");
+    a = read_thread(s, "t2", NULL); /* the writer applied everything before answering */
+    json_decref(a.page);
+    cr_assert_not(agw_store_congested(s), "all applied");
+    agw_store_get_stats(s, &st);
+    cr_assert_eq(st.congestions, 1);
+    agw_store_close(s);
+}
+
 Test(store, embedded_survives_a_restart)
 {
     struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
