@@ -83,6 +83,7 @@ struct agw_history {
     struct item **buckets; /* items by id (each in one chain), once past LINEAR_MAX items */
     size_t n_buckets;      /* 0 (no table), or a power of two >= the number of items */
     size_t first_changed;  /* no item below this index is changed */
+    size_t shed_from;      /* no item below this index changed since agw_history_shed() looked */
     /* The positions a store holds in more than one piece (a text that grew across commits),
      * ascending: a message written whole at one of them drops the other pieces there, whichever
      * message they were of (messages move). As of the last agw_history_mark_saved(). */
@@ -648,6 +649,7 @@ static void trim(struct agw_history *h)
     h->n = h->max;
     h->dropped += k;
     h->first_changed = h->first_changed > k ? h->first_changed - k : 0;
+    h->shed_from = h->shed_from > k ? h->shed_from - k : 0;
 }
 
 /* Replaces the message at <i> with <msg> (owned, with the same id); the item keeps its run id. */
@@ -703,8 +705,11 @@ static void text_end(struct agw_history *h, const char *id, size_t len)
 {
     size_t i = find_msgn(h, id, len);
 
-    if (i != SIZE_MAX)
-        h->items[i]->text_ended = true;
+    if (i == SIZE_MAX)
+        return;
+    h->items[i]->text_ended = true;
+    if (i < h->shed_from) /* the next shedding frees its buffer */
+        h->shed_from = i;
 }
 
 struct agw_history *agw_history_new(size_t max_messages)
@@ -1444,6 +1449,8 @@ void agw_history_mark_saved(struct agw_history *h)
 {
     size_t k = 0;
 
+    if (h->first_changed < h->shed_from)
+        h->shed_from = h->first_changed;
     /* the store deleted the positions outside the thread's */
     for (size_t j = 0; j < h->n_multi; j++)
         if (h->multi[j] >= h->dropped && h->multi[j] < h->dropped + h->n)
@@ -1480,28 +1487,35 @@ size_t agw_history_shed(struct agw_history *h, size_t min_bytes)
 
     if (h->load == NULL)
         return 0;
-    for (size_t i = 0; i < h->n; i++) {
+    /* the items below shed_from did not change since the last look: what could be shed was */
+    for (size_t i = h->shed_from; i < h->n; i++) {
         struct item *it = h->items[i];
         size_t saved, tail;
 
-        /* a text as saved, at least <min_bytes> of it in memory */
-        if (it->msg != NULL || it->changed || it->saved_parts == 0 ||
-            it->saved_len - it->text_base < (min_bytes > 0 ? min_bytes : 1))
+        /* a text as saved */
+        if (it->msg != NULL || it->changed || it->saved_parts == 0)
             continue;
         saved = it->saved_len - it->text_base; /* bytes in memory the store holds */
         tail = it->text_len - it->saved_len;   /* (none right after a commit) */
-        hs_update(&it->text_hs, it->text, saved);
-        it->text_base = it->saved_len;
-        freed += saved;
-        if (tail > 0) {
-            memmove(it->text, it->text + saved, tail);
-        } else if (it->text_ended) {
+        if (saved > 0 && saved >= min_bytes) {
+            hs_update(&it->text_hs, it->text, saved);
+            it->text_base = it->saved_len;
+            if (tail > 0)
+                memmove(it->text, it->text + saved, tail);
+        } else {
+            saved = 0; /* (kept) */
+        }
+        /* a growing text goes on in the same buffer (no new pages for it); an ended one frees it */
+        if (text_mem(it) == 0 && it->text_ended && it->text != NULL) {
             free(it->text);
             it->text = NULL;
-            freed += it->text_cap - saved;
+            freed += it->text_cap;
             it->text_cap = 0;
-        } /* else it goes on growing into the same buffer: no new pages for it */
+        } else {
+            freed += saved;
+        }
     }
+    h->shed_from = h->n;
     return freed;
 }
 

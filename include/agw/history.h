@@ -143,7 +143,8 @@ void agw_history_mark_saved(struct agw_history *h);
  * Those that cannot be read back, or that are not what was shed, are counted
  * (agw_history_load_errors()): the message is then held as {"id": <id>} and the thread is not to
  * be trusted (a store drops it and reads it back from what it saved). Returns the bytes freed. No
- * loader set: nothing is shed. */
+ * loader set: nothing is shed. A call looks only at the messages changed (or ended) since the
+ * last one: <min_bytes> is meant to stay the same from call to call. */
 typedef int agw_history_load_fn(void *arg, uint64_t pos, char **data, size_t *len);
 void agw_history_set_loader(struct agw_history *h, agw_history_load_fn *fn, void *arg);
 size_t agw_history_shed(struct agw_history *h, size_t min_bytes);

@@ -1151,6 +1151,33 @@ Test(history, a_shed_text_that_cannot_be_read_back_is_counted)
     mini_free(&st);
 }
 
+/* A text still growing keeps its buffer across sheddings (no new pages for its next deltas); its
+ * TEXT_MESSAGE_END lets the next shedding free it. */
+Test(history, an_ended_text_gives_its_buffer_back)
+{
+    struct mini_store st = {0};
+    struct agw_history *h = agw_history_new(10);
+    char big[4096];
+
+    memset(big, 'y', sizeof(big));
+    agw_history_set_loader(h, mini_load, &st);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, big, sizeof(big)), 1);
+    save(h, &st);
+    agw_history_shed(h, 0);
+    cr_assert_geq(agw_history_text_bytes(h), sizeof(big), "kept while it may grow");
+    cr_assert_eq(
+        agw_history_apply_line(h, "r1", "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\"}",
+                               strlen("{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\"}")),
+        0);
+    cr_assert_str_eq(changed(h), "", "an end changes nothing");
+    agw_history_shed(h, 0);
+    cr_assert_eq(agw_history_text_bytes(h), 0, "ended: its buffer is freed");
+    cr_assert_eq(st.loads, 0);
+    agw_history_free(h);
+    mini_free(&st);
+}
+
 Test(history, nothing_is_shed_without_a_loader_or_below_the_minimum)
 {
     struct mini_store st = {0};
@@ -1163,6 +1190,8 @@ Test(history, nothing_is_shed_without_a_loader_or_below_the_minimum)
     cr_assert_eq(agw_history_shed(h, 1000), 0, "below the minimum");
     cr_assert_eq(agw_history_append_text(h, "a1", 2, "x", 1), 1);
     cr_assert_eq(agw_history_shed(h, 0), 0, "changed since saved");
+    save(h, &st);
+    cr_assert_gt(agw_history_shed(h, 0), 0, "saved again: shed");
     agw_history_free(h);
     mini_free(&st);
 }
