@@ -6,7 +6,7 @@
 #
 # usage: bench/run.sh [--quick] [--rounds K] [--seconds S] [--build DIR] [--only SCENARIOS]
 #                     [--targets TARGETS] [--streams-10k N] [--batched] [--no-pin] [--workers N]
-#                     [--stall] [--writer-apart]
+#                     [--stall] [--writer-apart] [--runs-per-thread K]
 #   BUILD (env) or --build: a configured and built tree (default: <srcdir>/_build-bench); the script
 #   builds nothing. NGINX, HAPROXY (env): the binaries (default /usr/sbin/nginx, /usr/sbin/haproxy).
 #   --only "short short-new throughput paced paced2k idle2k idle10k" (or "": none) and
@@ -29,6 +29,9 @@
 #   as an agent streaming model tokens does). With 2+ CPUs and taskset, the proxy runs on CPU 1 and
 #   the load generator and agent on CPU 0, for every proxy alike (--no-pin: leave it to the scheduler).
 #   --workers N (1): the gateway's event loops, nginx's worker processes, HAProxy's threads.
+#   --runs-per-thread K (10): each load connection moves to a new threadId every K runs, as a
+#   conversation of K turns does (a thread then holds K runs of messages); 0: one thread per
+#   connection for the whole run (a thread that grows by a message per run, the store's worst case).
 # Needs bash, python3 (the table), curl, nginx and HAProxy for those targets. Everything runs on
 # 127.0.0.1 with ephemeral ports, in a temporary directory; every process started here is stopped on
 # exit, and every load run is bounded in time.
@@ -52,6 +55,7 @@ PIN=1
 WORKERS=1
 STALL=0
 WRITER_APART=0
+RUNS_PER_THREAD=10
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -67,7 +71,8 @@ while [ $# -gt 0 ]; do
     --workers) WORKERS=$2; shift ;;
     --stall) STALL=1 ;;
     --writer-apart) WRITER_APART=1 ;;
-    -h | --help) sed -n '2,34p' "$0"; exit 0 ;;
+    --runs-per-thread) RUNS_PER_THREAD=$2; shift ;;
+    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -209,11 +214,14 @@ scenario_query() {
     idle2k | idle10k) echo "stall=1$W" ;;
     esac
 }
+# Threads: a conversation of RUNS_PER_THREAD runs per thread id (0: one per connection).
+RPT=""
+[ "$RUNS_PER_THREAD" != 0 ] && RPT="--runs-per-thread $RUNS_PER_THREAD"
 scenario_args() {
     case "$1" in
-    short) echo "--concurrency 100 --seconds $SECS" ;;
-    short-new) echo "--concurrency 100 --seconds $SECS --new-conn" ;;
-    throughput | paced) echo "--concurrency 50 --seconds $SECS" ;;
+    short) echo "--concurrency 100 --seconds $SECS $RPT" ;;
+    short-new) echo "--concurrency 100 --seconds $SECS --new-conn $RPT" ;;
+    throughput | paced) echo "--concurrency 50 --seconds $SECS $RPT" ;;
     paced2k) echo "--concurrency $N_P2K --runs $N_P2K" ;;
     idle2k) echo "--concurrency $N_2K --hold" ;;
     idle10k) echo "--concurrency $N_10K --hold" ;;
@@ -601,7 +609,7 @@ print("events %s + %s, runs failed %s + %s, loop lag max idle %s ms, under load 
 
 # ---- the run -------------------------------------------------------------------------------------
 STORE_FS=$(df -PT "$T" 2>/dev/null | awk 'NR == 2 {print $2 " (" $1 ")"}')
-echo "bench: build $BUILD, rounds $ROUNDS, ${SECS} s per timed run, quick $QUICK, writes $([ "$BATCHED" = 1 ] && echo batched || echo 'one event each'), idle10k $N_10K streams, tmp $T on $STORE_FS" >&2
+echo "bench: build $BUILD, rounds $ROUNDS, ${SECS} s per timed run, quick $QUICK, writes $([ "$BATCHED" = 1 ] && echo batched || echo 'one event each'), threads of $([ "$RUNS_PER_THREAD" = 0 ] && echo 'one per connection' || echo "$RUNS_PER_THREAD runs"), idle10k $N_10K streams, tmp $T on $STORE_FS" >&2
 start_demo
 has_target nginx && start_nginx
 has_target haproxy && start_haproxy
