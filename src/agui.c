@@ -109,6 +109,10 @@ struct agw_agui {
     char cached[AGUI_CACHED_PREFIX];
     size_t cached_len; /* 0: nothing cached */
     enum item_kind cached_kind;
+    size_t cached_id_at, cached_id_len; /* the id's token (quotes included) in <cached> */
+    /* the content event being emitted, as a fast path read it (agw_agui_emitting_content()) */
+    struct agw_agui_content emitting;
+    bool has_emitting;
     /* "RUN_FINISHED" or "RUN_ERROR[:<code>]" (a long code is cut: OUTCOME_MAX) once FINISHED; a
      * static string or <outcome_buf>, which holds one with a code (owned; allocated at the end:
      * an open stream does not carry its room) */
@@ -899,6 +903,22 @@ static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
     return skip_ws(p, end) == end && fe->type.p != NULL && !fe->type.escaped;
 }
 
+/* Writes content event <data> (<len> bytes) of item <kind>, whose id and delta tokens (quotes
+ * included) the fast path read, telling the sink about them (agw_agui_emitting_content()). */
+static void emit_content(struct agw_agui *a, const struct agw_agui_sink *out, const char *data,
+                         size_t len, enum item_kind kind, const char *id, size_t id_len,
+                         const char *delta, size_t delta_len)
+{
+    a->has_emitting = kind == ITEM_TEXT_MESSAGE || kind == ITEM_TOOL_CALL;
+    a->emitting = (struct agw_agui_content){.args = kind == ITEM_TOOL_CALL,
+                                            .id = id,
+                                            .id_len = id_len,
+                                            .delta = delta,
+                                            .delta_len = delta_len};
+    write_frame(a, out, data, len);
+    a->has_emitting = false;
+}
+
 /* The deltas of one message usually come with the same bytes before the delta, e.g.
  * {"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"…"}. When a frame starts with the bytes
  * of the last frame accepted below, everything before its delta is known good (the same type, the
@@ -916,7 +936,8 @@ static bool fast_cached(struct agw_agui *a, const char *data, size_t len,
         return false;
     if (delta.n == 0 && a->cached_kind != ITEM_TOOL_CALL)
         return true; /* dropped, as the full path does */
-    write_frame(a, out, data, len);
+    emit_content(a, out, data, len, a->cached_kind, data + a->cached_id_at, a->cached_id_len,
+                 delta.p - 1, delta.n + 2);
     return true;
 }
 
@@ -1029,10 +1050,12 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len,
         memcpy(a->cached, data, before_delta);
         a->cached_len = before_delta;
         a->cached_kind = kind;
+        a->cached_id_at = (size_t)(id->p - 1 - data);
+        a->cached_id_len = id->n + 2;
     }
     if (fe.delta.n == 0 && kind != ITEM_TOOL_CALL)
         return true; /* dropped, as the full path does */
-    write_frame(a, out, data, len);
+    emit_content(a, out, data, len, kind, id->p - 1, id->n + 2, fe.delta.p - 1, fe.delta.n + 2);
     return true;
 }
 
@@ -1065,6 +1088,14 @@ struct agw_agui *agw_agui_new(const char *thread_id, const char *run_id, enum ag
         a->agkit = agw_agkit_new(run_id);
     a->state = AGW_AGUI_ST_IDLE;
     return a;
+}
+
+bool agw_agui_emitting_content(const struct agw_agui *a, struct agw_agui_content *c)
+{
+    if (!a->has_emitting)
+        return false;
+    *c = a->emitting;
+    return true;
 }
 
 void agw_agui_free(struct agw_agui *a)

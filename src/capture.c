@@ -546,6 +546,16 @@ void agw_capture_event(struct agw_capture *c, const char *json, size_t len)
     coalesce(c, kind, id, &ev.delta);
 }
 
+void agw_capture_content(struct agw_capture *c, bool args, const char *id, size_t id_len,
+                         const char *delta, size_t delta_len)
+{
+    const struct member i = {.p = id, .n = id_len, .string = true};
+    const struct member d = {.p = delta, .n = delta_len, .string = true};
+
+    assert(id_len >= 2 && delta_len >= 2 && id[0] == '"' && delta[0] == '"');
+    coalesce(c, args ? KIND_ARGS : KIND_TEXT, &i, &d);
+}
+
 bool agw_capture_line_delta(const char *line, size_t len, struct agw_capture_delta *d)
 {
     static const char text[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":";

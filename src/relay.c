@@ -299,7 +299,12 @@ static void relay_emit(void *arg, const char *json, size_t len, bool pass)
     struct agw_relay *r = arg;
 
     if (r->capture != NULL) {
-        agw_capture_event(r->capture, json, len);
+        struct agw_agui_content ct;
+        /* a delta the normaliser's fast path read needs no second scan */
+        if (agw_agui_emitting_content(r->agui, &ct))
+            agw_capture_content(r->capture, ct.args, ct.id, ct.id_len, ct.delta, ct.delta_len);
+        else
+            agw_capture_event(r->capture, json, len);
         if (agw_capture_size(r->capture) >= CAPTURE_FLUSH_BYTES)
             flush_capture(r);
     }

@@ -58,6 +58,22 @@ void agw_agui_free(struct agw_agui *a);
 int agw_agui_feed(struct agw_agui *a, const char *data, size_t len,
                   const struct agw_agui_sink *out);
 
+/* What a fast path read of the content event the sink is being given (agw_agui_emitting_content(),
+ * inside emit()): a TEXT_MESSAGE_CONTENT (<args> false) or TOOL_CALL_ARGS (<args> true) event whose
+ * id and delta are these string tokens, quotes included, inside the event's bytes: the id written
+ * without an escape, the delta a JSON string that jansson reads (the fast path's scanner is
+ * stricter: no \u0000, no surrogate escape, valid UTF-8). So a sink that keeps deltas (the thread
+ * history's capture) need not scan the event again. */
+struct agw_agui_content {
+    bool args;
+    const char *id, *delta;
+    size_t id_len, delta_len;
+};
+/* Inside the sink's emit(): true, with <c> filled, when the event being emitted is such a content
+ * event read by a fast path; false for any other (another type, or an event the full path wrote).
+ */
+bool agw_agui_emitting_content(const struct agw_agui *a, struct agw_agui_content *c);
+
 /* For tests: with <on> false, every frame goes through the full path (parsed by jansson), never the
  * allocation-free fast paths, whose output must be the same. On by default. */
 void agw_agui_set_fast_paths(struct agw_agui *a, bool on);

@@ -39,6 +39,13 @@ void agw_capture_free(struct agw_capture *c);
  * any bytes). Aborts on out-of-memory, as agw_xmalloc() does. */
 void agw_capture_event(struct agw_capture *c, const char *json, size_t len);
 
+/* What agw_capture_event() does with a TEXT_MESSAGE_CONTENT (<args> false) or TOOL_CALL_ARGS
+ * (<args> true) event that the caller has read already (agw_agui_emitting_content()): its id and
+ * delta as string tokens, quotes included (<id_len>, <delta_len> >= 2, asserted), each a JSON
+ * string jansson reads; no scan. */
+void agw_capture_content(struct agw_capture *c, bool args, const char *id, size_t id_len,
+                         const char *delta, size_t delta_len);
+
 /* Bytes held, the open coalesced event included (without the 3 bytes that close it). */
 size_t agw_capture_size(const struct agw_capture *c);
 

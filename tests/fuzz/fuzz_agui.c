@@ -20,7 +20,8 @@
  * after agw_agui_end()/agw_agui_fail() the stream is terminated; content events name an open item,
  * starts do not reopen one, nothing is open at RUN_FINISHED; agw_agui_feed() returns 1 exactly when
  * the run is finished, and agw_agui_finished(), agw_agui_events_out() and agw_agui_outcome() agree
- * with the output.
+ * with the output. What agw_agui_emitting_content() tells the sink of an event is that event's type,
+ * id and delta, as tokens inside its bytes.
  *
  *   tests/fuzz/build.sh _build-fuzz agui            (or by hand:)
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I_build src/agui.c src/sse.c \
@@ -73,16 +74,48 @@ static void fatal(const char *what)
  * be taken as read (<framed>), is taken from the read — its bytes must then be that frame's data.
  */
 struct sink_ctx {
+    struct agw_agui *a;
     struct evbuffer *out;
     const char *fed; /* the data being fed, and whether its frame may be taken as read */
     size_t fed_len;
     bool framed;
 };
 
+/* What agw_agui_emitting_content() says of the event emitted must be what the event is: a
+ * TEXT_MESSAGE_CONTENT or TOOL_CALL_ARGS whose id and delta are those tokens (a string each, the id
+ * without an escape), inside its bytes. */
+static void check_content_hint(const struct agw_agui *a, const char *json, size_t len)
+{
+    struct agw_agui_content c;
+    json_t *ev, *id, *delta, *type;
+    bool ok;
+
+    if (!agw_agui_emitting_content(a, &c))
+        return;
+    if (c.id < json || c.id + c.id_len > json + len || c.delta < json ||
+        c.delta + c.delta_len > json + len)
+        fatal("a content hint outside the event");
+    ev = json_loadb(json, len, 0, NULL);
+    id = json_loadb(c.id, c.id_len, JSON_DECODE_ANY, NULL);
+    delta = json_loadb(c.delta, c.delta_len, JSON_DECODE_ANY, NULL);
+    type = json_string(c.args ? "TOOL_CALL_ARGS" : "TEXT_MESSAGE_CONTENT");
+    ok = json_is_object(ev) && json_is_string(id) && json_is_string(delta) &&
+         memchr(c.id, '\\', c.id_len) == NULL && json_equal(json_object_get(ev, "type"), type) &&
+         json_equal(json_object_get(ev, c.args ? "toolCallId" : "messageId"), id) &&
+         json_equal(json_object_get(ev, "delta"), delta);
+    json_decref(ev);
+    json_decref(id);
+    json_decref(delta);
+    json_decref(type);
+    if (!ok)
+        fatal("a content hint that is not the event's id and delta");
+}
+
 static void emit(void *arg, const char *json, size_t len, bool pass)
 {
     struct sink_ctx *c = arg;
 
+    check_content_hint(c->a, json, len);
     if (pass && (json != c->fed || len != c->fed_len))
         fatal("an event passed unchanged that is not the data fed");
     if (memchr(json, '\n', len) != NULL || memchr(json, '\r', len) != NULL)
@@ -101,7 +134,7 @@ static char *run(const struct setup *s, bool fast, bool framed, size_t *out_len)
 {
     struct agw_agui *a = agw_agui_new(s->thread_id, s->run_id, s->protocol);
     struct evbuffer *out = evbuffer_new();
-    struct sink_ctx sc = {out, NULL, 0, false};
+    struct sink_ctx sc = {a, out, NULL, 0, false};
     const struct agw_agui_sink sink = {emit, &sc};
     char *res;
 

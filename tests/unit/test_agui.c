@@ -1269,6 +1269,66 @@ Test(agui, unchanged_events_are_passed_as_the_upstreams_bytes)
     agw_agui_free(a);
 }
 
+/* A sink that records what agw_agui_emitting_content() says of each event. */
+struct hint_ctx {
+    struct agw_agui *a;
+    char seen[8][160]; /* "T|A <id token> <delta token>" or "-" per event */
+    int n;
+};
+
+static void hint_emit(void *arg, const char *json, size_t len, bool pass)
+{
+    struct hint_ctx *h = arg;
+    struct agw_agui_content c;
+
+    (void)pass;
+    cr_assert_lt(h->n, 8);
+    if (!agw_agui_emitting_content(h->a, &c)) {
+        snprintf(h->seen[h->n++], sizeof(h->seen[0]), "-");
+        return;
+    }
+    cr_assert(c.id >= json && c.id + c.id_len <= json + len, "the id's token is in the event");
+    cr_assert(c.delta >= json && c.delta + c.delta_len <= json + len);
+    snprintf(h->seen[h->n++], sizeof(h->seen[0]), "%s %.*s %.*s", c.args ? "A" : "T", (int)c.id_len,
+             c.id, (int)c.delta_len, c.delta);
+}
+
+/* The sink learns the id and delta of a content event the fast path read (the first of a message
+ * and the ones after it, read through the cached prefix), and nothing of any other event. */
+Test(agui, the_sink_is_told_the_id_and_delta_of_fast_content)
+{
+    const char *const frames[] = {
+        "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"a\\\"b\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"c\"}",
+        "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"t\",\"toolCallName\":\"f\"}",
+        "{\"type\":\"TOOL_CALL_ARGS\",\"delta\":\"{}\",\"toolCallId\":\"t\"}",
+        "{\"type\":\"REASONING_START\",\"messageId\":\"r\"}",
+    };
+    const char *const want[] = {
+        "-", "-", "T \"m\" \"a\\\"b\"", "T \"m\" \"c\"", "-", "A \"t\" \"{}\"", "-"};
+    struct hint_ctx h = {0};
+    const struct agw_agui_sink sink = {hint_emit, &h};
+
+    h.a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    for (size_t i = 0; i < AGW_ARRAY_LEN(frames); i++)
+        agw_agui_feed(h.a, frames[i], strlen(frames[i]), &sink);
+    cr_assert_eq(h.n, (int)AGW_ARRAY_LEN(want));
+    for (int i = 0; i < h.n; i++)
+        cr_assert_str_eq(h.seen[i], want[i], "event %d", i);
+    agw_agui_free(h.a);
+    /* the full path tells nothing */
+    memset(&h, 0, sizeof(h));
+    h.a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    agw_agui_set_fast_paths(h.a, false);
+    for (size_t i = 0; i < 4; i++)
+        agw_agui_feed(h.a, frames[i], strlen(frames[i]), &sink);
+    for (int i = 0; i < h.n; i++)
+        cr_assert_str_eq(h.seen[i], "-", "event %d", i);
+    agw_agui_free(h.a);
+}
+
 Test(agui, other_events_pass_through_raw)
 {
     const char *const frames[] = {

@@ -444,6 +444,46 @@ Test(capture, a_long_run_moves_to_chunks_and_stays_on_them)
     agw_capture_free(plain);
 }
 
+/* A content event given by its tokens (agw_capture_content()) is kept as agw_capture_event() keeps
+ * the event: coalesced with its neighbours of the same id either way. */
+Test(capture, content_given_by_its_tokens_is_the_event)
+{
+    static const struct {
+        bool args;
+        const char *event, *id, *delta;
+    } evs[] = {
+        {false, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'He'}", "'m1'", "'He'"},
+        {false, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'llo \\\\u00e9'}", "'m1'",
+         "'llo \\\\u00e9'"},
+        {true, "{'type':'TOOL_CALL_ARGS','toolCallId':'c1','delta':'{\\\\'a'}", "'c1'",
+         "'{\\\\'a'"},
+        {true, "{'type':'TOOL_CALL_ARGS','toolCallId':'c1','delta':''}", "'c1'", "''"},
+        {false, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m2','delta':'x'}", "'m2'", "'x'"},
+    };
+    struct agw_capture *a = agw_capture_new(), *b = agw_capture_new();
+    char *x, *y;
+
+    for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
+        size_t il, dl;
+        char *id = dq(evs[i].id, &il), *delta = dq(evs[i].delta, &dl);
+        feed(a, evs[i].event);
+        agw_capture_content(b, evs[i].args, id, il, delta, dl);
+        if (i == 2) { /* a kept event in between, on both */
+            feed(a, "{'type':'TOOL_CALL_START','toolCallId':'c1','toolCallName':'f'}");
+            feed(b, "{'type':'TOOL_CALL_START','toolCallId':'c1','toolCallName':'f'}");
+        }
+        free(id);
+        free(delta);
+    }
+    x = take_str(a);
+    y = take_str(b);
+    cr_assert_str_eq(y, x);
+    free(x);
+    free(y);
+    agw_capture_free(a);
+    agw_capture_free(b);
+}
+
 Test(capture, escaped_deltas_concatenate_to_the_concatenated_text)
 {
     static const char *const a[] = {"say \\'hi\\'", "\\\\", "\\n", "x\\\\\\'", "\\'\\\\y"};
