@@ -20,8 +20,8 @@
  * after agw_agui_end()/agw_agui_fail() the stream is terminated; content events name an open item,
  * starts do not reopen one, nothing is open at RUN_FINISHED; agw_agui_feed() returns 1 exactly when
  * the run is finished, and agw_agui_finished(), agw_agui_events_out() and agw_agui_outcome() agree
- * with the output. What agw_agui_emitting_content() tells the sink of an event is that event's type,
- * id and delta, as tokens inside its bytes.
+ * with the output. What agw_agui_emitting_content() tells the sink of an event is that event's
+ * type, id and delta, as tokens inside its bytes.
  *
  *   tests/fuzz/build.sh _build-fuzz agui            (or by hand:)
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I_build src/agui.c src/sse.c \

@@ -36,7 +36,7 @@ static int merge(struct agw_history *h, const char *run_id, const char *messages
 }
 
 /* The thread's messages equal the JSON array <expected>. */
-static void expect(const struct agw_history *h, const char *expected)
+static void expect(struct agw_history *h, const char *expected)
 {
     json_t *want = parse(expected), *got = json_array();
     char *g;

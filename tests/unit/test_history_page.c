@@ -27,7 +27,7 @@ static struct agw_history *thread(size_t n, const char *(*runs)(size_t))
     return h;
 }
 
-static json_t *page(const struct agw_history *h, const char *qs)
+static json_t *page(struct agw_history *h, const char *qs)
 {
     struct agw_history_query q;
     char err[256] = "";
@@ -54,8 +54,8 @@ static long cursor(const json_t *p, const char *key)
 
 /* The page for <qs> holds the messages of the indices <ids> ("3,4,5", "" for none), in that order,
  * with these has_more, next_cursor and prev_cursor (-1 = left out). */
-static void expect(const struct agw_history *h, const char *qs, const char *ids, bool more,
-                   long next, long prev)
+static void expect(struct agw_history *h, const char *qs, const char *ids, bool more, long next,
+                   long prev)
 {
     json_t *p = page(h, qs), *msgs = json_object_get(p, "messages");
     char got[4096] = "";
@@ -388,8 +388,8 @@ static const char *every_third_r2(size_t i)
 /* Walks the whole thread with <limit> in <order>, forward with next_cursor from the first page,
  * then backward with prev_cursor from the last page, and checks that both walks return <want>
  * (indices in reading order, <nwant> of them) exactly once each. */
-static void walk(const struct agw_history *h, size_t limit, bool desc, const char *run,
-                 const long *want, size_t nwant)
+static void walk(struct agw_history *h, size_t limit, bool desc, const char *run, const long *want,
+                 size_t nwant)
 {
     char qs[128], filter[32] = "";
     long *got = calloc(nwant + 1, sizeof(*got)), c = -1;
