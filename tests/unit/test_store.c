@@ -763,6 +763,49 @@ Test(store, a_stored_message_that_cannot_be_read_is_a_404_counted)
     agw_store_close(s);
 }
 
+/* A long answer is forgotten once saved (shed) and read back for a page; when it cannot be (its
+ * rows gone under the store), the page is a 500, the thread is dropped from the cache, counted,
+ * and read again from the database at the next request. */
+Test(store, a_shed_answer_is_read_back_and_a_lost_one_is_a_500)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    struct agw_store_stats st;
+    struct answer a;
+    char *lines = malloc(5000);
+    json_t *m;
+    sqlite3 *db;
+    int k;
+
+    k = snprintf(lines, 5000,
+                 "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}\n"
+                 "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"");
+    memset(lines + k, 'z', 4000);
+    k += 4000;
+    k += snprintf(lines + k, 5000 - (size_t)k,
+                  "\"}\n{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\"}\n");
+    agw_store_run_events(s, "t1", "r1", lines, (size_t)k, false);
+    a = read_thread(s, "t1", NULL);
+    json_decref(a.page);
+    usleep(300 * 1000); /* committed (every 20 ms here), then shed */
+    a = read_thread(s, "t1", NULL);
+    cr_assert_eq(a.status, 200);
+    m = json_array_get(json_object_get(a.page, "messages"), 0);
+    cr_assert_eq(json_string_length(json_object_get(m, "content")), 4000, "read back whole");
+    json_decref(a.page);
+    db = db_file();
+    exec_sql(db, "DELETE FROM messages WHERE thread = 't1'");
+    sqlite3_close(db);
+    a = read_thread(s, "t1", NULL);
+    cr_assert_eq(a.status, 500, "the shed answer cannot be read back");
+    agw_store_get_stats(s, &st);
+    cr_assert_eq(st.malformed, 1);
+    a = read_thread(s, "t1", NULL); /* read again from the database: a thread row, no message */
+    cr_assert_eq(a.status, 200);
+    cr_assert_eq(json_array_size(json_object_get(a.page, "messages")), 0);
+    json_decref(a.page);
+    agw_store_close(s);
+}
+
 /* A store written by schema version 1 (one row per thread, the thread as one JSON text) is
  * migrated at start: every thread readable as before, positions from its dropped count; a thread
  * whose data could not be read is left out. */
