@@ -42,7 +42,10 @@ struct hs {
  * A text the store saved may be shed (agw_history_shed()): its first <text_base> bytes are then in
  * the store only, and <text> holds the rest, [text_base, text_len): what it grew by since, usually
  * nothing. The thread keeps their length and hash (<text_hs>), which is all a client's copy is
- * compared with; anything that needs the whole text reads them back through the thread's loader. */
+ * compared with; anything that needs the whole text reads them back through the thread's loader.
+ * A saved value (without tool calls) may be shed the same way (<shed_value>): neither <msg> nor
+ * <text>, its JSON (the dump the store wrote, <text_len> bytes, all of them shed) read back and
+ * parsed when needed, its role kept in <text_assistant>/<text_tool>. */
 struct item {
     json_t *msg;       /* owned; NULL while the message is held as <text> */
     char *text;        /* owned; NULL when held as <msg> (or shed with nothing since) */
@@ -52,6 +55,7 @@ struct item {
     struct hs text_hs; /* of the first <text_base> bytes */
     bool text_ended;   /* a TEXT_MESSAGE_END named it since its last delta (a hint for memory only:
                           shedding frees the buffer of an ended text, keeps a growing one's) */
+    bool shed_value;   /* a value, shed: see above */
     char *json;        /* owned: <msg> as compact JSON (agw_history_message_json(), comparisons with
                           a client's copy); NULL until asked, freed when the message changes */
     size_t json_len;
@@ -197,6 +201,12 @@ static size_t text_mem(const struct item *it)
     return it->text_len - it->text_base;
 }
 
+/* Held as text (shed or not): a text message only content deltas have touched. */
+static bool is_text(const struct item *it)
+{
+    return it->msg == NULL && !it->shed_value;
+}
+
 static void text_reserve(struct item *it, size_t more)
 {
     size_t need = text_mem(it) + more + TEXT_CLOSE_LEN + 1;
@@ -285,8 +295,9 @@ static json_t *text_parse(const struct item *it)
     return must(json_loadb(s, len, 0, NULL));
 }
 
-/* The whole JSON of text message <it>, shed or not, as a new NUL-terminated block (*<len> bytes),
- * or NULL when its shed bytes cannot be read back (counted; the caller says so). */
+/* The whole JSON of text message <it>, shed or not (or of a shed value), as a new NUL-terminated
+ * block (*<len> bytes), or NULL when its shed bytes cannot be read back (counted; the caller says
+ * so). */
 static char *text_copy(struct agw_history *h, const struct item *it, size_t *len)
 {
     char *stored = NULL, *b;
@@ -306,6 +317,11 @@ static char *text_copy(struct agw_history *h, const struct item *it, size_t *len
             h->load_errors++;
             return NULL;
         }
+    }
+    if (it->shed_value) { /* the whole JSON, as stored */
+        stored[it->text_len] = '\0';
+        *len = it->text_len;
+        return stored;
     }
     *len = it->text_len + TEXT_CLOSE_LEN;
     b = agw_xmalloc(*len + 1);
@@ -331,6 +347,19 @@ static int text_whole(struct agw_history *h, struct item *it)
         return 0;
     if ((b = text_copy(h, it, &len)) == NULL)
         return -AGW_EIO;
+    if (it->shed_value) { /* a value again: the JSON the store wrote, as it was */
+        json_t *v = json_loadb(b, len, JSON_ALLOW_NUL, NULL);
+        free(b);
+        if (v == NULL) {
+            h->load_errors++;
+            return -AGW_EIO;
+        }
+        it->msg = v;
+        it->shed_value = false;
+        it->text_len = it->text_base = 0;
+        memset(&it->text_hs, 0, sizeof(it->text_hs));
+        return 0;
+    }
     free(it->text);
     it->text = b;
     it->text_cap = len + 1;
@@ -350,6 +379,7 @@ static void text_lost(struct item *it)
     free(it->text);
     it->text = NULL;
     it->text_len = it->text_base = it->text_cap = 0;
+    it->shed_value = false;
     it->msg = m;
 }
 
@@ -414,8 +444,10 @@ static json_t *item_copy(struct agw_history *h, const struct item *it)
         return text_parse(it);
     if ((b = text_copy(h, it, &len)) == NULL)
         return NULL;
-    v = must(json_loadb(b, len, 0, NULL));
+    v = json_loadb(b, len, it->shed_value ? JSON_ALLOW_NUL : 0, NULL);
     free(b);
+    if (v == NULL)
+        h->load_errors++; /* (a shed value's bytes passed the hash: cannot happen) */
     return v;
 }
 
@@ -661,6 +693,7 @@ static void replace_at(struct agw_history *h, size_t i, json_t *msg)
     free(it->text);
     it->text = NULL;
     it->text_len = it->text_base = it->text_cap = 0;
+    it->shed_value = false;
     it->msg = msg;
     it->whole = true;
     touch(h, i);
@@ -693,7 +726,9 @@ static void append_content(struct agw_history *h, size_t i, const json_t *delta)
 {
     struct item *it = h->items[i];
 
-    if (it->msg == NULL)
+    if (it->shed_value && text_whole(h, it) != 0)
+        text_lost(it);
+    if (is_text(it))
         text_put_escaped(it, json_string_value(delta), json_string_length(delta));
     else
         append_str(it->msg, "content", delta);
@@ -770,12 +805,13 @@ static bool item_is_bytes(struct item *it, const char *raw, size_t len)
 
     if (it->msg == NULL && it->text_base > 0) { /* shed: its length and hash */
         struct hs a = {0}, b = it->text_hs;
-        if (len != it->text_len + TEXT_CLOSE_LEN)
+        if (len != it->text_len + (it->shed_value ? 0 : TEXT_CLOSE_LEN))
             return false;
         hs_update(&a, raw, len);
         if (text_mem(it) > 0)
             hs_update(&b, it->text, text_mem(it));
-        hs_update(&b, TEXT_CLOSE, TEXT_CLOSE_LEN);
+        if (!it->shed_value)
+            hs_update(&b, TEXT_CLOSE, TEXT_CLOSE_LEN);
         return hs_final(&a) == hs_final(&b);
     }
     if (it->msg == NULL) {
@@ -1269,7 +1305,7 @@ int agw_history_append_text(struct agw_history *h, const char *id, size_t id_len
     if (i == SIZE_MAX)
         return applied(h, KNOWN_OTHER, 0);
     it = h->items[i];
-    if (it->msg != NULL)
+    if (!is_text(it))
         return AGW_AGAIN;
     text_put(it, delta, delta_len);
     touch(h, i);
@@ -1414,7 +1450,7 @@ static void multi_set(struct agw_history *h, uint64_t pos, bool on)
 /* Whether item <it>'s row is a piece (what its text grew by since it was saved). */
 static bool row_is_piece(const struct item *it)
 {
-    return it->msg == NULL && !it->whole && it->saved_parts > 0;
+    return is_text(it) && !it->whole && it->saved_parts > 0;
 }
 
 void agw_history_message_row(struct agw_history *h, size_t i, struct agw_history_row *r)
@@ -1424,7 +1460,7 @@ void agw_history_message_row(struct agw_history *h, size_t i, struct agw_history
     assert(i < h->n);
     it = h->items[i];
     memset(r, 0, sizeof(*r));
-    r->text = it->msg == NULL;
+    r->text = is_text(it);
     if (row_is_piece(it)) {
         /* a text that grew since it was saved: the bytes it grew by, as its next piece (what
          * was shed is older than that) */
@@ -1434,9 +1470,9 @@ void agw_history_message_row(struct agw_history *h, size_t i, struct agw_history
         return;
     }
     r->drop_parts = multi_has(h, h->dropped + i);
-    if (r->text && text_whole(h, it) != 0) /* (a text written whole is never shed: moves read */
-        text_lost(it);                     /* it back; this is for safety) */
-    r->text = it->msg == NULL;
+    if (it->msg == NULL && text_whole(h, it) != 0) /* (what is written whole is never shed: */
+        text_lost(it);                             /* moves read it back; this is for safety) */
+    r->text = is_text(it);
     if (r->text) {
         r->data = it->text;
         r->len = it->text_len;
@@ -1463,7 +1499,7 @@ void agw_history_mark_saved(struct agw_history *h)
             continue;
         multi_set(h, h->dropped + i, piece);
         it->saved_parts = piece ? it->saved_parts + 1 : 1;
-        it->saved_len = it->msg == NULL ? it->text_len : 0;
+        it->saved_len = is_text(it) ? it->text_len : 0;
         it->whole = false;
         it->changed = false;
     }
@@ -1481,6 +1517,31 @@ uint64_t agw_history_load_errors(const struct agw_history *h)
     return h->load_errors;
 }
 
+/* Sheds value <i>, as saved, unless it has tool calls (the thread looks them up in the values it
+ * holds). Returns the bytes its dump held (its tree held more). */
+static size_t shed_value(struct agw_history *h, size_t i)
+{
+    struct item *it = h->items[i];
+    size_t len;
+    const char *j;
+
+    if (json_object_get(it->msg, "toolCalls") != NULL)
+        return 0;
+    j = agw_history_message_json(h, i, &len); /* the bytes the store wrote */
+    memset(&it->text_hs, 0, sizeof(it->text_hs));
+    hs_update(&it->text_hs, j, len);
+    it->text_assistant = item_is_assistant(it);
+    it->text_tool = item_is_tool(it);
+    it->text_len = it->text_base = len;
+    it->shed_value = true;
+    json_decref(it->msg);
+    it->msg = NULL;
+    free(it->json);
+    it->json = NULL;
+    it->json_len = 0;
+    return len;
+}
+
 size_t agw_history_shed(struct agw_history *h, size_t min_bytes)
 {
     size_t freed = 0;
@@ -1492,8 +1553,13 @@ size_t agw_history_shed(struct agw_history *h, size_t min_bytes)
         struct item *it = h->items[i];
         size_t saved, tail;
 
-        /* a text as saved */
-        if (it->msg != NULL || it->changed || it->saved_parts == 0)
+        if (it->changed || it->saved_parts == 0)
+            continue; /* not as saved */
+        if (it->msg != NULL) {
+            freed += shed_value(h, i);
+            continue;
+        }
+        if (it->shed_value)
             continue;
         saved = it->saved_len - it->text_base; /* bytes in memory the store holds */
         tail = it->text_len - it->saved_len;   /* (none right after a commit) */

@@ -138,8 +138,11 @@ void agw_history_mark_saved(struct agw_history *h);
  * what it grows by later stays in memory until the next shedding. Anything that needs a shed
  * text's bytes (a value made of it, a page, a dump, a move to another position, a comparison that
  * the length and hash do not settle) reads them back with <fn>(<arg>, <pos>, &<data>, &<len>): the
- * bytes the store holds for position <pos> (its pieces put together, at least what was shed, in a
- * block from malloc() that the thread frees), returning 0, or non-zero when they cannot be read.
+ * bytes the store holds for position <pos> (its pieces put together, at least what was shed, and a
+ * NUL after them, in a block from malloc() that the thread frees), returning 0, or non-zero when
+ * they cannot be read. Saved values (messages held as jansson values: user messages, tool results…)
+ * are shed whatever their size, unless they have tool calls: their trees cost more than their
+ * bytes; the thread keeps their length, hash and role.
  * Those that cannot be read back, or that are not what was shed, are counted
  * (agw_history_load_errors()): the message is then held as {"id": <id>} and the thread is not to
  * be trusted (a store drops it and reads it back from what it saved). Returns the bytes freed. No

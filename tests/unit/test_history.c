@@ -1033,11 +1033,11 @@ Test(history, a_shed_text_grows_by_pieces_and_reads_back_whole)
                          json_array_get(json_object_get(page, "messages"), 1), "content")),
                      "Hello, world!");
     json_decref(page);
-    cr_assert_eq(st.loads, 1);
+    cr_assert_eq(st.loads, 2, "u1 (a value, shed too) and a1");
     d = agw_history_dump(h);
     cr_assert(strstr(d, "\"content\":\"Hello, world!\"") != NULL, "%s", d);
     free(d);
-    cr_assert_eq(st.loads, 2);
+    cr_assert_eq(st.loads, 4);
     cr_assert_eq(agw_history_load_errors(h), 0);
     agw_history_free(h);
     mini_free(&st);
@@ -1080,7 +1080,7 @@ Test(history, a_shed_text_that_moves_is_read_back_from_where_it_was)
                             "{\"messages\":[{\"id\":\"u0\",\"role\":\"user\"},{\"id\":\"u1\","
                             "\"role\":\"user\",\"content\":\"Hi\"}]}"),
                  1);
-    cr_assert_eq(st.loads, 1, "read back from position 1 before it moved");
+    cr_assert_eq(st.loads, 2, "u1 and a1 read back from positions 0 and 1 before they moved");
     cr_assert_str_eq(changed(h), "0 1 2");
     agw_history_message_row(h, 2, &r);
     cr_assert_eq(r.part, 0, "written whole where it is now");
@@ -1153,6 +1153,57 @@ Test(history, a_shed_text_that_cannot_be_read_back_is_counted)
 
 /* A text still growing keeps its buffer across sheddings (no new pages for its next deltas); its
  * TEXT_MESSAGE_END lets the next shedding free it. */
+/* Saved values are shed too (not one with tool calls): compared by length and hash, read back for
+ * a page or when they change. */
+Test(history, saved_values_are_shed_and_read_back)
+{
+    struct mini_store st = {0};
+    struct agw_history *h = agw_history_new(10);
+    struct agw_history_query q;
+    json_t *page;
+
+    agw_history_set_loader(h, mini_load, &st);
+    merge(h, "r1",
+          "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"},{\"id\":\"a1\",\"role\":"
+          "\"assistant\",\"toolCalls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{"
+          "\"name\":\"f\",\"arguments\":\"{}\"}}]}]");
+    save(h, &st);
+    cr_assert_gt(agw_history_shed(h, 1000), 0, "u1 is shed whatever its size");
+    cr_assert_eq(agw_history_shed(h, 1000), 0, "once");
+    /* the client resends it: equal without a read */
+    cr_assert_eq(
+        merge_body(h, "r2",
+                   "{\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"}]}"),
+        0);
+    cr_assert_eq(st.loads, 0);
+    /* a result for c1 goes after a1 (not shed: it has tool calls) */
+    ev(h, "r2",
+       "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"t1\",\"toolCallId\":\"c1\",\"content\":"
+       "\"ok\"}");
+    cr_assert_eq(st.loads, 0, "found its owner without reading anything back");
+    save(h, &st);
+    agw_history_shed(h, 1000);
+    cr_assert_eq(agw_history_query_parse("", &q, NULL, 0), 0);
+    page = agw_history_page(h, &q);
+    cr_assert_not_null(page);
+    cr_assert_eq(json_array_size(json_object_get(page, "messages")), 3);
+    cr_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(page, "messages"), 0), "content")),
+                     "Hi");
+    json_decref(page);
+    cr_assert_eq(st.loads, 2, "u1 and t1 read back for the page");
+    /* a delta for a shed value: read back, then appended */
+    ev(h, "r3", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"u1\",\"delta\":\"!\"}");
+    cr_assert_eq(st.loads, 3);
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi!\"},"
+              "{\"id\":\"a1\",\"role\":\"assistant\",\"toolCalls\":[{\"id\":\"c1\",\"type\":"
+              "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+              "{\"id\":\"t1\",\"role\":\"tool\",\"toolCallId\":\"c1\",\"content\":\"ok\"}]");
+    cr_assert_eq(agw_history_load_errors(h), 0);
+    agw_history_free(h);
+    mini_free(&st);
+}
+
 Test(history, an_ended_text_gives_its_buffer_back)
 {
     struct mini_store st = {0};
