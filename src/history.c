@@ -605,7 +605,7 @@ static void place(struct agw_history *h, size_t at, struct item *it)
             text_lost(h->items[i]);
     index_add(h, it);
     if (h->n == h->alloc) {
-        h->alloc = h->alloc ? h->alloc * 2 : 8;
+        h->alloc = h->alloc ? h->alloc * 2 : 2; /* most cached threads are short */
         h->items = agw_xrealloc(h->items, h->alloc * sizeof(*h->items));
     }
     memmove(&h->items[at + 1], &h->items[at], (h->n - at) * sizeof(*h->items));

@@ -25,6 +25,7 @@
 
 #include "agw/capture.h"
 #include "agw/log.h"
+#include "agw/mem.h"
 #include "agw/store.h"
 #include "store_backend.h"
 
@@ -80,11 +81,11 @@ struct thread {
     TAILQ_ENTRY(thread) lru;
     TAILQ_ENTRY(thread) dirty_link;
     uint64_t hash;
-    char *id;
     char *agents;
     struct agw_history *h;
     int64_t updated_s; /* wall clock, seconds */
     bool dirty;
+    char id[]; /* in the thread's block */
 };
 TAILQ_HEAD(thread_list, thread);
 
@@ -187,9 +188,11 @@ static int thread_load(void *arg, uint64_t pos, char **data, size_t *len)
 static struct thread *cache_add(struct agw_store *s, const char *id, uint64_t hash,
                                 struct agw_history *h, const char *agents, int64_t updated_s)
 {
-    struct thread *t = agw_xcalloc(1, sizeof(*t));
+    size_t id_len = strlen(id);
+    struct thread *t = agw_xcalloc(1, sizeof(*t) + id_len + 1);
     struct thread **b;
 
+    memcpy(t->id, id, id_len + 1);
     t->s = s;
     if (s->be.self != NULL)
         agw_history_set_loader(h, thread_load, t);
@@ -198,7 +201,6 @@ static struct thread *cache_add(struct agw_store *s, const char *id, uint64_t ha
         grow(s);
     b = bucket_of(s, hash);
     t->hash = hash;
-    t->id = agw_xstrdup(id);
     t->agents = agw_xstrdup(agents);
     t->h = h;
     t->updated_s = updated_s;
@@ -224,7 +226,6 @@ static void cache_remove(struct agw_store *s, struct thread *t)
     __atomic_store_n(&s->cached, s->n_threads, __ATOMIC_RELAXED);
     agw_history_free(t->h);
     free(t->agents);
-    free(t->id);
     free(t);
 }
 
@@ -570,7 +571,7 @@ static void job_free(struct agw_store *s, struct job *j)
         free(j->data);
     free(j->page.body);
     free(j->page.agents);
-    free(j);
+    agw_mem_separate_free(j);
 }
 
 /* <cost> bytes of records were applied: the loops may read again once under a quarter of the
@@ -745,7 +746,8 @@ static struct job *job_new(enum job_kind kind, const char *thread_id, const char
         lens[i] = src[i] != NULL ? strlen(src[i]) + 1 : 0;
         size += lens[i];
     }
-    j = agw_xcalloc(1, size);
+    j = agw_mem_separate_alloc(size);
+    memset(j, 0, size);
     j->kind = kind;
     j->cost = size;
     dst[0] = &j->thread_id;
