@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,10 @@
  * BATCH_BYTES wait, or a read comes: the writer wakes once per batch, not once per record. */
 #define BATCH_MS    20
 #define BATCH_BYTES (4u << 20)
+/* How the writer sleeps (struct agw_store's <sleeping>): not at all; until its waiting batch is
+ * due (a loop wakes it for a read or a full batch only); or with nothing waiting (a loop wakes it
+ * for any record, whose batch it then waits for). */
+enum { WRITER_RUNNING, WRITER_BATCHING, WRITER_IDLE };
 /* Capture chunks kept for reuse (agw_store_chunk()): 10 MiB at most. Enough for the chunks a
  * batch hands over under a streaming load (about 20 ms of records at 120 MB/s, 30 chunks) and a
  * margin, so that a loop takes back pages that are already there instead of faulting new ones in.
@@ -51,7 +56,9 @@ enum job_kind { JOB_INPUT, JOB_EVENTS, JOB_READ };
 
 /* One record, in one allocation with its strings (the events' lines excepted: taken over). */
 struct job {
-    STAILQ_ENTRY(job) link;
+    STAILQ_ENTRY(job) link; /* in the writer's lists */
+    struct job *next_in;    /* in the loops' queue (atomic) */
+    uint64_t at_ms;         /* when it was handed over */
     enum job_kind kind;
     const char *thread_id, *run_id, *agent_id; /* run_id, agent_id may be NULL */
     char *data;                                /* INPUT: the body (in the block); EVENTS: owned */
@@ -92,23 +99,29 @@ TAILQ_HEAD(thread_list, thread);
 struct agw_store {
     struct agw_store_options o;
     char *path; /* embedded: the directory, copied */
-    /* the queue */
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    struct job_list queue;
-    size_t queued_bytes;
-    uint64_t queued_since_ms; /* when the oldest waiting record was handed over */
-    unsigned queued_reads;    /* read requests waiting */
-    bool writer_waiting;      /* the writer sleeps on <wake> */
-    /* congestion (agw_store_congested()): bytes handed over and not yet applied, whether queued or
-     * in the writer's batch (atomic: added under <lock>, taken off by the writer as it applies) */
+    /* The queue the loops hand records over on: a lock-free list (Vyukov's intrusive MPSC queue):
+     * a loop never waits for the writer, which runs at nice 19 and could be off the CPU while it
+     * held a lock the loop wanted. Loops push at <q_head> (atomic exchange); the writer alone
+     * takes from <q_tail>. It sleeps in poll() on <wake_fd> (an eventfd), saying how in
+     * <sleeping> (atomic): a loop writes to the eventfd only when that sleep must end. */
+    struct job *q_head; /* atomic: the last record pushed */
+    struct job *q_tail; /* the writer's */
+    struct job q_stub;
+    int wake_fd;
+    int sleeping;  /* atomic: WRITER_RUNNING, WRITER_BATCHING or WRITER_IDLE */
+    bool stopping; /* atomic */
+    /* the writer's: records taken from the queue, waiting for their batch to be due */
+    struct job_list waiting;
+    size_t waiting_bytes;
+    unsigned waiting_reads;
+    /* bytes handed over and not yet applied, whether queued or waiting (atomic: loops add, the
+     * writer takes off as it applies): the queue's bound and congestion (agw_store_congested()) */
     size_t pending_bytes;
     bool congested; /* atomic */
     /* capture chunks waiting to be reused (agw_store_chunk()): a list through their first bytes */
     pthread_mutex_t chunks_lock;
     char *chunks;
     size_t n_chunks;
-    bool stopping;
     pthread_t thread;
     bool thread_started;
     /* the writer thread's */
@@ -589,11 +602,109 @@ bool agw_store_congested(const struct agw_store *s)
     return __atomic_load_n(&s->congested, __ATOMIC_ACQUIRE);
 }
 
-/* Whether the waiting records are to be applied now (under <lock>). */
-static bool batch_due(const struct agw_store *s, uint64_t now, uint64_t batch_ms)
+/* ---- the queue ------------------------------------------------------------------------------ */
+
+static void queue_init(struct agw_store *s)
 {
-    return s->stopping || s->queued_reads > 0 || s->queued_bytes >= BATCH_BYTES ||
-           (!STAILQ_EMPTY(&s->queue) && now >= s->queued_since_ms + batch_ms);
+    s->q_stub.next_in = NULL;
+    s->q_head = s->q_tail = &s->q_stub;
+}
+
+/* Any thread: appends <j>. Wait-free: one exchange, one store. */
+static void queue_push(struct agw_store *s, struct job *j)
+{
+    struct job *prev;
+
+    __atomic_store_n(&j->next_in, NULL, __ATOMIC_RELAXED);
+    prev = __atomic_exchange_n(&s->q_head, j, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&prev->next_in, j, __ATOMIC_RELEASE);
+}
+
+/* The writer: the oldest record, or NULL when there is none, or (*<busy> set) when a loop is in
+ * the middle of pushing one (between its exchange and its store: take it a moment later). */
+static struct job *queue_pop(struct agw_store *s, bool *busy)
+{
+    struct job *tail = s->q_tail, *next = __atomic_load_n(&tail->next_in, __ATOMIC_ACQUIRE);
+
+    if (tail == &s->q_stub) {
+        if (next == NULL) {
+            *busy = __atomic_load_n(&s->q_head, __ATOMIC_SEQ_CST) != tail;
+            return NULL;
+        }
+        s->q_tail = tail = next;
+        next = __atomic_load_n(&tail->next_in, __ATOMIC_ACQUIRE);
+    }
+    if (next != NULL) {
+        s->q_tail = next;
+        return tail;
+    }
+    if (__atomic_load_n(&s->q_head, __ATOMIC_SEQ_CST) != tail) {
+        *busy = true;
+        return NULL;
+    }
+    queue_push(s, &s->q_stub); /* <tail> is the last one: the stub goes behind it */
+    next = __atomic_load_n(&tail->next_in, __ATOMIC_ACQUIRE);
+    if (next != NULL) {
+        s->q_tail = next;
+        return tail;
+    }
+    *busy = true;
+    return NULL;
+}
+
+/* The writer: moves what the loops handed over to its waiting list. Returns how many; *<busy> as
+ * for queue_pop(). */
+static size_t take(struct agw_store *s, bool *busy)
+{
+    struct job *j;
+    size_t n = 0;
+
+    *busy = false;
+    while ((j = queue_pop(s, busy)) != NULL) {
+        STAILQ_INSERT_TAIL(&s->waiting, j, link);
+        s->waiting_bytes += j->cost;
+        s->waiting_reads += j->kind == JOB_READ;
+        n++;
+    }
+    return n;
+}
+
+/* Sleeps until <deadline> (agw_now_ms()), a loop's wake-up, or the stop; saying how (<kind>). A
+ * record pushed after the writer last looked, which the loop that pushed it saw the writer running
+ * for, is seen here before sleeping: <sleeping> is set first, then the queue looked at. */
+static void writer_sleep(struct agw_store *s, int kind, uint64_t deadline)
+{
+    struct pollfd pfd = {.fd = s->wake_fd, .events = POLLIN};
+    uint64_t now = agw_now_ms(), n;
+    bool busy;
+
+    __atomic_store_n(&s->sleeping, kind, __ATOMIC_SEQ_CST);
+    if (take(s, &busy) > 0 || __atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST)) {
+        __atomic_store_n(&s->sleeping, WRITER_RUNNING, __ATOMIC_SEQ_CST);
+        return;
+    }
+    if (busy && deadline > now + 1)
+        deadline = now + 1; /* a push under way: look again in a moment */
+    if (deadline > now)
+        poll(&pfd, 1, deadline - now > 60000 ? 60000 : (int)(deadline - now));
+    __atomic_store_n(&s->sleeping, WRITER_RUNNING, __ATOMIC_SEQ_CST);
+    if (read(s->wake_fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+        agw_log_error("thread history: the writer's wake-up: %s", strerror(errno));
+}
+
+/* Any thread: ends a sleep of kind <kind> (or a deeper one's). */
+static void writer_wake(struct agw_store *s, int kind)
+{
+    int k = __atomic_load_n(&s->sleeping, __ATOMIC_SEQ_CST);
+    uint64_t one = 1;
+
+    if (k < kind)
+        return;
+    if (!__atomic_compare_exchange_n(&s->sleeping, &k, WRITER_RUNNING, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
+        return; /* another one woke it */
+    if (write(s->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        agw_log_error("thread history: cannot wake the writer: %s", strerror(errno));
 }
 
 static void *writer_main(void *arg)
@@ -609,44 +720,37 @@ static void *writer_main(void *arg)
      * (paced streams' p99 latency with history on: 462 µs at nice 5, 394 at nice 19); the writer
      * still gets the idle time of every core and a share when all are busy
      * (doc/internals/store.md). Not SCHED_IDLE: on a host busy with other work it could starve, and
-     * reads wait for it. */
+     * reads wait for it. No loop ever waits for it: the queue takes no lock. */
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WRITER_NICE) != 0)
         agw_log_warn("thread history: cannot lower the writer's priority: %s", strerror(errno));
 #endif
 
     for (;;) {
         struct job *j;
-        bool stop;
+        bool stop, busy;
+        uint64_t now, due;
 
-        pthread_mutex_lock(&s->lock);
-        for (;;) {
-            uint64_t now = agw_now_ms(), due = s->next_sweep_ms;
-            struct timespec ts;
-            if (batch_due(s, now, batch_ms))
-                break;
-            if (!STAILQ_EMPTY(&s->queue) && s->queued_since_ms + batch_ms < due)
-                due = s->queued_since_ms + batch_ms;
+        take(s, &busy);
+        stop = __atomic_load_n(&s->stopping, __ATOMIC_SEQ_CST);
+        now = agw_now_ms();
+        if (!stop && s->waiting_reads == 0 && s->waiting_bytes < BATCH_BYTES &&
+            (STAILQ_EMPTY(&s->waiting) || now < STAILQ_FIRST(&s->waiting)->at_ms + batch_ms)) {
+            /* no batch due: sleep until one is, or a commit or a sweep */
+            due = s->next_sweep_ms;
+            if (!STAILQ_EMPTY(&s->waiting) && STAILQ_FIRST(&s->waiting)->at_ms + batch_ms < due)
+                due = STAILQ_FIRST(&s->waiting)->at_ms + batch_ms;
             if (!TAILQ_EMPTY(&s->dirty) && s->first_dirty_ms + s->o.commit_ms < due)
                 due = s->first_dirty_ms + s->o.commit_ms;
-            if (due <= now)
-                break; /* a commit or a sweep */
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += (time_t)((due - now) / 1000);
-            ts.tv_nsec += (long)((due - now) % 1000) * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
+            if (due > now) {
+                writer_sleep(s, STAILQ_EMPTY(&s->waiting) ? WRITER_IDLE : WRITER_BATCHING, due);
+                continue;
             }
-            s->writer_waiting = true;
-            pthread_cond_timedwait(&s->wake, &s->lock, &ts);
-            s->writer_waiting = false;
+        } else {
+            s->batch_since_ms = STAILQ_EMPTY(&s->waiting) ? now : STAILQ_FIRST(&s->waiting)->at_ms;
+            STAILQ_CONCAT(&batch, &s->waiting);
+            s->waiting_bytes = 0;
+            s->waiting_reads = 0;
         }
-        s->batch_since_ms = STAILQ_EMPTY(&s->queue) ? agw_now_ms() : s->queued_since_ms;
-        STAILQ_CONCAT(&batch, &s->queue);
-        s->queued_bytes = 0;
-        s->queued_reads = 0;
-        stop = s->stopping;
-        pthread_mutex_unlock(&s->lock);
 
         if (agw_now_ms() >= s->next_sweep_ms) { /* first of all at start */
             sweep(s);
@@ -677,10 +781,8 @@ static void *writer_main(void *arg)
             commit(s);
         evict(s);
         if (stop) {
-            pthread_mutex_lock(&s->lock);
-            stop = STAILQ_EMPTY(&s->queue);
-            pthread_mutex_unlock(&s->lock);
-            if (stop) {
+            take(s, &busy);
+            if (STAILQ_EMPTY(&s->waiting) && !busy) {
                 if (!TAILQ_EMPTY(&s->dirty)) /* the last commit failed: the disk refuses */
                     agw_log_error("thread history: changes could not be written at exit");
                 break;
@@ -694,42 +796,36 @@ static void *writer_main(void *arg)
 
 static void submit(struct agw_store *s, struct job *j)
 {
-    bool over;
+    size_t pending = 0;
+    int wake;
 
-    pthread_mutex_lock(&s->lock);
-    over = j->kind != JOB_READ && s->queued_bytes + j->cost > s->o.max_queue_bytes;
-    if (!over) {
-        bool first = STAILQ_EMPTY(&s->queue);
-        if (first)
-            s->queued_since_ms = agw_now_ms();
-        STAILQ_INSERT_TAIL(&s->queue, j, link);
-        s->queued_bytes += j->cost;
-        if (j->kind != JOB_READ &&
-            __atomic_add_fetch(&s->pending_bytes, j->cost, __ATOMIC_RELAXED) >=
-                s->o.congested_bytes &&
-            s->o.congested_bytes > 0 && !__atomic_load_n(&s->congested, __ATOMIC_RELAXED)) {
+    if (j->kind != JOB_READ) {
+        pending = __atomic_add_fetch(&s->pending_bytes, j->cost, __ATOMIC_RELAXED);
+        if (pending > s->o.max_queue_bytes) {
+            /* The disk is far behind: dropping a record beats blocking a loop or growing without
+             * end. */
+            __atomic_sub_fetch(&s->pending_bytes, j->cost, __ATOMIC_RELAXED);
+            if (__atomic_fetch_add(&s->dropped, 1, __ATOMIC_RELAXED) % 1000 == 0)
+                agw_log_error("thread history: the store is behind (%zu bytes queued): records "
+                              "dropped (thread %s)",
+                              s->o.max_queue_bytes, j->thread_id);
+            job_free(s, j);
+            return;
+        }
+        if (s->o.congested_bytes > 0 && pending >= s->o.congested_bytes &&
+            !__atomic_load_n(&s->congested, __ATOMIC_RELAXED)) {
             __atomic_store_n(&s->congested, true, __ATOMIC_RELEASE);
             stat_add(&s->congestions, 1);
         }
-        s->queued_reads += j->kind == JOB_READ;
-        /* A sleeping writer is woken for a read, a full batch, or the first record (so that it
-         * sleeps until that one's batch is due); a writer that runs or waits for a batch takes
-         * the others when it is due, without a system call here. */
-        if (s->writer_waiting && (first || j->kind == JOB_READ || s->queued_bytes >= BATCH_BYTES)) {
-            s->writer_waiting = false;
-            pthread_cond_signal(&s->wake);
-        }
     }
-    pthread_mutex_unlock(&s->lock);
-    if (over) {
-        /* The disk is far behind: dropping a record beats blocking a loop or growing without end.
-         */
-        if (__atomic_fetch_add(&s->dropped, 1, __ATOMIC_RELAXED) % 1000 == 0)
-            agw_log_error("thread history: the store is behind (%zu bytes queued): records "
-                          "dropped (thread %s)",
-                          s->o.max_queue_bytes, j->thread_id);
-        job_free(s, j);
-    }
+    /* A sleeping writer is woken for a read, a full batch, or the first record (so that it sleeps
+     * until that one's batch is due); a writer that runs or waits for a batch takes the others
+     * when it is due, without a system call here. (Decided before the push: once pushed, <j> is
+     * the writer's, who may have freed it already.) */
+    wake = j->kind == JOB_READ || pending >= BATCH_BYTES ? WRITER_BATCHING : WRITER_IDLE;
+    j->at_ms = agw_now_ms();
+    queue_push(s, j);
+    writer_wake(s, wake);
 }
 
 /* A job with copies of its ids (NULL ones stay NULL) and <extra> bytes after them (*<extra_at>). */
@@ -795,7 +891,9 @@ char *agw_store_chunk(void *store)
     struct agw_store *s = store;
     char *c;
 
-    pthread_mutex_lock(&s->chunks_lock);
+    /* (a loop never waits for the writer: when it holds the lock, a new chunk will do) */
+    if (pthread_mutex_trylock(&s->chunks_lock) != 0)
+        return agw_xmalloc(AGW_CAPTURE_CHUNK_BYTES);
     c = s->chunks;
     if (c != NULL) {
         memcpy(&s->chunks, c, sizeof(char *));
@@ -827,7 +925,10 @@ static void inbox_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
         agw_log_error("thread history: inbox: %s", strerror(errno));
-    pthread_mutex_lock(&in->lock);
+    /* The loop never waits for the writer: when it is in deliver(), it signals the eventfd again
+     * once it let go, and the answers are taken then. */
+    if (pthread_mutex_trylock(&in->lock) != 0)
+        return;
     STAILQ_CONCAT(&got, &in->jobs);
     pthread_mutex_unlock(&in->lock);
     while ((j = STAILQ_FIRST(&got)) != NULL) {
@@ -876,6 +977,7 @@ struct agw_store *agw_store_open(const struct agw_store_options *o, char *err, s
 {
     struct agw_store *s = agw_xcalloc(1, sizeof(*s));
 
+    s->wake_fd = -1;
     s->o = *o;
     if (s->o.cache_threads == 0)
         s->o.cache_threads = 1;
@@ -883,16 +985,13 @@ struct agw_store *agw_store_open(const struct agw_store_options *o, char *err, s
     s->buckets = agw_xcalloc(s->n_buckets, sizeof(*s->buckets));
     TAILQ_INIT(&s->lru);
     TAILQ_INIT(&s->dirty);
-    STAILQ_INIT(&s->queue);
-    pthread_mutex_init(&s->lock, NULL);
+    STAILQ_INIT(&s->waiting);
+    queue_init(s);
     pthread_mutex_init(&s->chunks_lock, NULL);
-    {
-        /* The writer's deadlines are monotonic (agw_now_ms()): so must its waits be. */
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&s->wake, &ca);
-        pthread_condattr_destroy(&ca);
+    s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->wake_fd < 0) {
+        snprintf(err, errlen, "thread history: eventfd: %s", strerror(errno));
+        goto fail;
     }
     switch (o->kind) {
     case AGW_STORE_EMBEDDED:
@@ -929,10 +1028,10 @@ void agw_store_close(struct agw_store *s)
     if (s == NULL)
         return;
     if (s->thread_started) {
-        pthread_mutex_lock(&s->lock);
-        s->stopping = true;
-        pthread_cond_signal(&s->wake);
-        pthread_mutex_unlock(&s->lock);
+        uint64_t one = 1;
+        __atomic_store_n(&s->stopping, true, __ATOMIC_SEQ_CST);
+        if (write(s->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+            agw_log_error("thread history: cannot wake the writer: %s", strerror(errno));
         pthread_join(s->thread, NULL);
     }
     while ((t = TAILQ_FIRST(&s->lru)) != NULL)
@@ -945,8 +1044,8 @@ void agw_store_close(struct agw_store *s)
         free(c);
     }
     pthread_mutex_destroy(&s->chunks_lock);
-    pthread_cond_destroy(&s->wake);
-    pthread_mutex_destroy(&s->lock);
+    if (s->wake_fd >= 0)
+        close(s->wake_fd);
     free(s->buckets);
     free(s->msgs);
     free(s->path);
@@ -964,7 +1063,5 @@ void agw_store_get_stats(struct agw_store *s, struct agw_store_stats *st)
     st->max_commit_us = __atomic_load_n(&s->max_commit_us, __ATOMIC_RELAXED);
     st->cached = __atomic_load_n(&s->cached, __ATOMIC_RELAXED);
     st->congestions = __atomic_load_n(&s->congestions, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&s->lock);
-    st->queued_bytes = s->queued_bytes;
-    pthread_mutex_unlock(&s->lock);
+    st->queued_bytes = __atomic_load_n(&s->pending_bytes, __ATOMIC_RELAXED);
 }

@@ -10,6 +10,7 @@
 #include <criterion/criterion.h>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +225,70 @@ Test(store, congested_while_records_wait_and_until_a_quarter_is_left)
     cr_assert_not(agw_store_congested(s), "all applied");
     agw_store_get_stats(s, &st);
     cr_assert_eq(st.congestions, 1);
+    agw_store_close(s);
+}
+
+/* Loops hand records over concurrently without a lock: four threads push 2,000 runs each, on
+ * threads of their own, and every message is there afterwards, in each thread's order. */
+struct pusher {
+    struct agw_store *s;
+    int k;
+};
+
+static void *push_runs(void *arg)
+{
+    struct pusher *p = arg;
+    char thread[32], run[32], body[160];
+
+    for (int i = 0; i < 2000; i++) {
+        snprintf(thread, sizeof(thread), "p%d-t%d", p->k, i % 10);
+        snprintf(run, sizeof(run), "r%d", i);
+        snprintf(body, sizeof(body),
+                 "{\"threadId\":\"%s\",\"runId\":\"%s\",\"messages\":[{\"id\":\"m%d\",\"role\":"
+                 "\"user\",\"content\":\"%d\"}]}",
+                 thread, run, i, i);
+        agw_store_run_input(p->s, "demo", thread, run, body, strlen(body));
+    }
+    return NULL;
+}
+
+Test(store, records_from_many_threads_at_once_all_arrive)
+{
+    struct agw_store_options o = options(AGW_STORE_MEMORY, NULL, 1000, 0, 1000);
+    char err[512] = "";
+    struct agw_store *s;
+    pthread_t th[4];
+    struct pusher ps[4];
+    struct answer a;
+
+    o.max_queue_bytes = 64u << 20; /* none dropped */
+    s = agw_store_open(&o, err, sizeof(err));
+    cr_assert_not_null(s, "%s", err);
+
+    for (int k = 0; k < 4; k++) {
+        ps[k] = (struct pusher){s, k};
+        cr_assert_eq(pthread_create(&th[k], NULL, push_runs, &ps[k]), 0);
+    }
+    for (int k = 0; k < 4; k++)
+        pthread_join(th[k], NULL);
+    for (int k = 0; k < 4; k++) {
+        for (int t = 0; t < 10; t++) {
+            char id[32];
+            json_t *m;
+            snprintf(id, sizeof(id), "p%d-t%d", k, t);
+            a = read_thread(s, id, "limit=200");
+            cr_assert_eq(a.status, 200, "%s", id);
+            m = json_object_get(a.page, "messages");
+            cr_assert_eq(json_array_size(m), 200, "%s: every run's message", id);
+            for (size_t i = 0; i < 200; i++) {
+                char want[16];
+                snprintf(want, sizeof(want), "m%zu", (size_t)t + 10 * i);
+                cr_assert_str_eq(json_string_value(json_object_get(json_array_get(m, i), "id")),
+                                 want, "%s: in order", id);
+            }
+            json_decref(a.page);
+        }
+    }
     agw_store_close(s);
 }
 
