@@ -556,7 +556,11 @@ void agw_capture_content(struct agw_capture *c, bool args, const char *id, size_
     coalesce(c, args ? KIND_ARGS : KIND_TEXT, &i, &d);
 }
 
-bool agw_capture_line_delta(const char *line, size_t len, struct agw_capture_delta *d)
+/* A coalesced content line at the start of <line> (<len> bytes): its parts in <d> and its length
+ * in *<line_len>; with <whole>, the line must be all of the <len> bytes, else it may be followed by
+ * anything (the caller checks for its line break). */
+static bool line_delta(const char *line, size_t len, bool whole, struct agw_capture_delta *d,
+                       size_t *line_len)
 {
     static const char text[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":";
     static const char args[] = "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":";
@@ -579,12 +583,27 @@ bool agw_capture_line_delta(const char *line, size_t len, struct agw_capture_del
     if ((size_t)(end - q) < sizeof(delta) - 1 || memcmp(q, delta, sizeof(delta) - 1) != 0)
         return false;
     p = q + sizeof(delta) - 1;
-    if (p == end || *p != '"' || (q = scan_string(p, end, NULL)) == NULL || q + 1 != end ||
-        *q != '}')
+    if (p == end || *p != '"' || (q = scan_string(p, end, NULL)) == NULL || q == end || *q != '}' ||
+        (whole && q + 1 != end))
         return false;
     d->delta = p + 1;
     d->delta_len = (size_t)(q - p) - 2;
+    *line_len = (size_t)(q + 1 - line);
     return true;
+}
+
+bool agw_capture_line_delta(const char *line, size_t len, struct agw_capture_delta *d)
+{
+    size_t n;
+
+    return line_delta(line, len, true, d, &n);
+}
+
+bool agw_capture_line_delta_at(const char *buf, size_t avail, struct agw_capture_delta *d,
+                               size_t *line_len)
+{
+    return line_delta(buf, avail, false, d, line_len) &&
+           (*line_len == avail || buf[*line_len] == '\n');
 }
 
 /* A member that is a string written without an escape: its bytes between the quotes in *<p>. */

@@ -24,11 +24,14 @@
  * added to it, a comparison with a client's copy, a page, a dump) parses the text and the message
  * is held as a value from then on. */
 /* A hash of bytes given in any number of pieces (the same bytes give the same hash however they
- * are split): eight bytes at a time, little-endian, the rest carried to the next piece. For
- * comparing a shed text with a client's copy: the lengths must be equal too. */
+ * are split): blocks of 32 bytes, four lanes of eight bytes (little-endian) each multiplied and
+ * mixed apart, so that the multiplications do not wait for each other; a block's partial start is
+ * carried to the next piece. For comparing a shed text with a client's copy: the lengths must be
+ * equal too. */
 struct hs {
-    uint64_t h, carry, len;
-    unsigned n_carry; /* bytes in <carry>, 0..7 */
+    uint64_t h[4];
+    unsigned char carry[32];
+    uint64_t len; /* bytes given; len % 32 of them wait in <carry> */
 };
 
 /* One message. Most are held as jansson values (<msg>); a text message made by the events
@@ -158,39 +161,53 @@ static uint64_t hash_bytes(const char *s, size_t n)
 
 #define HS_MUL 0x9E3779B97F4A7C15ULL
 
-static void hs_word(struct hs *s, uint64_t w)
+static uint64_t hs_le64(const unsigned char *u)
 {
-    s->h = (s->h ^ w) * HS_MUL;
-    s->h ^= s->h >> 31;
+    return (uint64_t)u[0] | (uint64_t)u[1] << 8 | (uint64_t)u[2] << 16 | (uint64_t)u[3] << 24 |
+           (uint64_t)u[4] << 32 | (uint64_t)u[5] << 40 | (uint64_t)u[6] << 48 |
+           (uint64_t)u[7] << 56;
+}
+
+static void hs_block(struct hs *s, const unsigned char *u)
+{
+    for (int k = 0; k < 4; k++) {
+        uint64_t h = (s->h[k] ^ hs_le64(u + 8 * k)) * HS_MUL;
+        s->h[k] = h ^ (h >> 31);
+    }
 }
 
 static void hs_update(struct hs *s, const char *p, size_t n)
 {
     const unsigned char *u = (const unsigned char *)p;
+    size_t have = (size_t)(s->len % 32);
 
     s->len += n;
-    for (; n > 0 && s->n_carry > 0; n--, u++) {
-        s->carry |= (uint64_t)*u << (8 * s->n_carry);
-        if (++s->n_carry == 8) {
-            hs_word(s, s->carry);
-            s->carry = 0;
-            s->n_carry = 0;
-        }
+    if (have > 0) {
+        size_t k = 32 - have < n ? 32 - have : n;
+        memcpy(s->carry + have, u, k);
+        u += k;
+        n -= k;
+        if (have + k < 32)
+            return;
+        hs_block(s, s->carry);
     }
-    for (; n >= 8; n -= 8, u += 8)
-        hs_word(s, (uint64_t)u[0] | (uint64_t)u[1] << 8 | (uint64_t)u[2] << 16 |
-                       (uint64_t)u[3] << 24 | (uint64_t)u[4] << 32 | (uint64_t)u[5] << 40 |
-                       (uint64_t)u[6] << 48 | (uint64_t)u[7] << 56);
-    for (; n > 0; n--, u++)
-        s->carry |= (uint64_t)*u << (8 * s->n_carry++);
+    for (; n >= 32; n -= 32, u += 32)
+        hs_block(s, u);
+    if (n > 0)
+        memcpy(s->carry, u, n);
 }
 
 static uint64_t hs_final(const struct hs *s)
 {
-    uint64_t h = (s->h ^ s->carry ^ ((uint64_t)s->n_carry << 56)) * HS_MUL;
+    unsigned char last[32] = {0};
+    struct hs t = *s;
+    uint64_t h = t.len;
 
-    h = (h ^ s->len) * HS_MUL;
-    return h ^ (h >> 29);
+    memcpy(last, t.carry, (size_t)(t.len % 32));
+    hs_block(&t, last);
+    for (int k = 0; k < 4; k++)
+        h = ((h ^ t.h[k]) * HS_MUL) ^ (h >> 29);
+    return h ^ (h >> 31);
 }
 
 /* ---- the text form ------------------------------------------------------------------------- */
@@ -1344,6 +1361,32 @@ int agw_history_apply_line(struct agw_history *h, const char *run_id, const char
     rc = agw_history_apply(h, run_id, ev);
     json_decref(ev);
     return rc;
+}
+
+int agw_history_apply_lines(struct agw_history *h, const char *run_id, const char *lines,
+                            size_t len)
+{
+    const char *p = lines, *end = lines + len;
+    int bad = 0;
+
+    while (p < end) {
+        struct agw_capture_delta d;
+        size_t n;
+        int rc = AGW_AGAIN;
+
+        /* a text's coalesced deltas (most of the bytes) are read once: their end is where the
+         * delta's string ends */
+        if (agw_capture_line_delta_at(p, (size_t)(end - p), &d, &n) && !d.args && !d.id_escaped)
+            rc = agw_history_append_text(h, d.id, d.id_len, d.delta, d.delta_len);
+        if (rc == AGW_AGAIN) {
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            n = (size_t)((nl != NULL ? nl : end) - p);
+            rc = n > 0 ? agw_history_apply_line(h, run_id, p, n) : 0;
+        }
+        bad += rc < 0;
+        p += n + 1;
+    }
+    return bad;
 }
 
 size_t agw_history_count(const struct agw_history *h)

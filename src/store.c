@@ -510,16 +510,10 @@ static void apply_input(struct agw_store *s, struct job *j)
 static void apply_events(struct agw_store *s, struct job *j)
 {
     struct thread *t = lookup_or_make(s, j->thread_id);
-    const char *p = j->data, *end = j->data + j->len;
+    int bad = agw_history_apply_lines(t->h, j->run_id, j->data, j->len);
 
-    while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        size_t n = (nl != NULL ? nl : end) - p;
-
-        if (n > 0 && agw_history_apply_line(t->h, j->run_id, p, n) < 0)
-            stat_add(&s->malformed, 1);
-        p += n + 1;
-    }
+    if (bad > 0)
+        stat_add(&s->malformed, (uint64_t)bad);
     if (!drop_if_unreliable(s, t))
         mark_dirty(s, t);
 }

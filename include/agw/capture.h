@@ -86,6 +86,12 @@ struct agw_capture_delta {
  * these types written otherwise) gives false: parse it. For the store's thread, so that a content
  * line is applied without building a JSON value of its delta. */
 bool agw_capture_line_delta(const char *line, size_t len, struct agw_capture_delta *d);
+/* The same for the line at the start of <buf> (<avail> bytes of JSON Lines), whose end is not known
+ * yet: true when it is such a line, followed by a '\n' or by the end of <buf>; its length (without
+ * the '\n') in *<line_len>. One pass over the line: the store's thread need not look for its end
+ * first. */
+bool agw_capture_line_delta_at(const char *buf, size_t avail, struct agw_capture_delta *d,
+                               size_t *line_len);
 
 /* Members of an event line, read by the scanner (agw_capture_line_fields()): each the bytes
  * between its quotes (a string written without an escape: they are its value), or NULL when the

@@ -72,6 +72,10 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
  * thread is the one agw_history_apply() of the parsed line would make. Returns what
  * agw_history_apply() returns; -AGW_EINVAL (counted) for a line that is not JSON. */
 int agw_history_apply_line(struct agw_history *h, const char *run_id, const char *line, size_t len);
+/* agw_history_apply_line() of each line of <lines> (<len> bytes of JSON Lines, as
+ * agw_capture_take() hands them over; empty lines skipped). Returns how many were refused. */
+int agw_history_apply_lines(struct agw_history *h, const char *run_id, const char *lines,
+                            size_t len);
 
 /* The fast path for a coalesced content line of a run's capture (agw_capture_line_delta()): what
  * agw_history_apply() does with {"type":"TEXT_MESSAGE_CONTENT","messageId":<id>,"delta":"<delta>"},

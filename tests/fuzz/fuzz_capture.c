@@ -11,7 +11,7 @@
  * - every line is an input event as it was (raw CR and LF made tabs), or a coalesced content event
  * ({"type":"TEXT_MESSAGE_CONTENT","messageId":…,"delta":…} or its TOOL_CALL_ARGS twin) that jansson
  * parses into exactly those three string members;
- * - the thread rebuilt from the kept lines (applied as the store does, agw_history_apply_line():
+ * - the thread rebuilt from the kept lines (applied as the store does, agw_history_apply_lines():
  * coalesced text deltas appended raw to a message held as text) dumps to the same bytes as the
  * thread rebuilt from the events themselves, whatever the bytes.
  *
@@ -115,11 +115,10 @@ static size_t take_and_apply(struct agw_capture *c, struct agw_history *h, const
             }
         }
         check(known, "a line is an input event or a coalesced content event");
-        if (n > 0)
-            agw_history_apply_line(h, "r1", p, n);
         lines++;
         p = nl + 1;
     }
+    agw_history_apply_lines(h, "r1", out, len); /* as the store applies them */
     free(out);
     return lines;
 }

@@ -724,6 +724,31 @@ static bool line_delta(const char *text, struct agw_capture_delta *d)
     return ok;
 }
 
+/* A coalesced line at the start of a buffer of lines: found with its length when a line break or
+ * the end follows it, not otherwise. */
+Test(capture, a_coalesced_line_is_found_at_the_start_of_lines)
+{
+    struct agw_capture_delta d;
+    size_t n, len, want = strlen("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x'}");
+    char *b;
+
+    b = dq("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x'}\n{'type':'X'}\n", &len);
+    cr_assert(agw_capture_line_delta_at(b, len, &d, &n));
+    cr_assert_eq(n, want);
+    cr_assert_eq(d.delta_len, 1);
+    free(b);
+    b = dq("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x'}", &len);
+    cr_assert(agw_capture_line_delta_at(b, len, &d, &n), "the end of the buffer ends it too");
+    cr_assert_eq(n, want);
+    free(b);
+    b = dq("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x'} \n", &len);
+    cr_assert_not(agw_capture_line_delta_at(b, len, &d, &n), "anything else after it");
+    free(b);
+    b = dq("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x", &len);
+    cr_assert_not(agw_capture_line_delta_at(b, len, &d, &n), "cut");
+    free(b);
+}
+
 Test(capture, a_coalesced_line_is_read_back_in_parts)
 {
     struct agw_capture_delta d;

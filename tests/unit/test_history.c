@@ -712,6 +712,24 @@ Test(history, apply_line_is_apply_of_the_parsed_line)
     cr_assert_eq(not_json, 2);
     cr_assert_eq(agw_history_malformed(b), agw_history_malformed(a) + not_json,
                  "a line that is not JSON counts too");
+    /* the same lines as JSON Lines in one buffer, as the store applies them */
+    {
+        struct agw_history *c = agw_history_new(100);
+        char buf[4096], *da, *dc;
+        size_t k = 0;
+        int bad;
+
+        for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++)
+            k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%s\n\n", lines[i]);
+        bad = agw_history_apply_lines(c, "r1", buf, k - 1); /* the last line break left out */
+        cr_assert_eq((uint64_t)bad, agw_history_malformed(b), "the lines refused are counted");
+        da = agw_history_dump(b);
+        dc = agw_history_dump(c);
+        cr_assert_str_eq(dc, da);
+        free(da);
+        free(dc);
+        agw_history_free(c);
+    }
     agw_history_free(a);
     agw_history_free(b);
 }
