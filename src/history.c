@@ -191,8 +191,23 @@ static void hs_update(struct hs *s, const char *p, size_t n)
             return;
         hs_block(s, s->carry);
     }
-    for (; n >= 32; n -= 32, u += 32)
-        hs_block(s, u);
+    if (n >= 32) { /* the lanes in registers for the bulk of the bytes */
+        uint64_t h0 = s->h[0], h1 = s->h[1], h2 = s->h[2], h3 = s->h[3];
+        for (; n >= 32; n -= 32, u += 32) {
+            h0 = (h0 ^ hs_le64(u)) * HS_MUL;
+            h1 = (h1 ^ hs_le64(u + 8)) * HS_MUL;
+            h2 = (h2 ^ hs_le64(u + 16)) * HS_MUL;
+            h3 = (h3 ^ hs_le64(u + 24)) * HS_MUL;
+            h0 ^= h0 >> 31;
+            h1 ^= h1 >> 31;
+            h2 ^= h2 >> 31;
+            h3 ^= h3 >> 31;
+        }
+        s->h[0] = h0;
+        s->h[1] = h1;
+        s->h[2] = h2;
+        s->h[3] = h3;
+    }
     if (n > 0)
         memcpy(s->carry, u, n);
 }
