@@ -94,6 +94,9 @@ struct thread {
     struct agw_history *h;
     int64_t updated_s; /* wall clock, seconds */
     bool dirty;
+    /* The database holds no message row of it outside [db_first, db_end): empty for a thread it
+     * never held, [0, UINT64_MAX) when unknown; exact after each commit of it. */
+    uint64_t db_first, db_end;
     char id[]; /* in the thread's block */
 };
 TAILQ_HEAD(thread_list, thread);
@@ -209,6 +212,7 @@ static struct thread *cache_add(struct agw_store *s, const char *id, uint64_t ha
 
     memcpy(t->id, id, id_len + 1);
     t->s = s;
+    t->db_end = UINT64_MAX; /* unknown (lookup_or_make() says when it is new to the database) */
     if (s->be.self != NULL)
         agw_history_set_loader(h, thread_load, t);
 
@@ -294,8 +298,9 @@ static void restore_one(void *arg, const struct agw_store_msg *m)
         r->bad = true;
 }
 
-/* Thread <id> from the cache or the database; NULL when neither knows it (or it expired). */
-static struct thread *lookup(struct agw_store *s, const char *id)
+/* Thread <id> from the cache or the database; NULL when neither knows it (or it expired). *<absent>
+ * (may be NULL) is set when the database holds nothing of it, not even an expired row. */
+static struct thread *lookup_ex(struct agw_store *s, const char *id, bool *absent)
 {
     uint64_t hash = hash_id(id);
     struct thread *t = cache_find(s, id, hash);
@@ -314,6 +319,8 @@ static struct thread *lookup(struct agw_store *s, const char *id)
     struct agw_store_row row;
     struct restoring r = {.s = s};
     int rc = s->be.load(s->be.self, id, s->o.max_messages, &row, restore_one, &r);
+    if (absent != NULL)
+        *absent = rc == 0;
     if (rc == 1 && !r.bad && expired(s, row.updated_s)) {
         agw_history_free(r.h);
         return NULL;
@@ -331,11 +338,22 @@ static struct thread *lookup(struct agw_store *s, const char *id)
     return NULL;
 }
 
+static struct thread *lookup(struct agw_store *s, const char *id)
+{
+    return lookup_ex(s, id, NULL);
+}
+
 /* Thread <id>, made when new. */
 static struct thread *lookup_or_make(struct agw_store *s, const char *id)
 {
-    struct thread *t = lookup(s, id);
+    bool absent = false;
+    struct thread *t = lookup_ex(s, id, &absent);
 
+    if (t == NULL && absent) { /* new to the database: no row to delete at its first commit */
+        t = cache_add(s, id, hash_id(id), agw_history_new(s->o.max_messages), ",", 0);
+        t->db_end = 0;
+        return t;
+    }
     if (t == NULL)
         t = cache_add(s, id, hash_id(id), agw_history_new(s->o.max_messages), ",", 0);
     return t;
@@ -390,7 +408,9 @@ static size_t changes(struct thread *t, struct agw_store_row *row, struct agw_st
                                   .updated_s = t->updated_s,
                                   .first = first,
                                   .count = n,
-                                  .n_msgs = k - at};
+                                  .n_msgs = k - at,
+                                  .drop_before = t->db_first < first && t->db_end > t->db_first,
+                                  .drop_after = t->db_end > first + n};
     return k - at;
 }
 
@@ -436,6 +456,8 @@ static void commit(struct agw_store *s)
     while ((t = TAILQ_FIRST(&s->dirty)) != NULL) {
         TAILQ_REMOVE(&s->dirty, t, dirty_link);
         t->dirty = false;
+        t->db_first = agw_history_dropped(t->h);
+        t->db_end = t->db_first + agw_history_count(t->h);
         agw_history_mark_saved(t->h);
         agw_history_shed(t->h, SHED_MIN_BYTES);
     }

@@ -34,6 +34,11 @@ struct agw_store_row {
      * as stored. Unused by load. */
     const struct agw_store_msg *msgs;
     size_t n_msgs;
+    /* save: whether rows may lie before <first> / at or after <first> + <count> (false when the
+     * store knows there are none: a thread new to the database, or one whose last commit left its
+     * rows in a range it still covers), so that a commit of a thread that only grew deletes
+     * nothing. */
+    bool drop_before, drop_after;
 };
 
 /* Called by load for each message of a thread, oldest first; the strings are valid during the

@@ -248,12 +248,16 @@ static bool save_thread(struct db *d, const struct agw_store_row *r)
     sqlite3_bind_int64(d->st_save_thread, 4, (sqlite3_int64)r->first);
     sqlite3_bind_int64(d->st_save_thread, 5, (sqlite3_int64)r->count);
     ok = step_done(d->st_save_thread);
-    sqlite3_bind_text(d->st_drop_before, 1, r->id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(d->st_drop_before, 2, (sqlite3_int64)r->first);
-    ok = ok && step_done(d->st_drop_before);
-    sqlite3_bind_text(d->st_drop_from, 1, r->id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(d->st_drop_from, 2, end);
-    ok = ok && step_done(d->st_drop_from);
+    if (ok && r->drop_before) {
+        sqlite3_bind_text(d->st_drop_before, 1, r->id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(d->st_drop_before, 2, (sqlite3_int64)r->first);
+        ok = step_done(d->st_drop_before);
+    }
+    if (ok && r->drop_after) {
+        sqlite3_bind_text(d->st_drop_from, 1, r->id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(d->st_drop_from, 2, end);
+        ok = step_done(d->st_drop_from);
+    }
     for (size_t i = 0; ok && i < r->n_msgs; i++) {
         const struct agw_store_msg *m = &r->msgs[i];
         sqlite3_bind_text(d->st_save_message, 1, r->id, -1, SQLITE_STATIC);
