@@ -176,6 +176,7 @@ cat >"$OUT/gateway.json" <<EOF
   "log": { "level": "info", "access": "$T/access.log" },
   "limits": { "max_body_bytes": $MAX_BODY },
   "timeouts": { "first_byte": "2s" },
+  "store": { "kind": "embedded", "path": "$T/store" },
   "agents": {
     "chat":  { "upstreams": ["$U?events=8&size=16"], "forward_headers": ["X-Demo-Events", "X-Demo-Size"] },
     "stall": { "upstreams": ["$U?stall=1"] },
