@@ -2,10 +2,10 @@
  * both kinds; the embedded store across a close and a reopen (a restart); the startup errors (a
  * read-only directory, a file that is not a database, the redis kind, a newer schema); the
  * per-thread cap, the ttl, the memory kind's cache limit, the agents list, and an inbox freed with
- * an answer still in it. Schema 2 (src/store_sqlite.c), read back with SQLite: a row per message at
+ * an answer still in it. Schema 3 (src/store_sqlite.c), read back with SQLite: a row per message at
  * its position, a text growing across commits, an insertion mid-thread, a shrinking snapshot, the
- * cap and the ttl on the rows, an unreadable row, a text written by pieces, and the migration of a
- * schema 1 store. */
+ * cap and the ttl on the rows, an unreadable row, a text written by pieces, and the migration of
+ * schema 1 and schema 2 stores. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 
@@ -531,7 +531,7 @@ Test(store, an_inbox_freed_first_gives_null)
     event_base_free(base);
 }
 
-/* ---- schema 2: a row per message ---------------------------------------------------------- */
+/* ---- schema 3: a row per message ---------------------------------------------------------- */
 
 static sqlite3 *db_file(void)
 {
@@ -540,6 +540,21 @@ static sqlite3 *db_file(void)
 
     snprintf(p, sizeof(p), "%s/history.db", db_dir());
     cr_assert_eq(sqlite3_open(p, &db), SQLITE_OK);
+    return db;
+}
+
+/* db_file() with, for this connection only, the view thread_messages: the messages rows with the
+ * thread's id in place of its number. */
+static sqlite3 *db_rows(void)
+{
+    sqlite3 *db = db_file();
+
+    cr_assert_eq(sqlite3_exec(db,
+                              "CREATE TEMP VIEW thread_messages AS SELECT t.id AS thread, m.pos,"
+                              " m.part, m.run_id, m.text, m.data FROM messages m"
+                              " JOIN threads t ON t.key = m.thread",
+                              NULL, NULL, NULL),
+                 SQLITE_OK);
     return db;
 }
 
@@ -601,13 +616,13 @@ Test(store, embedded_writes_a_row_per_message_at_its_position)
 
     write_run1(s, "t1");
     agw_store_close(s);
-    db = db_file();
-    cr_assert_eq(q1(db, "PRAGMA user_version"), 2);
-    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1'"), 2);
+    db = db_rows();
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 3);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't1'"), 2);
     cr_assert_eq(q1(db, "SELECT n_messages FROM threads WHERE id = 't1'"), 2);
     cr_assert_eq(q1(db, "SELECT dropped FROM threads WHERE id = 't1'"), 0);
     cr_assert_eq(sqlite3_prepare_v2(db,
-                                    "SELECT run_id, data || '\"}', text, part FROM messages"
+                                    "SELECT run_id, data || '\"}', text, part FROM thread_messages"
                                     " WHERE thread = 't1' AND pos = 1",
                                     -1, &st, NULL),
                  SQLITE_OK);
@@ -650,11 +665,12 @@ Test(store, a_text_growing_across_commits_is_written_by_pieces)
     agw_store_get_stats(s, &st);
     cr_assert_geq(st.commits, 5);
     agw_store_close(s);
-    db = db_file();
-    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1' AND pos = 2"), 6,
+    db = db_rows();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't1' AND pos = 2"), 6,
                  "the start, then a piece per commit");
-    cr_assert_eq(q1(db, "SELECT length(data) FROM messages WHERE thread = 't1' AND pos = 2 AND "
-                        "part = 3"),
+    cr_assert_eq(q1(db,
+                    "SELECT length(data) FROM thread_messages WHERE thread = 't1' AND pos = 2 AND "
+                    "part = 3"),
                  8, "a piece is what the text grew by, escaped as it came");
     sqlite3_close(db);
 
@@ -667,9 +683,11 @@ Test(store, a_text_growing_across_commits_is_written_by_pieces)
     json_decref(a.page);
     events(s, "t1", "r1", growth); /* read back, it goes on growing by pieces */
     agw_store_close(s);
-    db = db_file();
-    cr_assert_eq(q1(db, "SELECT max(part) FROM messages WHERE thread = 't1' AND pos = 2"), 6);
-    exec_sql(db, "DELETE FROM messages WHERE thread = 't1' AND pos = 2 AND part = 4");
+    db = db_rows();
+    cr_assert_eq(q1(db, "SELECT max(part) FROM thread_messages WHERE thread = 't1' AND pos = 2"),
+                 6);
+    exec_sql(db, "DELETE FROM messages WHERE thread = (SELECT key FROM threads WHERE id = 't1')"
+                 " AND pos = 2 AND part = 4");
     sqlite3_close(db);
     s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
     a = read_thread(s, "t1", NULL);
@@ -701,11 +719,12 @@ Test(store, an_insertion_mid_thread_survives_a_restart)
     cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "u1 a1 tr1 a2");
     agw_store_close(s);
 
-    db = db_file();
-    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1'"), 4);
-    cr_assert_eq(q1(db, "SELECT max(pos) FROM messages WHERE thread = 't1'"), 3);
-    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1' AND pos = 3 AND data "
-                        "LIKE '%later%'"),
+    db = db_rows();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't1'"), 4);
+    cr_assert_eq(q1(db, "SELECT max(pos) FROM thread_messages WHERE thread = 't1'"), 3);
+    cr_assert_eq(q1(db,
+                    "SELECT count(*) FROM thread_messages WHERE thread = 't1' AND pos = 3 AND data "
+                    "LIKE '%later%'"),
                  1);
     sqlite3_close(db);
     s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
@@ -737,9 +756,9 @@ Test(store, a_snapshot_that_shrinks_a_thread_survives_a_restart)
            "\"content\":\"kept\"}]}\n");
     cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "a2");
     agw_store_close(s);
-    db = db_file();
-    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1'"), 1);
-    cr_assert_eq(q1(db, "SELECT pos FROM messages WHERE thread = 't1'"), 0);
+    db = db_rows();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't1'"), 1);
+    cr_assert_eq(q1(db, "SELECT pos FROM thread_messages WHERE thread = 't1'"), 0);
     sqlite3_close(db);
     s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
     cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "a2");
@@ -764,9 +783,9 @@ Test(store, the_cap_keeps_the_newest_rows_across_restarts)
           "{\"id\":\"m5\",\"role\":\"user\",\"content\":\"5\"}]}");
     cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "m3 m4 m5");
     agw_store_close(s);
-    db = db_file();
-    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1'"), 3);
-    cr_assert_eq(q1(db, "SELECT min(pos) FROM messages WHERE thread = 't1'"), 2);
+    db = db_rows();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't1'"), 3);
+    cr_assert_eq(q1(db, "SELECT min(pos) FROM thread_messages WHERE thread = 't1'"), 2);
     cr_assert_eq(q1(db, "SELECT dropped FROM threads WHERE id = 't1'"), 2);
     sqlite3_close(db);
 
@@ -775,9 +794,9 @@ Test(store, the_cap_keeps_the_newest_rows_across_restarts)
     input(s, "demo", "t1", "r3", "{\"messages\":[{\"id\":\"m6\",\"role\":\"user\"}]}");
     cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "m5 m6");
     agw_store_close(s);
-    db = db_file();
-    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1'"), 2);
-    cr_assert_eq(q1(db, "SELECT min(pos) FROM messages WHERE thread = 't1'"), 4);
+    db = db_rows();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't1'"), 2);
+    cr_assert_eq(q1(db, "SELECT min(pos) FROM thread_messages WHERE thread = 't1'"), 4);
     sqlite3_close(db);
     s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
     cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "m5 m6");
@@ -792,15 +811,15 @@ Test(store, the_ttl_deletes_a_threads_messages_with_it)
     write_run1(s, "t1");
     write_run1(s, "t2");
     agw_store_close(s);
-    db = db_file();
+    db = db_rows();
     exec_sql(db, "UPDATE threads SET updated = 1 WHERE id = 't1'");
     sqlite3_close(db);
     s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 3600, 100);
     agw_store_close(s); /* the sweep runs at start */
-    db = db_file();
+    db = db_rows();
     cr_assert_eq(q1(db, "SELECT count(*) FROM threads"), 1);
-    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't1'"), 0);
-    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 't2'"), 2);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't1'"), 0);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't2'"), 2);
     sqlite3_close(db);
 }
 
@@ -814,8 +833,9 @@ Test(store, a_stored_message_that_cannot_be_read_is_a_404_counted)
     write_run1(s, "t1");
     write_run1(s, "t2");
     agw_store_close(s);
-    db = db_file();
-    exec_sql(db, "UPDATE messages SET data = '{not json' WHERE thread = 't1' AND pos = 1");
+    db = db_rows();
+    exec_sql(db, "UPDATE messages SET data = '{not json'"
+                 " WHERE thread = (SELECT key FROM threads WHERE id = 't1') AND pos = 1");
     sqlite3_close(db);
     s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
     a = read_thread(s, "t1", NULL);
@@ -857,8 +877,8 @@ Test(store, a_shed_answer_is_read_back_and_a_lost_one_is_a_500)
     m = json_array_get(json_object_get(a.page, "messages"), 0);
     cr_assert_eq(json_string_length(json_object_get(m, "content")), 4000, "read back whole");
     json_decref(a.page);
-    db = db_file();
-    exec_sql(db, "DELETE FROM messages WHERE thread = 't1'");
+    db = db_rows();
+    exec_sql(db, "DELETE FROM messages WHERE thread = (SELECT key FROM threads WHERE id = 't1')");
     sqlite3_close(db);
     a = read_thread(s, "t1", NULL);
     cr_assert_eq(a.status, 500, "the shed answer cannot be read back");
@@ -920,15 +940,76 @@ Test(store, a_version_1_store_is_migrated)
     input(s, "demo", "t1", "r2", "{\"messages\":[{\"id\":\"u2\",\"role\":\"user\"}]}");
     agw_store_close(s);
 
-    db = db_file();
-    cr_assert_eq(q1(db, "PRAGMA user_version"), 2);
+    db = db_rows();
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 3);
     cr_assert_eq(q1(db, "SELECT count(*) FROM sqlite_master WHERE name = 'threads_v1'"), 0);
     cr_assert_eq(q1(db, "SELECT count(*) FROM threads"), 2);
-    cr_assert_eq(q1(db, "SELECT min(pos) FROM messages WHERE thread = 't1'"), 2);
-    cr_assert_eq(q1(db, "SELECT max(pos) FROM messages WHERE thread = 't1'"), 4);
+    cr_assert_eq(q1(db, "SELECT min(pos) FROM thread_messages WHERE thread = 't1'"), 2);
+    cr_assert_eq(q1(db, "SELECT max(pos) FROM thread_messages WHERE thread = 't1'"), 4);
     sqlite3_close(db);
     s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
     cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "u1 a1 u2");
+    agw_store_close(s);
+}
+
+/* A store written by schema version 2 (messages keyed by the thread's id) is migrated at start:
+ * each thread gets a number, its messages (pieces too) follow it, the old tables go, and the
+ * thread reads and grows as before; deleting a thread still deletes its messages. */
+Test(store, a_version_2_store_is_migrated)
+{
+    struct agw_store *s;
+    char ids[256];
+    sqlite3 *db;
+
+    cr_assert_eq(mkdir(db_dir(), 0700), 0);
+    db = db_file();
+    exec_sql(db,
+             "CREATE TABLE threads (id TEXT PRIMARY KEY, agents TEXT NOT NULL,"
+             " updated INTEGER NOT NULL, dropped INTEGER NOT NULL, n_messages INTEGER NOT NULL);"
+             "CREATE INDEX threads_updated ON threads(updated);"
+             "CREATE TABLE messages (thread TEXT NOT NULL, pos INTEGER NOT NULL,"
+             " part INTEGER NOT NULL, run_id TEXT, text INTEGER NOT NULL, data TEXT NOT NULL,"
+             " PRIMARY KEY (thread, pos, part));"
+             "CREATE TRIGGER threads_delete AFTER DELETE ON threads"
+             " BEGIN DELETE FROM messages WHERE thread = old.id; END;"
+             "PRAGMA user_version=2;");
+    exec_sql(db, "INSERT INTO threads VALUES ('t2', ',demo,', strftime('%s','now'), 0, 1);"
+                 "INSERT INTO threads VALUES ('t1', ',demo,', strftime('%s','now'), 3, 2);"
+                 "INSERT INTO messages VALUES ('t2', 0, 0, 'r0', 0,"
+                 " '{\"id\":\"x1\",\"role\":\"user\",\"content\":\"Yo\"}');"
+                 "INSERT INTO messages VALUES ('t1', 3, 0, 'r1', 0,"
+                 " '{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"}');"
+                 "INSERT INTO messages VALUES ('t1', 4, 0, 'r1', 1,"
+                 " '{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hel');"
+                 "INSERT INTO messages VALUES ('t1', 4, 1, NULL, 1, 'lo');");
+    sqlite3_close(db);
+
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "u1 a1");
+    cr_assert_str_eq(ids_of(s, "t2", ids, sizeof(ids)), "x1");
+    {
+        struct answer a = read_thread(s, "t1", "run_id=r1");
+        json_t *a1 = json_array_get(json_object_get(a.page, "messages"), 1);
+        cr_assert_eq(a.status, 200);
+        cr_assert_str_eq(json_string_value(json_object_get(a1, "content")), "Hello");
+        json_decref(a.page);
+    }
+    input(s, "demo", "t1", "r2", "{\"messages\":[{\"id\":\"u2\",\"role\":\"user\"}]}");
+    agw_store_close(s);
+
+    db = db_rows();
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 3);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM sqlite_master WHERE name LIKE '%_v2'"), 0);
+    cr_assert_eq(q1(db, "SELECT key FROM threads WHERE id = 't2'"), 1, "numbered by first write");
+    cr_assert_eq(q1(db, "SELECT key FROM threads WHERE id = 't1'"), 2);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't1'"), 4);
+    cr_assert_eq(q1(db, "SELECT max(pos) FROM thread_messages WHERE thread = 't1'"), 5);
+    exec_sql(db, "DELETE FROM threads WHERE id = 't2'");
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE thread = 1"), 0);
+    sqlite3_close(db);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "u1 a1 u2");
+    cr_assert_str_eq(ids_of(s, "t2", ids, sizeof(ids)), "404");
     agw_store_close(s);
 }
 
@@ -940,9 +1021,9 @@ Test(store, a_newer_schema_is_a_clear_error)
 
     cr_assert_eq(mkdir(db_dir(), 0700), 0);
     db = db_file();
-    exec_sql(db, "CREATE TABLE x (a); PRAGMA user_version=3;");
+    exec_sql(db, "CREATE TABLE x (a); PRAGMA user_version=4;");
     sqlite3_close(db);
     cr_assert_null(agw_store_open(&o, err, sizeof(err)));
-    cr_assert(strstr(err, "schema version 3") != NULL, "%s", err);
+    cr_assert(strstr(err, "schema version 4") != NULL, "%s", err);
     cr_assert(strstr(err, "history.db") != NULL, "%s", err);
 }
