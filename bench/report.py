@@ -344,6 +344,7 @@ def stall(run, out):
         return fmt(agg(v), nd) if v else "n/a"
 
     m = lambda k, scale=1.0: (lambda r: r["metrics"][k] * scale if k in r["metrics"] else None)
+    sio = lambda who, i: (lambda r: r["storage_io"][who][i] if who in r.get("storage_io", {}) else None)
     idle = lambda r: r["lag_idle_s"] * 1e3 if r.get("lag_idle_s") is not None else None
     row("loop lag max, idle gateway before the load, ms (per round)", lambda rs: per_round(rs, idle, 2))
     row("loop lag max, idle and under load, ms (per round)", lambda rs: per_round(rs, ms, 2))
@@ -366,6 +367,13 @@ def stall(run, out):
             ("agw_history_queue_bytes", "writer queue at the end, bytes (max)", 1, 0, max),
             ("agw_history_cached_threads", "threads cached at the end (max)", 1, 0, max)):
         row(name, lambda rs, k=k, scale=scale, nd=nd, agg=agg: total(rs, m(k, scale), nd, agg))
+    # the kernel's storage accounting per thread over the load: the loop must do no file I/O at all
+    row("event loop thread: bytes read from / written to storage during the load (per round)",
+        lambda rs: "; ".join(f"{fmt(sio('loop', 0)(r), 0)} / {fmt(sio('loop', 1)(r), 0)}"
+                             if sio("loop", 0)(r) is not None else "n/a" for r in rs))
+    row("other threads (the store's writer): bytes read / written (per round)",
+        lambda rs: "; ".join(f"{fmt(sio('others', 0)(r), 0)} / {fmt(sio('others', 1)(r), 0)}"
+                             if sio("others", 0)(r) is not None else "n/a" for r in rs))
     on = [x for x in (ms(r) for r in recs("gateway")) if x is not None]
     if on:
         worst = max(on)
@@ -376,6 +384,10 @@ def stall(run, out):
                    f"{worst:.2f} ms (history off: {fmt(max(off), 2) + ' ms' if off else 'n/a'}; "
                    f"idle, before the load: up to {fmt(max(base), 2) + ' ms' if base else 'n/a'}), "
                    f"goal < {STALL_GOAL_MS:.0f} ms: {'MET' if ok else 'MISSED'}")
+        loop_io = [sio("loop", i)(r) for r in recs("gateway") for i in (0, 1)]
+        if loop_io and None not in loop_io:
+            out.append(f"- the event loop's own storage I/O under that load (kernel accounting, all "
+                       f"rounds): {sum(loop_io):.0f} bytes ({'none: it never touches the disk' if sum(loop_io) == 0 else 'NOT zero'})")
 
 
 if __name__ == "__main__":

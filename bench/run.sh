@@ -537,10 +537,31 @@ warm_up() { # TARGET: short runs, not recorded
 # stall_one TARGET ROUND: a fresh gateway (history on for gateway, off for gateway-nohist) with the
 # loop probe every 1 ms, idle for S seconds (the machine's own timer lateness), then the short and the
 # throughput load at once; the probe's maximum (it only grows) is read every 0.25 s. Appends one JSON
-# line (scenario "stall") with the maximum when idle, its steps under load, and the agw_history_*
-# series at the end to $RAW.
+# line (scenario "stall") with the maximum when idle, its steps under load, the agw_history_*
+# series at the end, and what each thread read from and wrote to storage during the load, to $RAW.
+#
+# thread_io PID -> JSON {"loop": [read_bytes, write_bytes], "others": [...]}: the kernel's storage
+# accounting (/proc/PID/task/TID/io) of the process's main thread (with one worker, the event loop)
+# and of its other threads together (the store's writer): bytes read from and dirtied for storage.
+thread_io() {
+    python3 - "$1" <<'PY'
+import json, os, sys
+pid = sys.argv[1]
+io = {"loop": [0, 0], "others": [0, 0]}
+for tid in os.listdir(f"/proc/{pid}/task"):
+    try:
+        kv = dict(l.split(": ") for l in open(f"/proc/{pid}/task/{tid}/io").read().split("\n") if l)
+    except OSError:
+        continue
+    k = "loop" if tid == pid else "others"
+    io[k][0] += int(kv["read_bytes"])
+    io[k][1] += int(kv["write_bytes"])
+print(json.dumps(io))
+PY
+}
+
 stall_one() {
-    local tgt=$1 round=$2 name=stall hist=on port base bound rc1 rc2 m idle t0 series=""
+    local tgt=$1 round=$2 name=stall hist=on port base bound rc1 rc2 m idle t0 series="" io0 io1
     [ "$tgt" = gateway-nohist ] && name=stalln hist=off
     launch_gateway "$name" "$hist" AGW_LOOP_PROBE_MS=1
     STALL_PID=$LAUNCHED_PID port=$LAUNCHED_PORT
@@ -548,6 +569,7 @@ stall_one() {
     bound=$([ "$QUICK" = 1 ] && echo 90 || echo 240)
     sleep "$SECS"
     idle=$(metric "$port" agw_event_loop_lag_seconds_max)
+    io0=$(thread_io "$STALL_PID")
     t0=$(date +%s.%N)
     # shellcheck disable=SC2046
     timeout $((bound + 30)) "${PEERS_CPU[@]}" "$LOAD" --url "$base/throughput/runs" \
@@ -569,15 +591,18 @@ stall_one() {
     rc2=$?
     LOAD_PID="" LOAD2_PID=""
     history_settle "$port"
+    io1=$(thread_io "$STALL_PID")
     m=$(curl -s -m 5 "http://127.0.0.1:$port/metrics" | grep -E '^agw_(event_loop_lag|history_)')
     stop "$STALL_PID"
     STALL_PID=""
     [ "$rc1" = 0 ] || echo "bench/run.sh: stall/$tgt round $round: throughput load exit $rc1: $(head -c 300 "$T/stall-tp.err")" >&2
     [ "$rc2" = 0 ] || echo "bench/run.sh: stall/$tgt round $round: short load exit $rc2: $(head -c 300 "$T/stall-short.err")" >&2
     python3 - "$tgt" "$round" "$rc1" "$rc2" "$(head -n1 "$T/stall-tp.out")" \
-        "$(head -n1 "$T/stall-short.out")" "$m" "${idle:-}" "$series" >>"$RAW" <<'PY'
+        "$(head -n1 "$T/stall-short.out")" "$m" "${idle:-}" "$series" "$io0" "$io1" >>"$RAW" <<'PY'
 import json, sys
-tgt, rnd, rc1, rc2, tp, short, m, idle, series = sys.argv[1:]
+tgt, rnd, rc1, rc2, tp, short, m, idle, series, io0, io1 = sys.argv[1:]
+io0, io1 = json.loads(io0 or "{}"), json.loads(io1 or "{}")
+io = {k: [b - a for a, b in zip(io0[k], io1[k])] for k in io1 if k in io0}
 metrics = {}
 for line in m.splitlines():
     k, _, v = line.partition(" ")
@@ -591,7 +616,8 @@ for pt in series.split():
 print(json.dumps({"scenario": "stall", "target": tgt, "round": int(rnd),
                   "exit": int(rc1) or int(rc2), "load": json.loads(tp or "{}"),
                   "load_short": json.loads(short or "{}"), "metrics": metrics,
-                  "lag_idle_s": float(idle) if idle else None, "lag_steps": steps}))
+                  "lag_idle_s": float(idle) if idle else None, "lag_steps": steps,
+                  "storage_io": io}))
 PY
     printf '  %-10s %-14s round %s: exit %s/%s, %s\n' stall "$tgt" "$round" "$rc1" "$rc2" \
         "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); m=r["metrics"]; a=r["load"]; b=r["load_short"]
