@@ -1642,6 +1642,12 @@ int agw_gateway_run(struct agw_gateway *gw)
             break;
         }
         w->thread_started = true;
+        {
+            /* as top -H and /proc/PID/task/TID/comm show it (worker 0 is the main thread) */
+            char name[16];
+            snprintf(name, sizeof(name), "agw-loop-%u", k % 100000u);
+            pthread_setname_np(w->thread, name);
+        }
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     agw_loop_run(gw->workers[0].base, gw->workers[0].batch_window_us, &gw->workers[0].loop_stats);

@@ -1066,6 +1066,7 @@ struct agw_store *agw_store_open(const struct agw_store_options *o, char *err, s
         goto fail;
     }
     s->thread_started = true;
+    pthread_setname_np(s->thread, "agw-store"); /* as top -H and /proc/PID/task/TID/comm show it */
     return s;
 fail:
     agw_store_close(s);

@@ -3,7 +3,8 @@
 # recorded (input deduplicated, the assistant's answer rebuilt), GET …/threads/{id}/messages pages them
 # (the query's errors are 400s), unknown threads and threads a key may not see are 404s, the embedded
 # store survives a restart, a kill -9 during a load of 1,000 runs loses no run that ended more than a
-# second before the kill, a detached run is recorded to its end, history.enabled false turns it all off,
+# second before the kill (and the event loops do no storage I/O meanwhile), a detached run is recorded to
+# its end, history.enabled false turns it all off,
 # and a store on a read-only path stops the start with a clear message.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
@@ -124,6 +125,27 @@ check_eq "after a restart: 200" 200 "$STATUS"
 check_eq "after a restart: the same page" "$BEFORE" "$BODY"
 
 # ---- kill -9 during 1,000 runs: no run that ended more than a second before the kill is lost ----
+# Meanwhile, the event loops never touch the disk: the kernel's storage accounting of each thread
+# (/proc/PID/task/TID/io: bytes read from storage, pages dirtied for it) over the load is zero for
+# every thread but the store's writer ("agw-store"), whose bytes show that the accounting counts.
+storage_io() { # PID -> "LOOPS_READ LOOPS_WRITTEN WRITER_READ WRITER_WRITTEN"
+    python3 - "$1" <<'PY'
+import os, sys
+pid = sys.argv[1]
+loops, writer = [0, 0], [0, 0]
+for tid in os.listdir("/proc/%s/task" % pid):
+    try:
+        comm = open("/proc/%s/task/%s/comm" % (pid, tid)).read().strip()
+        kv = dict(l.split(": ") for l in open("/proc/%s/task/%s/io" % (pid, tid)).read().splitlines())
+    except OSError:
+        continue
+    acc = writer if comm == "agw-store" else loops
+    acc[0] += int(kv["read_bytes"])
+    acc[1] += int(kv["write_bytes"])
+print(*loops, *writer)
+PY
+}
+IO_BEFORE=$(storage_io "$GW_PID")
 python3 - "$G" "$T/ended" <<'PY' &
 import http.client, json, sys, threading, time, urllib.parse
 base, out = sys.argv[1], sys.argv[2]
@@ -154,6 +176,7 @@ ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
 PY
 LOAD_PID=$!
 for _ in $(seq 600); do [ "$(cat "$T/ended" 2>/dev/null | wc -l)" -ge 600 ] && break; sleep 0.02; done
+IO_AFTER=$(storage_io "$GW_PID")
 KILL_AT=$(date +%s.%N)
 kill -9 "$GW_PID"
 wait "$LOAD_PID" 2>/dev/null
@@ -184,6 +207,12 @@ PY
 read -r lost checked <"$T/lost"
 check_eq "kill -9: every run ended more than 1 s before it is there ($checked checked)" 0 "$lost"
 check_eq "kill -9: runs were checked" yes "$([ "$checked" -ge 100 ] && echo yes || echo "no: $checked")"
+read -r lr0 lw0 wr0 ww0 <<<"$IO_BEFORE"
+read -r lr1 lw1 wr1 ww1 <<<"$IO_AFTER"
+check_eq "the event loops read and wrote no storage during the load (bytes read, written)" "0 0" \
+    "$((lr1 - lr0)) $((lw1 - lw0))"
+check_eq "the store's writer did (its bytes are counted)" yes \
+    "$([ $((ww1 - ww0)) -gt 0 ] && echo yes || echo "no: $IO_BEFORE -> $IO_AFTER")"
 stop_pid "$GW_PID" >/dev/null
 
 # ---- a second gateway on the same store is refused ----
