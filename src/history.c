@@ -1344,19 +1344,14 @@ int agw_history_append_text(struct agw_history *h, const char *id, size_t id_len
     return applied(h, KNOWN_OTHER, 1);
 }
 
-int agw_history_apply_line(struct agw_history *h, const char *run_id, const char *line, size_t len)
+/* A line that is not a text's coalesced deltas, or whose message is not held as text. */
+static int apply_other_line(struct agw_history *h, const char *run_id, const char *line, size_t len)
 {
-    struct agw_capture_delta d;
     struct agw_capture_fields f;
     json_t *ev;
     int rc;
 
-    /* A text's coalesced deltas, the bulk of the bytes, go to a message held as text as they are
-     * (escaped): no JSON value is built. */
-    if (agw_capture_line_delta(line, len, &d) && !d.args && !d.id_escaped &&
-        (rc = agw_history_append_text(h, d.id, d.id_len, d.delta, d.delta_len)) != AGW_AGAIN)
-        return rc;
-    /* so are the message boundaries: a text's start and end */
+    /* a text's boundaries need no JSON value either: its start and end */
     if (agw_capture_line_fields(line, len, &f) && f.message_id != NULL) {
         if (span_eq(f.type, f.type_len, "TEXT_MESSAGE_START"))
             return applied(h, KNOWN_OTHER,
@@ -1378,6 +1373,25 @@ int agw_history_apply_line(struct agw_history *h, const char *run_id, const char
     return rc;
 }
 
+/* A text's coalesced deltas (<d>, read from the line), the bulk of the bytes, go to a message held
+ * as text as they are (escaped): no JSON value is built. AGW_AGAIN when the message is not one. */
+static int append_delta_line(struct agw_history *h, const struct agw_capture_delta *d)
+{
+    if (d->args || d->id_escaped)
+        return AGW_AGAIN;
+    return agw_history_append_text(h, d->id, d->id_len, d->delta, d->delta_len);
+}
+
+int agw_history_apply_line(struct agw_history *h, const char *run_id, const char *line, size_t len)
+{
+    struct agw_capture_delta d;
+    int rc;
+
+    if (agw_capture_line_delta(line, len, &d) && (rc = append_delta_line(h, &d)) != AGW_AGAIN)
+        return rc;
+    return apply_other_line(h, run_id, line, len);
+}
+
 int agw_history_apply_lines(struct agw_history *h, const char *run_id, const char *lines,
                             size_t len)
 {
@@ -1387,16 +1401,17 @@ int agw_history_apply_lines(struct agw_history *h, const char *run_id, const cha
     while (p < end) {
         struct agw_capture_delta d;
         size_t n;
-        int rc = AGW_AGAIN;
+        int rc;
 
         /* a text's coalesced deltas (most of the bytes) are read once: their end is where the
-         * delta's string ends */
-        if (agw_capture_line_delta_at(p, (size_t)(end - p), &d, &n) && !d.args && !d.id_escaped)
-            rc = agw_history_append_text(h, d.id, d.id_len, d.delta, d.delta_len);
-        if (rc == AGW_AGAIN) {
+         * delta's string ends; any other line is read once too, from its end on */
+        if (agw_capture_line_delta_at(p, (size_t)(end - p), &d, &n)) {
+            if ((rc = append_delta_line(h, &d)) == AGW_AGAIN)
+                rc = apply_other_line(h, run_id, p, n);
+        } else {
             const char *nl = memchr(p, '\n', (size_t)(end - p));
             n = (size_t)((nl != NULL ? nl : end) - p);
-            rc = n > 0 ? agw_history_apply_line(h, run_id, p, n) : 0;
+            rc = n > 0 ? apply_other_line(h, run_id, p, n) : 0;
         }
         bad += rc < 0;
         p += n + 1;
