@@ -349,13 +349,11 @@ static struct thread *lookup_or_make(struct agw_store *s, const char *id)
     bool absent = false;
     struct thread *t = lookup_ex(s, id, &absent);
 
-    if (t == NULL && absent) { /* new to the database: no row to delete at its first commit */
+    if (t == NULL) {
         t = cache_add(s, id, hash_id(id), agw_history_new(s->o.max_messages), ",", 0);
-        t->db_end = 0;
-        return t;
+        if (absent) /* new to the database: no row to delete at its first commit */
+            t->db_end = 0;
     }
-    if (t == NULL)
-        t = cache_add(s, id, hash_id(id), agw_history_new(s->o.max_messages), ",", 0);
     return t;
 }
 
