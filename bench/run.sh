@@ -541,8 +541,8 @@ warm_up() { # TARGET: short runs, not recorded
 # series at the end, and what each thread read from and wrote to storage during the load, to $RAW.
 #
 # thread_io PID -> JSON {"loop": [read_bytes, write_bytes], "others": [...]}: the kernel's storage
-# accounting (/proc/PID/task/TID/io) of the process's main thread (with one worker, the event loop)
-# and of its other threads together (the store's writer): bytes read from and dirtied for storage.
+# accounting (/proc/PID/task/TID/io) of the event loops (every thread but the store's writer) and of
+# the writer (the thread named agw-store): bytes read from and dirtied for storage.
 thread_io() {
     python3 - "$1" <<'PY'
 import json, os, sys
@@ -551,9 +551,10 @@ io = {"loop": [0, 0], "others": [0, 0]}
 for tid in os.listdir(f"/proc/{pid}/task"):
     try:
         kv = dict(l.split(": ") for l in open(f"/proc/{pid}/task/{tid}/io").read().split("\n") if l)
+        comm = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
     except OSError:
         continue
-    k = "loop" if tid == pid else "others"
+    k = "others" if comm == "agw-store" else "loop"
     io[k][0] += int(kv["read_bytes"])
     io[k][1] += int(kv["write_bytes"])
 print(json.dumps(io))
