@@ -368,10 +368,10 @@ def stall(run, out):
             ("agw_history_cached_threads", "threads cached at the end (max)", 1, 0, max)):
         row(name, lambda rs, k=k, scale=scale, nd=nd, agg=agg: total(rs, m(k, scale), nd, agg))
     # the kernel's storage accounting per thread over the load: the loop must do no file I/O at all
-    row("event loop thread: bytes read from / written to storage during the load (per round)",
+    row("event loops (every thread but agw-store): bytes read from / written to storage during the load (per round)",
         lambda rs: "; ".join(f"{fmt(sio('loop', 0)(r), 0)} / {fmt(sio('loop', 1)(r), 0)}"
                              if sio("loop", 0)(r) is not None else "n/a" for r in rs))
-    row("other threads (the store's writer): bytes read / written (per round)",
+    row("the store's writer (agw-store): bytes read / written (per round)",
         lambda rs: "; ".join(f"{fmt(sio('others', 0)(r), 0)} / {fmt(sio('others', 1)(r), 0)}"
                              if sio("others", 0)(r) is not None else "n/a" for r in rs))
     on = [x for x in (ms(r) for r in recs("gateway")) if x is not None]
