@@ -349,6 +349,13 @@ def stall(run, out):
     row("loop lag max, idle gateway before the load, ms (per round)", lambda rs: per_round(rs, idle, 2))
     row("loop lag max, idle and under load, ms (per round)", lambda rs: per_round(rs, ms, 2))
     row("loop lag max, ms (all rounds)", lambda rs: total(rs, ms, 2))
+    # the same less the time the loop thread waited for a CPU meanwhile (its run-queue wait in
+    # /proc/thread-self/schedstat): what the loop itself spent, in its callbacks or asleep in a call
+    own = m("agw_event_loop_self_lag_seconds_max", 1e3)
+    own_idle = lambda r: r["lag_self_idle_s"] * 1e3 if r.get("lag_self_idle_s") is not None else None
+    row("the same less the loop's waits for a CPU: idle, ms (per round)", lambda rs: per_round(rs, own_idle, 2))
+    row("the same less the loop's waits for a CPU: idle and under load, ms (per round)",
+        lambda rs: per_round(rs, own, 2))
     row("when it grew under load: s into the load → ms (per round)",
         lambda rs: "; ".join(" ".join(f"{t:.1f}→{v * 1e3:.1f}" for t, v in r.get("lag_steps", [])) or "—"
                              for r in rs))
@@ -384,6 +391,13 @@ def stall(run, out):
                    f"{worst:.2f} ms (history off: {fmt(max(off), 2) + ' ms' if off else 'n/a'}; "
                    f"idle, before the load: up to {fmt(max(base), 2) + ' ms' if base else 'n/a'}), "
                    f"goal < {STALL_GOAL_MS:.0f} ms: {'MET' if ok else 'MISSED'}")
+        own_on = [x for x in (own(r) for r in recs("gateway")) if x is not None]
+        own_off = [x for x in (own(r) for r in recs("gateway-nohist")) if x is not None]
+        if own_on:
+            out.append(f"- of that lateness, the loop's own part (less the time its thread waited for a CPU: "
+                       f"the writer's or another process's turn, the machine's noise): history on "
+                       f"{max(own_on):.2f} ms, off {fmt(max(own_off), 2) + ' ms' if own_off else 'n/a'} "
+                       f"({'under' if max(own_on) < STALL_GOAL_MS else 'NOT under'} {STALL_GOAL_MS:.0f} ms)")
         loop_io = [sio("loop", i)(r) for r in recs("gateway") for i in (0, 1)]
         if loop_io and None not in loop_io:
             out.append(f"- the event loop's own storage I/O under that load (kernel accounting, all "

@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -69,6 +70,7 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
         .refused = refused,
         .n_refusals = AGW_SERVER_N_REFUSALS,
         .loop_lag_max_us = -1,
+        .loop_lag_self_max_us = -1,
     };
     struct agw_store_stats hs;
     if (gw->store != NULL) {
@@ -78,8 +80,12 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
     for (unsigned k = 0; k < gw->n_workers; k++) {
         struct agw_worker *o = &gw->workers[k];
         int64_t lag = (int64_t)__atomic_load_n(&o->lag_max_us, __ATOMIC_RELAXED);
+        int64_t self = (int64_t)__atomic_load_n(&o->lag_self_max_us, __ATOMIC_RELAXED);
         if (o->lag_probe != NULL && lag > g.loop_lag_max_us)
             g.loop_lag_max_us = lag;
+        if (__atomic_load_n(&o->lag_sched_fd, __ATOMIC_ACQUIRE) >= 0 &&
+            self > g.loop_lag_self_max_us)
+            g.loop_lag_self_max_us = self;
         g.loop_turns += __atomic_load_n(&o->loop_stats.turns, __ATOMIC_RELAXED);
         g.loop_naps += __atomic_load_n(&o->loop_stats.naps, __ATOMIC_RELAXED);
     }
@@ -1323,12 +1329,29 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 /* The loop probe (AGW_LOOP_PROBE_MS, for benchmarks): a timerfd that becomes readable every period
  * (the kernel's high-resolution timer, not the loop's millisecond timeouts); how late the loop
  * reads it after the first expiry it had not served is how long a ready event waited for the loop.
- */
+ * That lateness has two parts the kernel tells apart: time the loop thread was runnable and waited
+ * for a CPU (another thread or process had it: the store's writer, the machine's noise), and the
+ * rest, the loop's own callbacks or a sleep in a system call (a disk wait would be here). The
+ * second is the lateness less the growth of the thread's run-queue wait over the same period
+ * (/proc/thread-self/schedstat, its second field, in ns), a lower bound of the loop's own part. */
+static uint64_t sched_wait_ns(int fd)
+{
+    char buf[96];
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+    const char *p;
+
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    p = strchr(buf, ' ');
+    return p != NULL ? strtoull(p + 1, NULL, 10) : 0;
+}
+
 static void lag_probe_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct agw_worker *w = arg;
     struct timespec ts;
-    uint64_t now_us, expired = 0, due, late;
+    uint64_t now_us, expired = 0, due, late, wait_ns, self;
 
     (void)what;
     if (read(fd, &expired, sizeof(expired)) != (ssize_t)sizeof(expired) || expired == 0)
@@ -1340,6 +1363,14 @@ static void lag_probe_cb(evutil_socket_t fd, short what, void *arg)
     w->lag_expired += expired;
     if (late > __atomic_load_n(&w->lag_max_us, __ATOMIC_RELAXED))
         __atomic_store_n(&w->lag_max_us, late, __ATOMIC_RELAXED);
+    if (w->lag_sched_fd < 0)
+        return;
+    wait_ns = sched_wait_ns(w->lag_sched_fd);
+    self = wait_ns - w->lag_wait_ns;
+    self = late > self / 1000u ? late - self / 1000u : 0;
+    w->lag_wait_ns = wait_ns;
+    if (self > __atomic_load_n(&w->lag_self_max_us, __ATOMIC_RELAXED))
+        __atomic_store_n(&w->lag_self_max_us, self, __ATOMIC_RELAXED);
 }
 
 /* Arms the probe's timer once the loop runs (a start-up before it is not the loop's lateness). */
@@ -1348,6 +1379,7 @@ static void arm_lag_probe(evutil_socket_t fd, short what, void *arg)
     struct agw_worker *w = arg;
     struct itimerspec its;
     struct timespec now;
+    int sfd;
 
     (void)fd;
     (void)what;
@@ -1357,6 +1389,11 @@ static void arm_lag_probe(evutil_socket_t fd, short what, void *arg)
     clock_gettime(CLOCK_MONOTONIC, &now);
     w->lag_start_us = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
     w->lag_expired = 0;
+    /* Opened here, on the loop's thread: "thread-self" is the thread that opens it. */
+    sfd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (sfd >= 0)
+        w->lag_wait_ns = sched_wait_ns(sfd);
+    __atomic_store_n(&w->lag_sched_fd, sfd, __ATOMIC_RELEASE);
     timerfd_settime(event_get_fd(w->lag_probe), 0, &its, NULL);
 }
 
@@ -1388,6 +1425,7 @@ static int worker_init(struct agw_worker *w, struct gconf *gc, char *err, size_t
 {
     struct agw_server_options so = server_options(gc->cfg);
 
+    w->lag_sched_fd = -1;
     w->base = agw_loop_new();
     if (w->base == NULL) {
         snprintf(err, errlen, "cannot create the event loop");
@@ -1433,6 +1471,8 @@ static void worker_free(struct agw_worker *w)
     if (w->lag_probe != NULL) {
         close(event_get_fd(w->lag_probe));
         event_free(w->lag_probe);
+        if (w->lag_sched_fd >= 0)
+            close(w->lag_sched_fd);
     }
     if (w->dns != NULL)
         evdns_base_free(w->dns, 0);

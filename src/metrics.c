@@ -283,4 +283,11 @@ void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g
         evbuffer_add_printf(out, "agw_event_loop_lag_seconds_max %.6f\n",
                             (double)g->loop_lag_max_us / 1e6);
     }
+    if (g->loop_lag_self_max_us >= 0) {
+        header(
+            out, "agw_event_loop_self_lag_seconds_max", "gauge",
+            "The longest lateness for the probe timer less the loop's wait for a CPU meanwhile.");
+        evbuffer_add_printf(out, "agw_event_loop_self_lag_seconds_max %.6f\n",
+                            (double)g->loop_lag_self_max_us / 1e6);
+    }
 }

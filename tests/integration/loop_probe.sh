@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The loop probe (AGW_LOOP_PROBE_MS, the benchmarks' stall measure) tells a loop that waited for a CPU
+# from a loop that did not run for any other reason: agw_event_loop_lag_seconds_max counts both,
+# agw_event_loop_self_lag_seconds_max only the second (what a loop blocked on a disk would show).
+#   1. the gateway under SCHED_IDLE sharing one CPU with a busy process for a second: the loop is late
+#      by its waits in the run queue, and its own part stays well under that lateness;
+#   2. the gateway stopped (SIGSTOP) for 0.4 s: not a wait for a CPU, both figures see it.
+. "$AGW_SRCDIR/tests/integration/lib.sh"
+
+if ! command -v taskset >/dev/null 2>&1 || ! command -v chrt >/dev/null 2>&1; then
+    echo "SKIP: taskset or chrt is missing (util-linux)"
+    exit 77
+fi
+cat >"$T/gw.json" <<JSON
+{ "listen": [ { "address": "127.0.0.1", "port": 0 } ], "history": { "enabled": false }, "auth": { "mode": "none" },
+  "agents": { "a": { "upstreams": ["http://127.0.0.1:9/agent"] } } }
+JSON
+AGW_LOOP_PROBE_MS=1 start_gateway "$T/gw.json" || exit 1
+M=http://127.0.0.1:$GW_PORT/metrics
+metric() { curl -sS -m 5 "$M" | awk -v n="$1" '$1 == n { print $2 }'; }
+ms() { awk -v s="$1" 'BEGIN { printf "%d", s * 1000 }'; }
+
+sleep 0.5
+check_contains "the probe's lateness is exposed" "." "$(metric agw_event_loop_lag_seconds_max)"
+check_contains "and its part not spent waiting for a CPU" "." "$(metric agw_event_loop_self_lag_seconds_max)"
+
+# 1. Every thread of the gateway on the CPU this shell may use first, under SCHED_IDLE (it runs when
+#    nothing else wants that CPU); a busy process there.
+cpu=$(taskset -pc $$ | sed 's/.*: //; s/[,-].*//')
+for t in /proc/"$GW_PID"/task/*; do
+    taskset -pc "$cpu" "${t##*/}" >/dev/null && chrt -i -p 0 "${t##*/}"
+done
+base_lag=$(ms "$(metric agw_event_loop_lag_seconds_max)")
+taskset -c "$cpu" timeout 1 sh -c 'while :; do :; done'
+lag=$(ms "$(metric agw_event_loop_lag_seconds_max)")
+own=$(ms "$(metric agw_event_loop_self_lag_seconds_max)")
+echo "sharing its CPU for 1 s: lateness ${lag} ms (before: ${base_lag} ms), less the waits for a CPU ${own} ms"
+CHECKS=$((CHECKS + 1))
+if [ "$lag" -ge 20 ] && [ $((own * 2)) -lt "$lag" ]; then
+    ok "waiting for a CPU makes the loop late (${lag} ms) but is not its own lateness (${own} ms)"
+else
+    fail "a loop under SCHED_IDLE behind a busy process: expected a lateness of 20 ms or more, its own part under half of it; got ${lag} and ${own} ms"
+fi
+
+# 2. Stopped: off every run queue, so all of it is the loop's own lateness.
+kill -STOP "$GW_PID"
+sleep 0.4
+kill -CONT "$GW_PID"
+sleep 0.1
+lag=$(ms "$(metric agw_event_loop_lag_seconds_max)")
+own=$(ms "$(metric agw_event_loop_self_lag_seconds_max)")
+CHECKS=$((CHECKS + 1))
+if [ "$lag" -ge 350 ] && [ "$own" -ge 350 ]; then
+    ok "a loop that could not run for 0.4 s: late ${lag} ms, all of it its own (${own} ms)"
+else
+    fail "a gateway stopped for 0.4 s: expected both figures at 350 ms or more, got ${lag} and ${own} ms"
+fi
+stop_pid "$GW_PID" >/dev/null
+check_eq "the gateway stops cleanly" 0 "$STOP_STATUS"
+finish
