@@ -44,7 +44,7 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
 {
     static const int statuses[] = AGW_SERVER_REFUSAL_STATUSES;
     struct agw_gateway *gw = w->gw;
-    uint64_t refused[AGW_SERVER_N_REFUSALS] = {0}, accept_errors = 0;
+    uint64_t refused[AGW_SERVER_N_REFUSALS] = {0}, accept_errors = 0, accept_yields = 0;
     size_t open_relays = 0;
     struct evbuffer *b = evbuffer_new();
     size_t len;
@@ -57,6 +57,7 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
                 continue;
             agw_server_get_stats(servers[s], &st);
             accept_errors += st.accept_errors;
+            accept_yields += st.accept_yields;
             for (size_t i = 0; i < AGW_SERVER_N_REFUSALS; i++)
                 refused[i] += st.refused[i];
         }
@@ -66,6 +67,7 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
         .active_runs = agw_runs_count(w->runs),
         .open_relays = open_relays,
         .accept_errors = accept_errors,
+        .accept_yields = accept_yields,
         .refusal_statuses = statuses,
         .refused = refused,
         .n_refusals = AGW_SERVER_N_REFUSALS,

@@ -75,6 +75,10 @@ struct agw_server {
     struct agw_http1_request_limits limits;
     size_t hold_max; /* input held behind a request being answered before reading stops */
     struct event *accept_timer; /* resumes accepting after a pause */
+    struct event *accept_turn;  /* made active by a turn's first accept; runs after its work */
+    unsigned accept_burst;      /* connections accepted in this turn */
+    bool accept_held;           /* listeners off until accept_turn runs (AGW_ACCEPT_BATCH) */
+    bool accept_paused;         /* listeners off until accept_timer fires (accept() failed) */
     uint64_t accept_log_ms;     /* when accept failures were last logged */
     uint64_t accept_unlogged;   /* failures since */
     struct agw_server_stats stats;
@@ -1220,6 +1224,49 @@ static void format_peer(const struct sockaddr *sa, char *out, size_t len)
     }
 }
 
+static void listeners_enable(struct agw_server *srv, bool on)
+{
+    for (size_t i = 0; i < srv->n_htps; i++) {
+        if (srv->htps[i]->server == NULL)
+            continue;
+        if (on)
+            evconnlistener_enable(srv->htps[i]->server);
+        else
+            evconnlistener_disable(srv->htps[i]->server);
+    }
+}
+
+/* Bounded accepts. libevent's listener accepts until accept() would block, calling us for each
+ * connection, and stops early when we disable it. The turn's first accept makes accept_turn
+ * active at the listener's priority: it runs once the work already waiting at that priority has
+ * run (new runs' heads and bodies, upstream connects), and resets the count. The
+ * AGW_ACCEPT_BATCH-th turns the listeners off until then; the connections still queued are accepted
+ * in the next turns. */
+static void note_accept(struct agw_server *srv)
+{
+    if (srv->accept_burst++ == 0)
+        event_active(srv->accept_turn, EV_TIMEOUT, 1);
+    if (srv->accept_burst == AGW_ACCEPT_BATCH && !srv->accept_held) {
+        srv->accept_held = true;
+        __atomic_add_fetch(&srv->stats.accept_yields, 1, __ATOMIC_RELAXED);
+        listeners_enable(srv, false);
+    }
+}
+
+static void accept_turn_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_server *srv = arg;
+
+    (void)fd;
+    (void)what;
+    srv->accept_burst = 0;
+    if (srv->accept_held) {
+        srv->accept_held = false;
+        if (!srv->accept_paused && !srv->draining)
+            listeners_enable(srv, true);
+    }
+}
+
 static evhtp_res post_accept(evhtp_connection_t *conn, void *arg)
 {
     struct agw_server *srv = arg;
@@ -1240,6 +1287,7 @@ static evhtp_res post_accept(evhtp_connection_t *conn, void *arg)
     cc->pass = evbuffer_new();
     agw_mem_separate_leave();
     format_peer(conn->saddr, cc->peer, sizeof(cc->peer));
+    note_accept(srv);
     TAILQ_INSERT_TAIL(&srv->conns, cc, link);
     if (++srv->n_conns > srv->peak_conns)
         srv->peak_conns = srv->n_conns;
@@ -1273,6 +1321,7 @@ static void accept_error_cb(struct evconnlistener *lev, void *ctx)
         struct timeval tv = {.tv_sec = 0, .tv_usec = ACCEPT_PAUSE_MS * 1000};
 
         evconnlistener_disable(lev);
+        srv->accept_paused = true;
         if (!evtimer_pending(srv->accept_timer, NULL))
             evtimer_add(srv->accept_timer, &tv);
     }
@@ -1299,9 +1348,9 @@ static void accept_timer_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    for (size_t i = 0; i < srv->n_htps; i++)
-        if (srv->htps[i]->server != NULL)
-            evconnlistener_enable(srv->htps[i]->server);
+    srv->accept_paused = false;
+    if (!srv->accept_held)
+        listeners_enable(srv, true);
 }
 
 /* Requests that reach libevhtp's generic callback without our headers hook having run (it cannot
@@ -1370,6 +1419,8 @@ struct agw_server *agw_server_new(struct event_base *base, const struct agw_serv
     srv->arg = arg;
     agw_server_set_options(srv, opts);
     srv->accept_timer = evtimer_new(base, accept_timer_cb, srv);
+    srv->accept_turn = evtimer_new(base, accept_turn_cb, srv);
+    event_priority_set(srv->accept_turn, AGW_PRIO_NEW); /* the listeners' (libevent's default) */
     srv->trim_ev = evtimer_new(base, trim_cb, srv);
     return srv;
 }
@@ -1386,6 +1437,7 @@ void agw_server_free(struct agw_server *srv)
         evhtp_free(srv->htps[i]);
     }
     event_free(srv->accept_timer);
+    event_free(srv->accept_turn);
     event_free(srv->trim_ev);
     free(srv);
 }
@@ -1486,6 +1538,7 @@ bool agw_server_draining(const struct agw_server *srv)
 void agw_server_get_stats(const struct agw_server *srv, struct agw_server_stats *st)
 {
     st->accept_errors = __atomic_load_n(&srv->stats.accept_errors, __ATOMIC_RELAXED);
+    st->accept_yields = __atomic_load_n(&srv->stats.accept_yields, __ATOMIC_RELAXED);
     for (size_t i = 0; i < AGW_SERVER_N_REFUSALS; i++)
         st->refused[i] = __atomic_load_n(&srv->stats.refused[i], __ATOMIC_RELAXED);
 }

@@ -241,6 +241,11 @@ void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g
     header(out, "agw_accept_errors_total", "counter",
            "Failed accept() calls (e.g. out of file descriptors; accepting pauses briefly).");
     evbuffer_add_printf(out, "agw_accept_errors_total %" PRIu64 "\n", g->accept_errors);
+    header(
+        out, "agw_accept_yields_total", "counter",
+        "Turns in which a loop stopped accepting after its batch of connections to let its other "
+        "work run first.");
+    evbuffer_add_printf(out, "agw_accept_yields_total %" PRIu64 "\n", g->accept_yields);
     if (g->history != NULL) {
         const struct agw_store_stats *h = g->history;
         header(out, "agw_history_records_total", "counter",

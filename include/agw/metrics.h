@@ -33,6 +33,7 @@ struct agw_metrics_gauges {
     size_t active_runs; /* the active-run registry's size */
     size_t open_relays;
     uint64_t accept_errors;
+    uint64_t accept_yields;
     const int *refusal_statuses; /* requests the HTTP parser refused, by status */
     const uint64_t *refused;
     size_t n_refusals;
