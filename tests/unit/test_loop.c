@@ -47,11 +47,13 @@ Test(loop, a_busy_loop_naps_and_turns_less_often)
     struct ticker t;
 
     /* A tick every millisecond for 600 ms: about 600 turns without batching. With a 10 ms window,
-     * once the mean turn is under it (about 20 turns), each turn is followed by a nap. */
+     * once the mean turn is under it (about 20 turns), each turn is followed by a nap: some 50 on
+     * an idle machine, 10 seen under a parallel `make check` (the process off its CPU between
+     * turns makes them longer than the window); none at all is the failure looked for. */
     run_ticker(1, 600, 10000, &st, &t);
     cr_assert_lt(t.ticks, 250, "ticks %u: the loop did not batch", t.ticks);
     cr_assert_gt(t.ticks, 10, "ticks %u: the loop stalled", t.ticks);
-    cr_assert_gt(st.naps, 10, "naps %llu", (unsigned long long)st.naps);
+    cr_assert_geq(st.naps, 3, "naps %llu", (unsigned long long)st.naps);
     cr_assert_geq(st.turns, st.naps);
 }
 
