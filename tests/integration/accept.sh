@@ -42,12 +42,7 @@ for s in [first] + socks:
     s.settimeout(20)
     try:
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        data = b""
-        while True:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            data += chunk
+        data = s.makefile("rb").read()  # to the end: the answer closes the connection
         if data.startswith(b"HTTP/1.1 200"):
             answered += 1
     except OSError as e:
