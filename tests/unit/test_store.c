@@ -601,6 +601,16 @@ static char *ids_of(struct agw_store *s, const char *id, char *out, size_t len)
     return out;
 }
 
+/* Opens the embedded store of db_dir() again and checks thread <id>'s message ids. */
+static void assert_ids_after_restart(const char *id, const char *want)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    char ids[256];
+
+    cr_assert_str_eq(ids_of(s, id, ids, sizeof(ids)), want);
+    agw_store_close(s);
+}
+
 /* Waits past the store's commit interval (20 ms in these tests). */
 static void committed(void)
 {
@@ -760,9 +770,7 @@ Test(store, a_snapshot_that_shrinks_a_thread_survives_a_restart)
     cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't1'"), 1);
     cr_assert_eq(q1(db, "SELECT pos FROM thread_messages WHERE thread = 't1'"), 0);
     sqlite3_close(db);
-    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
-    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "a2");
-    agw_store_close(s);
+    assert_ids_after_restart("t1", "a2");
 }
 
 /* The cap: the oldest rows go with the messages; a smaller cap at the next start reads only the
@@ -798,9 +806,7 @@ Test(store, the_cap_keeps_the_newest_rows_across_restarts)
     cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't1'"), 2);
     cr_assert_eq(q1(db, "SELECT min(pos) FROM thread_messages WHERE thread = 't1'"), 4);
     sqlite3_close(db);
-    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
-    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "m5 m6");
-    agw_store_close(s);
+    assert_ids_after_restart("t1", "m5 m6");
 }
 
 Test(store, the_ttl_deletes_a_threads_messages_with_it)
@@ -947,9 +953,7 @@ Test(store, a_version_1_store_is_migrated)
     cr_assert_eq(q1(db, "SELECT min(pos) FROM thread_messages WHERE thread = 't1'"), 2);
     cr_assert_eq(q1(db, "SELECT max(pos) FROM thread_messages WHERE thread = 't1'"), 4);
     sqlite3_close(db);
-    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
-    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "u1 a1 u2");
-    agw_store_close(s);
+    assert_ids_after_restart("t1", "u1 a1 u2");
 }
 
 /* A store written by schema version 2 (messages keyed by the thread's id) is migrated at start:
