@@ -1353,7 +1353,7 @@ static void lag_probe_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct agw_worker *w = arg;
     struct timespec ts;
-    uint64_t now_us, expired = 0, due, late, wait_ns, self;
+    uint64_t now_us, expired = 0, due, late, wait_ns, waited_us, self;
 
     (void)what;
     if (read(fd, &expired, sizeof(expired)) != (ssize_t)sizeof(expired) || expired == 0)
@@ -1368,8 +1368,8 @@ static void lag_probe_cb(evutil_socket_t fd, short what, void *arg)
     if (w->lag_sched_fd < 0)
         return;
     wait_ns = sched_wait_ns(w->lag_sched_fd);
-    self = wait_ns - w->lag_wait_ns;
-    self = late > self / 1000u ? late - self / 1000u : 0;
+    waited_us = (wait_ns - w->lag_wait_ns) / 1000u; /* in the run queue since the last expiry */
+    self = late > waited_us ? late - waited_us : 0;
     w->lag_wait_ns = wait_ns;
     if (self > __atomic_load_n(&w->lag_self_max_us, __ATOMIC_RELAXED))
         __atomic_store_n(&w->lag_self_max_us, self, __ATOMIC_RELAXED);
