@@ -5,24 +5,13 @@
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "agw/capture.h"
+#include "agw/jscan.h"
 
 /* Nesting the scanner follows below the event's own object; deeper events are kept as they are
  * (jansson's own limit is 2048). */
 #define SCAN_MAX_DEPTH 32
-/* Keys of one object the strict reading (a run's input) compares for duplicates; an object with
- * more is left to jansson. */
-#define STRICT_MAX_KEYS 64
-/* Digits of a number's integer part the scanner accepts: 18 always fit jansson's json_int_t and
- * keep a real far from overflow (jansson refuses both overflows). */
-#define SCAN_MAX_INT_DIGITS 18
-/* Digits of an exponent: 2 keep a real far from overflow. */
-#define SCAN_MAX_EXP_DIGITS 2
-
 enum kind {
     KIND_DROP = 0,
     KIND_KEEP, /* copied byte for byte */
@@ -53,292 +42,11 @@ struct event {
     struct member type, message_id, tool_call_id, delta, role;
 };
 
-/* ---- the scanner: one valid JSON object, as jansson reads it, or false ----------------------- */
-
-/* Bytes a JSON string holds as they are: printable ASCII but '"' and '\\'. */
-static const bool plain[256] = {
-    [0x20] = 1,
-    [0x21] = 1,
-    [0x23 ... 0x5b] = 1,
-    [0x5d ... 0x7f] = 1,
-};
-
-static const char *skip_ws(const char *p, const char *end)
-{
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
-        p++;
-    return p;
-}
-
-/* The value of the 4 hex digits at <p> (4 bytes are there), or -1. */
-static long hex4(const char *p)
-{
-    long v = 0;
-
-    for (int i = 0; i < 4; i++) {
-        int h = agw_hexval(p[i]);
-        if (h < 0)
-            return -1;
-        v = v << 4 | h;
-    }
-    return v;
-}
-
-#define ONES  0x0101010101010101ULL
-#define HIGHS 0x8080808080808080ULL
-
-/* The first byte at or after <p> that is not plain (or <e>). Text is mostly plain ASCII: eight
- * bytes are tested at a time, a word with a byte below 0x20, a '"', a '\\' or a byte of 0x80 or
- * more is read byte by byte (the tests below are exact: a byte "below n" test (x - n*ONES) & ~x &
- * HIGHS is nonzero exactly when a byte of x is below n, for n <= 0x80). */
-static const unsigned char *skip_plain(const unsigned char *p, const unsigned char *e)
-{
-#if defined(__SSE2__)
-    /* sixteen bytes at a time where there is SSE2 (every x86-64): a '"', a '\\', a control byte
-     * or a byte of 0x80 or more (the signed compare with 0x20 catches both) ends the run */
-    while (e - p >= 16) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-        __m128i special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
-                                                    _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
-                                       _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
-        unsigned mask = (unsigned)_mm_movemask_epi8(special);
-        if (mask != 0)
-            return p + __builtin_ctz(mask);
-        p += 16;
-    }
-#endif
-    while (e - p >= 8) {
-        uint64_t x, q, b;
-        memcpy(&x, p, 8);
-        q = x ^ (0x22 * ONES); /* '"' bytes become 0 */
-        b = x ^ (0x5c * ONES); /* '\\' bytes become 0 */
-        if ((((x - 0x20 * ONES) & ~x) | ((q - ONES) & ~q) | ((b - ONES) & ~b) | x) & HIGHS)
-            break;
-        p += 8;
-    }
-    while (p < e && plain[*p])
-        p++;
-    return p;
-}
-
-/* A string at <p> (its opening quote) that jansson takes with the store's flags: valid UTF-8, no
- * control byte, escapes among \" \\ \/ \b \f \n \r \t \uXXXX, surrogates only in pairs, no \u0000.
- * *<escaped> (may be NULL) tells whether it holds an escape. Returns the byte after the closing
- * quote, or NULL. So the raw bytes between the quotes are whole characters and whole escapes: two
- * such strings concatenated are one such string. */
-static const char *scan_string(const char *s, const char *end, bool *escaped)
-{
-    const unsigned char *p = (const unsigned char *)s + 1, *e = (const unsigned char *)end;
-    bool esc = false;
-
-    for (;;) {
-        p = skip_plain(p, e);
-        if (p == e)
-            return NULL;
-        if (*p == '"')
-            break;
-        if (*p == '\\') {
-            long v;
-            esc = true;
-            if (e - p < 2)
-                return NULL;
-            if (p[1] != 'u') {
-                if (strchr("\"\\/bfnrt", p[1]) == NULL || p[1] == '\0')
-                    return NULL;
-                p += 2;
-                continue;
-            }
-            if (e - p < 6 || (v = hex4((const char *)p + 2)) <= 0 || (v >= 0xdc00 && v <= 0xdfff))
-                return NULL; /* short, not hex, \u0000 or a lone low surrogate */
-            p += 6;
-            if (v >= 0xd800 && v <= 0xdbff) {
-                if (e - p < 6 || p[0] != '\\' || p[1] != 'u' ||
-                    (v = hex4((const char *)p + 2)) < 0xdc00 || v > 0xdfff)
-                    return NULL; /* a high surrogate without its low one */
-                p += 6;
-            }
-            continue;
-        }
-        if (*p < 0x20)
-            return NULL;
-        {
-            size_t n = agw_utf8_seq(p, e);
-            if (n == 0)
-                return NULL;
-            p += n;
-        }
-    }
-    if (escaped != NULL)
-        *escaped = esc;
-    return (const char *)p + 1;
-}
-
-/* A number jansson takes (-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?), within the limits
- * above. Returns the byte after it, or NULL. */
-static const char *scan_number(const char *p, const char *end)
-{
-    const char *d;
-
-    if (p < end && *p == '-')
-        p++;
-    d = p;
-    if (p < end && *p == '0')
-        p++;
-    else
-        while (p < end && *p >= '0' && *p <= '9')
-            p++;
-    if (p == d || p - d > SCAN_MAX_INT_DIGITS || (p < end && *p >= '0' && *p <= '9'))
-        return NULL; /* no digit, too many, or a leading zero */
-    if (p < end && *p == '.') {
-        d = ++p;
-        while (p < end && *p >= '0' && *p <= '9')
-            p++;
-        if (p == d)
-            return NULL;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        p++;
-        if (p < end && (*p == '+' || *p == '-'))
-            p++;
-        d = p;
-        while (p < end && *p >= '0' && *p <= '9')
-            p++;
-        if (p == d || p - d > SCAN_MAX_EXP_DIGITS)
-            return NULL;
-    }
-    return p;
-}
+/* ---- reading events: the scanner (include/agw/jscan.h) ------------------------------------ */
 
 static bool span_is(const char *p, size_t n, const char *name, size_t name_len)
 {
     return n == name_len && memcmp(p, name, n) == 0;
-}
-
-static const char *scan_value(const char *p, const char *end, unsigned depth, bool strict);
-
-/* The keys of one object, for the strict reading (a key is its bytes between the quotes). */
-struct keys {
-    const char *p[STRICT_MAX_KEYS];
-    size_t n[STRICT_MAX_KEYS];
-    size_t count;
-};
-
-/* A key at <p> (its opening quote). Strictly (<keys> not NULL), as jansson reads it with
- * JSON_REJECT_DUPLICATES: written without an escape (an escaped key may spell another) and not one
- * of <keys>, which it joins; past STRICT_MAX_KEYS keys the scanner gives up. Returns the byte after
- * its closing quote, or NULL. */
-static const char *scan_key(const char *p, const char *end, struct keys *keys)
-{
-    const char *k = p + 1;
-    bool escaped = false;
-    size_t n;
-
-    if (p == end || *p != '"' || (p = scan_string(p, end, &escaped)) == NULL)
-        return NULL;
-    if (keys == NULL)
-        return p;
-    n = (size_t)(p - k) - 1;
-    if (escaped || keys->count == STRICT_MAX_KEYS)
-        return NULL;
-    for (size_t i = 0; i < keys->count; i++)
-        if (keys->n[i] == n && memcmp(keys->p[i], k, n) == 0)
-            return NULL;
-    keys->p[keys->count] = k;
-    keys->n[keys->count++] = n;
-    return p;
-}
-
-/* The members of an object after its '{', <depth> levels still allowed below it; with <keys>
- * (empty) the strict reading (scan_key()), where the value of its "id" member goes to <id> (when
- * not NULL; p NULL: none). Returns the byte after its '}', or NULL. */
-static const char *scan_members(const char *p, const char *end, unsigned depth, struct keys *keys,
-                                struct member *id)
-{
-    p = skip_ws(p, end);
-    if (p < end && *p == '}')
-        return p + 1;
-    for (;;) {
-        const char *v;
-        if ((p = scan_key(p, end, keys)) == NULL)
-            return NULL;
-        p = skip_ws(p, end);
-        if (p == end || *p++ != ':')
-            return NULL;
-        v = p = skip_ws(p, end);
-        if ((p = scan_value(p, end, depth, keys != NULL)) == NULL)
-            return NULL;
-        if (id != NULL && span_is(keys->p[keys->count - 1], keys->n[keys->count - 1], "id", 2)) {
-            id->p = v;
-            id->n = (size_t)(p - v);
-            id->string = *v == '"';
-            id->escaped = id->string && memchr(v, '\\', id->n) != NULL;
-        }
-        p = skip_ws(p, end);
-        if (p == end)
-            return NULL;
-        if (*p == '}')
-            return p + 1;
-        if (*p++ != ',')
-            return NULL;
-        p = skip_ws(p, end);
-    }
-}
-
-/* An object after its '{': scan_members(), strictly (with the room for its keys, which only the
- * strict reading needs) or not. */
-static const char *scan_object(const char *p, const char *end, unsigned depth, bool strict,
-                               struct member *id)
-{
-    struct keys keys;
-
-    assert(id == NULL || strict);
-    if (!strict)
-        return scan_members(p, end, depth, NULL, NULL);
-    keys.count = 0;
-    return scan_members(p, end, depth, &keys, id);
-}
-
-/* The elements of an array after its '['. Returns the byte after its ']', or NULL. */
-static const char *scan_array(const char *p, const char *end, unsigned depth, bool strict)
-{
-    p = skip_ws(p, end);
-    if (p < end && *p == ']')
-        return p + 1;
-    for (;;) {
-        if ((p = scan_value(p, end, depth, strict)) == NULL)
-            return NULL;
-        p = skip_ws(p, end);
-        if (p == end)
-            return NULL;
-        if (*p == ']')
-            return p + 1;
-        if (*p++ != ',')
-            return NULL;
-        p = skip_ws(p, end);
-    }
-}
-
-/* Any value at <p> (no whitespace before it). Returns the byte after it, or NULL. */
-static const char *scan_value(const char *p, const char *end, unsigned depth, bool strict)
-{
-    if (p == end)
-        return NULL;
-    switch (*p) {
-    case '"':
-        return scan_string(p, end, NULL);
-    case '{':
-        return depth > 0 ? scan_object(p + 1, end, depth - 1, strict, NULL) : NULL;
-    case '[':
-        return depth > 0 ? scan_array(p + 1, end, depth - 1, strict) : NULL;
-    case 't':
-        return end - p >= 4 && memcmp(p, "true", 4) == 0 ? p + 4 : NULL;
-    case 'f':
-        return end - p >= 5 && memcmp(p, "false", 5) == 0 ? p + 5 : NULL;
-    case 'n':
-        return end - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
-    default:
-        return scan_number(p, end);
-    }
 }
 
 /* The member of <ev> a key (its bytes between the quotes) names, or NULL. */
@@ -366,28 +74,28 @@ static bool scan_event(const char *json, size_t len, struct event *ev)
     const char *p = json, *end = json + len;
 
     memset(ev, 0, sizeof(*ev));
-    p = skip_ws(p, end);
+    p = agw_jscan_ws(p, end);
     if (p == end || *p++ != '{')
         return false;
-    p = skip_ws(p, end);
+    p = agw_jscan_ws(p, end);
     if (p < end && *p == '}')
-        return skip_ws(p + 1, end) == end;
+        return agw_jscan_ws(p + 1, end) == end;
     for (;;) {
         const char *k = p, *v;
         struct member *m;
         bool escaped = false;
 
-        if (p == end || *p != '"' || (p = scan_string(p, end, &escaped)) == NULL || escaped)
+        if (p == end || *p != '"' || (p = agw_jscan_string(p, end, &escaped)) == NULL || escaped)
             return false;
         m = member_of(ev, k + 1, (size_t)(p - k) - 2);
-        p = skip_ws(p, end);
+        p = agw_jscan_ws(p, end);
         if (p == end || *p++ != ':')
             return false;
-        v = p = skip_ws(p, end);
+        v = p = agw_jscan_ws(p, end);
         if (p < end && *p == '"')
-            p = scan_string(p, end, &escaped);
+            p = agw_jscan_string(p, end, &escaped);
         else
-            p = scan_value(p, end, SCAN_MAX_DEPTH, false);
+            p = agw_jscan_value(p, end, SCAN_MAX_DEPTH, false);
         if (p == NULL)
             return false;
         if (m != NULL) {
@@ -398,14 +106,14 @@ static bool scan_event(const char *json, size_t len, struct event *ev)
             m->string = *v == '"';
             m->escaped = m->string && escaped;
         }
-        p = skip_ws(p, end);
+        p = agw_jscan_ws(p, end);
         if (p == end)
             return false;
         if (*p == '}')
-            return skip_ws(p + 1, end) == end;
+            return agw_jscan_ws(p + 1, end) == end;
         if (*p++ != ',')
             return false;
-        p = skip_ws(p, end);
+        p = agw_jscan_ws(p, end);
     }
 }
 
@@ -593,15 +301,15 @@ static bool line_delta(const char *line, size_t len, bool whole, struct agw_capt
     } else {
         return false;
     }
-    if (*p != '"' || (q = scan_string(p, end, &d->id_escaped)) == NULL)
+    if (*p != '"' || (q = agw_jscan_string(p, end, &d->id_escaped)) == NULL)
         return false;
     d->id = p + 1;
     d->id_len = (size_t)(q - p) - 2;
     if ((size_t)(end - q) < sizeof(delta) - 1 || memcmp(q, delta, sizeof(delta) - 1) != 0)
         return false;
     p = q + sizeof(delta) - 1;
-    if (p == end || *p != '"' || (q = scan_string(p, end, NULL)) == NULL || q == end || *q != '}' ||
-        (whole && q + 1 != end))
+    if (p == end || *p != '"' || (q = agw_jscan_string(p, end, NULL)) == NULL || q == end ||
+        *q != '}' || (whole && q + 1 != end))
         return false;
     d->delta = p + 1;
     d->delta_len = (size_t)(q - p) - 2;
@@ -635,63 +343,52 @@ static bool plain_string(const struct member *m, const char **p, size_t *n)
 
 bool agw_capture_input_messages(const char *body, size_t len, agw_capture_message_fn *fn, void *arg)
 {
-    const char *p = body, *end = body + len;
-    struct keys keys;
+    const char *end = body + len, *k;
+    struct agw_jscan top, msgs, msg;
     bool seen = false;
+    size_t kn;
+    int rc;
 
-    keys.count = 0;
-    p = skip_ws(p, end);
-    if (p == end || *p++ != '{')
+    body = agw_jscan_ws(body, end);
+    if (body == end || *body != '{' || !agw_jscan_open(&top, body, end, SCAN_MAX_DEPTH, true))
         return false;
-    for (;;) {
-        p = skip_ws(p, end);
-        if ((p = scan_key(p, end, &keys)) == NULL)
+    while ((rc = agw_jscan_next(&top, &k, &kn)) == 1) {
+        if (!span_is(k, kn, "messages", 8)) {
+            if (!agw_jscan_skip(&top))
+                return false;
+            continue;
+        }
+        /* not an array: jansson's reading says what it is */
+        if (top.p == end || *top.p != '[' || !agw_jscan_enter(&msgs, &top))
             return false;
-        p = skip_ws(p, end);
-        if (p == end || *p++ != ':')
-            return false;
-        p = skip_ws(p, end);
-        if (!span_is(keys.p[keys.count - 1], keys.n[keys.count - 1], "messages", 8)) {
-            p = scan_value(p, end, SCAN_MAX_DEPTH, true);
-        } else if (p < end && *p == '[') {
-            seen = true;
-            p = skip_ws(p + 1, end);
-            if (p < end && *p == ']') {
-                p++;
-            } else {
-                for (;;) {
-                    struct member id = {NULL, 0, false, false};
-                    const char *e = p;
-                    if (p == end || *p != '{' ||
-                        (p = scan_object(p + 1, end, SCAN_MAX_DEPTH - 2, true, &id)) == NULL ||
-                        !id.string || id.escaped ||
-                        !fn(arg, e, (size_t)(p - e), id.p + 1, id.n - 2))
-                        return false;
-                    p = skip_ws(p, end);
-                    if (p == end)
-                        return false;
-                    if (*p == ']') {
-                        p++;
-                        break;
-                    }
-                    if (*p++ != ',')
-                        return false;
-                    p = skip_ws(p, end);
+        seen = true;
+        while ((rc = agw_jscan_next(&msgs, NULL, NULL)) == 1) {
+            const char *m = msgs.p, *id = NULL;
+            size_t id_len = 0;
+            bool id_escaped = false;
+            if (m == end || *m != '{' || !agw_jscan_enter(&msg, &msgs))
+                return false;
+            while ((rc = agw_jscan_next(&msg, &k, &kn)) == 1) {
+                const char *v = msg.p;
+                if (!agw_jscan_skip(&msg))
+                    return false;
+                if (span_is(k, kn, "id", 2) && *v == '"') {
+                    id = v + 1;
+                    id_len = (size_t)(msg.p - v) - 2;
+                    id_escaped = memchr(id, '\\', id_len) != NULL;
                 }
             }
-        } else {
-            return false; /* not an array: jansson's reading says what it is */
+            if (rc < 0 || id == NULL || id_escaped)
+                return false;
+            agw_jscan_leave(&msgs, &msg);
+            if (!fn(arg, m, (size_t)(msgs.p - m), id, id_len))
+                return false;
         }
-        if (p == NULL)
+        if (rc < 0)
             return false;
-        p = skip_ws(p, end);
-        if (p == end)
-            return false;
-        if (*p == '}')
-            return seen && skip_ws(p + 1, end) == end;
-        if (*p++ != ',')
-            return false;
+        agw_jscan_leave(&top, &msgs);
     }
+    return rc == 0 && seen && agw_jscan_ws(top.p, end) == end;
 }
 
 bool agw_capture_line_fields(const char *line, size_t len, struct agw_capture_fields *f)

@@ -1,9 +1,10 @@
 /* RunAgentInput validation (doc/protocol.md#validation) and decision-only classification
  * (doc/protocol.md#decisions).
  *
- * The body is parsed once with jansson, checked in a fixed order (depth, JSON, object, threadId,
- * runId, messages, tools, context) so that the first error in that order is the one reported, and
- * then dropped: the relay forwards the client's bytes, never a re-serialisation. Error messages
+ * The body is parsed with jansson, checked in a fixed order (depth, JSON, object, threadId, runId,
+ * messages, tools, context) so that the first error in that order is the one reported, and then
+ * dropped: the relay forwards the client's bytes, never a re-serialisation. Before that, the
+ * scanner reads the common body without a tree (below, "the scanner's reading"). Error messages
  * name field paths only; they never quote the body (it may hold secrets), which is also why
  * jansson's "near '<token>'" suffix is cut. */
 #include "config.h"
@@ -17,6 +18,7 @@
 #include <jansson.h>
 
 #include "agw/input.h"
+#include "agw/jscan.h"
 
 /* Used when the caller passes max_depth 0, so a zeroed limit never means "unlimited". */
 #define DEFAULT_MAX_DEPTH 64u
@@ -316,8 +318,302 @@ bool agw_input_content_type_ok(const char *content_type)
     return *p == '\0' || *p == ';';
 }
 
+/* ---- the scanner's reading (include/agw/jscan.h) ----------------------------------------------
+ *
+ * A body the scanner reads, and finds valid by the rules above, is valid for jansson's reading too,
+ * with the same ids and flags; anything else (an error, an escaped id or role, a tool's parameters
+ * given as a string, duplicate keys, nesting past FAST_MAX_DEPTH...) is left to jansson's reading,
+ * which decides and names the error. So the rules above stay the only statement of what is valid,
+ * and the scanner only spares the common body a tree (doc/benchmarks.md, "What a run costs"). */
+
+/* Levels of nesting the scanner follows; deeper bodies go to jansson (after the depth check). */
+#define FAST_MAX_DEPTH 32
+
+/* A scalar value the walk looked at: a string's bytes between its quotes, or another value's first
+ * byte. */
+struct val {
+    const char *s; /* a string's bytes; NULL: absent, or not a string */
+    size_t n;
+    bool escaped;
+    char first; /* the value's first byte ('\0': absent) */
+};
+
+static bool span_is(const char *p, size_t n, const char *s)
+{
+    return n == strlen(s) && memcmp(p, s, n) == 0;
+}
+
+/* Consumes the value at it->p into <v>: a string's bytes, or the first byte of anything else
+ * (scanned and skipped). False when not judged. */
+static bool take(struct agw_jscan *it, struct val *v)
+{
+    const char *q;
+
+    v->first = *it->p;
+    if (*it->p != '"') {
+        v->s = NULL;
+        return agw_jscan_skip(it);
+    }
+    if ((q = agw_jscan_string(it->p, it->end, &v->escaped)) == NULL)
+        return false;
+    v->s = it->p + 1;
+    v->n = (size_t)(q - it->p) - 2;
+    it->p = q;
+    return true;
+}
+
+/* A string written without an escape whose bytes are <s>. */
+static bool val_is(const struct val *v, const char *s)
+{
+    return v->s != NULL && !v->escaped && span_is(v->s, v->n, s);
+}
+
+/* str_nonblank() on a string's raw bytes as the scanner took them (escapes whole, no control byte,
+ * no \u0000): an escape of a whitespace character is whitespace. */
+static bool raw_nonblank(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        long c;
+        if (p[i] == ' ')
+            continue;
+        if (p[i] != '\\')
+            return true;
+        switch (p[++i]) {
+        case 'n':
+        case 't':
+        case 'r':
+        case 'f':
+            continue;
+        case 'u':
+            c = 0;
+            for (int j = 1; j <= 4; j++)
+                c = c << 4 | agw_hexval(p[i + (size_t)j]);
+            i += 4;
+            if (c == ' ' || (c >= '\t' && c <= '\r'))
+                continue;
+            return true;
+        default:
+            return true;
+        }
+    }
+    return false;
+}
+
+/* check_user_content() on the content value at <p>..<end> (already scanned). */
+static bool fast_user_content(const char *p, const char *end, bool *has_input)
+{
+    struct agw_jscan parts, part;
+    const char *k;
+    size_t kn;
+    int rc;
+
+    if (*p == '"') {
+        if (raw_nonblank(p + 1, (size_t)(end - p) - 2))
+            *has_input = true;
+        return true;
+    }
+    if (*p != '[' || !agw_jscan_open(&parts, p, end, FAST_MAX_DEPTH, true))
+        return false;
+    while ((rc = agw_jscan_next(&parts, NULL, NULL)) == 1) {
+        struct val type = {0}, text = {0};
+        if (*parts.p != '{' || !agw_jscan_enter(&part, &parts))
+            return false;
+        while ((rc = agw_jscan_next(&part, &k, &kn)) == 1) {
+            struct val *v = span_is(k, kn, "type") ? &type : span_is(k, kn, "text") ? &text : NULL;
+            if (!(v != NULL ? take(&part, v) : agw_jscan_skip(&part)))
+                return false;
+        }
+        if (rc < 0 || type.s == NULL || type.n == 0 || type.escaped)
+            return false;
+        agw_jscan_leave(&parts, &part);
+        if (!val_is(&type, "text"))
+            *has_input = true;
+        else if (text.s == NULL)
+            return false;
+        else if (raw_nonblank(text.s, text.n))
+            *has_input = true;
+    }
+    return rc == 0;
+}
+
+/* check_messages() on the value at top->p, consumed. */
+static bool fast_messages(struct agw_jscan *top, struct agw_input *in)
+{
+    struct agw_jscan msgs, msg;
+    const char *k;
+    size_t kn;
+    int rc;
+
+    if (*top->p != '[' || !agw_jscan_enter(&msgs, top))
+        return false;
+    while ((rc = agw_jscan_next(&msgs, NULL, NULL)) == 1) {
+        struct val role = {0}, id = {0}, tool_call = {0};
+        const char *content = NULL, *content_end = NULL;
+        size_t r;
+        if (*msgs.p != '{' || !agw_jscan_enter(&msg, &msgs))
+            return false;
+        while ((rc = agw_jscan_next(&msg, &k, &kn)) == 1) {
+            bool ok;
+            if (span_is(k, kn, "content")) {
+                content = msg.p;
+                ok = agw_jscan_skip(&msg);
+                content_end = msg.p;
+            } else {
+                struct val *v = span_is(k, kn, "role")         ? &role
+                                : span_is(k, kn, "id")         ? &id
+                                : span_is(k, kn, "toolCallId") ? &tool_call
+                                                               : NULL;
+                ok = v != NULL ? take(&msg, v) : agw_jscan_skip(&msg);
+            }
+            if (!ok)
+                return false;
+        }
+        if (rc < 0)
+            return false;
+        agw_jscan_leave(&msgs, &msg);
+        for (r = 0; r < AGW_ARRAY_LEN(roles); r++)
+            if (val_is(&role, roles[r]))
+                break;
+        if (r == AGW_ARRAY_LEN(roles) || (id.first != '\0' && id.first != 'n' && id.s == NULL))
+            return false;
+        if (val_is(&role, "tool")) {
+            if (tool_call.s == NULL || tool_call.n == 0)
+                return false;
+            in->has_decision = true;
+        } else if (val_is(&role, "user")) {
+            if (content == NULL || !fast_user_content(content, content_end, &in->has_user_input))
+                return false;
+        }
+    }
+    if (rc < 0)
+        return false;
+    agw_jscan_leave(top, &msgs);
+    return true;
+}
+
+/* check_tools() on the value at top->p, consumed. */
+static bool fast_tools(struct agw_jscan *top)
+{
+    struct agw_jscan tools, tool;
+    const char *k;
+    size_t kn;
+    int rc;
+
+    if (*top->p == 'n')
+        return agw_jscan_skip(top);
+    if (*top->p != '[' || !agw_jscan_enter(&tools, top))
+        return false;
+    while ((rc = agw_jscan_next(&tools, NULL, NULL)) == 1) {
+        struct val name = {0}, params = {0}, execute = {0};
+        if (*tools.p != '{' || !agw_jscan_enter(&tool, &tools))
+            return false;
+        while ((rc = agw_jscan_next(&tool, &k, &kn)) == 1) {
+            struct val *v = span_is(k, kn, "name")         ? &name
+                            : span_is(k, kn, "parameters") ? &params
+                            : span_is(k, kn, "execute")    ? &execute
+                                                           : NULL;
+            if (!(v != NULL ? take(&tool, v) : agw_jscan_skip(&tool)))
+                return false;
+        }
+        if (rc < 0 || name.s == NULL || name.n == 0)
+            return false;
+        /* parameters as a string (legacy clients) is jansson's to read */
+        if (params.first != '\0' && params.first != 'n' && params.first != '{')
+            return false;
+        if (execute.first != '\0' && execute.first != 'n' && !val_is(&execute, "frontend") &&
+            !val_is(&execute, "backend"))
+            return false;
+        agw_jscan_leave(&tools, &tool);
+    }
+    if (rc < 0)
+        return false;
+    agw_jscan_leave(top, &tools);
+    return true;
+}
+
+/* check_context() on the value at top->p, consumed. */
+static bool fast_context(struct agw_jscan *top)
+{
+    struct agw_jscan items;
+    int rc;
+
+    if (*top->p == 'n')
+        return agw_jscan_skip(top);
+    if (*top->p != '[' || !agw_jscan_enter(&items, top))
+        return false;
+    while ((rc = agw_jscan_next(&items, NULL, NULL)) == 1)
+        if (*items.p != '{' || !agw_jscan_skip(&items))
+            return false;
+    if (rc < 0)
+        return false;
+    agw_jscan_leave(top, &items);
+    return true;
+}
+
+static bool fast_read(const char *body, size_t len, struct agw_input *in)
+{
+    const char *end = body + len, *p = agw_jscan_ws(body, end), *k;
+    struct agw_jscan top;
+    struct val thread = {0}, run = {0};
+    bool messages = false;
+    size_t kn;
+    int rc;
+
+    if (p == end || *p != '{' || !agw_jscan_open(&top, p, end, FAST_MAX_DEPTH, true))
+        return false;
+    while ((rc = agw_jscan_next(&top, &k, &kn)) == 1) {
+        bool ok;
+        if (span_is(k, kn, "threadId"))
+            ok = take(&top, &thread);
+        else if (span_is(k, kn, "runId"))
+            ok = take(&top, &run);
+        else if (span_is(k, kn, "messages"))
+            ok = messages = fast_messages(&top, in);
+        else if (span_is(k, kn, "tools"))
+            ok = fast_tools(&top);
+        else if (span_is(k, kn, "context"))
+            ok = fast_context(&top);
+        else
+            ok = agw_jscan_skip(&top);
+        if (!ok)
+            return false;
+    }
+    /* ids become C strings as they are written: no escape to decode */
+    if (rc < 0 || agw_jscan_ws(top.p, end) != end || !messages || thread.s == NULL ||
+        thread.escaped || thread.n == 0 || run.s == NULL || run.escaped || run.n == 0)
+        return false;
+    in->thread_id = agw_xstrndup(thread.s, thread.n);
+    in->run_id = agw_xstrndup(run.s, run.n);
+    in->decision_only = !in->has_user_input && in->has_decision;
+    return true;
+}
+
+bool agw_input_scan(const char *body, size_t len, struct agw_input *in)
+{
+    memset(in, 0, sizeof(*in));
+    if (body != NULL && fast_read(body, len, in))
+        return true;
+    memset(in, 0, sizeof(*in));
+    return false;
+}
+
 int agw_input_parse(const char *body, size_t len, unsigned max_depth, struct agw_input *in,
                     char *err, size_t errlen)
+{
+    assert(in != NULL);
+    if (max_depth == 0)
+        max_depth = DEFAULT_MAX_DEPTH;
+    if (body != NULL && max_nesting(body, len, max_depth) <= max_depth &&
+        agw_input_scan(body, len, in)) {
+        if (err != NULL && errlen > 0)
+            err[0] = '\0';
+        return 0;
+    }
+    return agw_input_parse_jansson(body, len, max_depth, in, err, errlen);
+}
+
+int agw_input_parse_jansson(const char *body, size_t len, unsigned max_depth, struct agw_input *in,
+                            char *err, size_t errlen)
 {
     json_t *root = NULL;
     json_error_t jerr;

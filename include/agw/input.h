@@ -29,6 +29,14 @@ bool agw_input_content_type_ok(const char *content_type);
  * zeroed or cleared one) and is left zeroed on error; <err> may be NULL when <errlen> is 0. */
 int agw_input_parse(const char *body, size_t len, unsigned max_depth, struct agw_input *in,
                     char *err, size_t errlen);
+/* The two readings agw_input_parse() makes, for tests. The scanner's (no tree, no allocation but
+ * the ids): true when it reads <body> as valid, with <in> filled as agw_input_parse() fills it
+ * (the depth limit is not its to check); false when it does not judge (<in> zeroed). jansson's:
+ * agw_input_parse() without the scanner, the reading that decides whatever the scanner does not
+ * judge. */
+bool agw_input_scan(const char *body, size_t len, struct agw_input *in);
+int agw_input_parse_jansson(const char *body, size_t len, unsigned max_depth,
+                            struct agw_input *in, char *err, size_t errlen);
 /* Frees <in>'s strings and zeroes it; safe on a zeroed struct and on NULL. */
 void agw_input_clear(struct agw_input *in);
 

@@ -10,8 +10,11 @@
  * <in> zeroed and says why in printable ASCII (so valid UTF-8), without quoting the body: every
  * word of it is a word of input.c's or jansson's own messages, a number or a hex escape (jansson
  * names an invalid code point as '\uD800'), never a word of the body. (A new message with new words
- * needs them in <words> below.) The body is also taken as a Content-Type value for
- * agw_input_content_type_ok(): application/json, any case, OWS around, parameters after ';'.
+ * needs them in <words> below.) The verdict, message and fields are those of jansson's reading
+ * alone (agw_input_parse_jansson(): the scanner changes nothing), and the scanner alone
+ * (agw_input_scan()) never reads as valid a body jansson's reading refuses, but for its depth. The
+ * body is also taken as a Content-Type value for agw_input_content_type_ok(): application/json, any
+ * case, OWS around, parameters after ';'.
  *
  *   tests/fuzz/build.sh _build-fuzz input          (or by hand:)
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I_build src/input.c src/common.c \
@@ -159,6 +162,14 @@ static void check_content_type(const char *body, size_t len)
     free(ct);
 }
 
+static void same_fields(const struct agw_input *a, const struct agw_input *b)
+{
+    if (strcmp(a->thread_id, b->thread_id) != 0 || strcmp(a->run_id, b->run_id) != 0 ||
+        a->has_user_input != b->has_user_input || a->has_decision != b->has_decision ||
+        a->decision_only != b->decision_only)
+        fatal("the fields are not jansson's reading's", NULL);
+}
+
 static bool zeroed(const struct agw_input *in)
 {
     static const struct agw_input zero;
@@ -168,7 +179,7 @@ static bool zeroed(const struct agw_input *in)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct agw_input in = {0}, in2 = {0};
-    char err[AGW_INPUT_ERR_MAX], small[80];
+    char err[AGW_INPUT_ERR_MAX], err2[AGW_INPUT_ERR_MAX], small[80];
     const char *body;
     unsigned depth;
     size_t len, small_len;
@@ -196,6 +207,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         fatal("a verdict other than 0, 400 or 422", NULL);
     }
+
+    /* The scanner's reading changes nothing: jansson's alone gives the same verdict, message and
+     * fields (src/input.c: the scanner only says "valid" where jansson does, with the same ids). */
+    rc2 = agw_input_parse_jansson(body, len, depth, &in2, err2, sizeof(err2));
+    if (rc2 != rc || strcmp(err2, err) != 0)
+        fatal("the verdict or the message is not jansson's reading's", err2);
+    if (rc == 0)
+        same_fields(&in, &in2);
+    agw_input_clear(&in2);
+    if (agw_input_scan(body, len, &in2)) { /* within its depth limit, below the default */
+        struct agw_input in3 = {0};
+        if (agw_input_parse_jansson(body, len, 0, &in3, NULL, 0) != 0)
+            fatal("the scanner reads as valid what jansson's reading refuses", NULL);
+        same_fields(&in2, &in3);
+        agw_input_clear(&in3);
+    }
+    agw_input_clear(&in2);
 
     /* Without an error buffer, and with a small one: the same verdict, a cut message. */
     rc2 = agw_input_parse(body, len, depth, &in2, NULL, 0);

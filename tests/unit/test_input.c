@@ -699,5 +699,85 @@ Test(input, classification)
         cr_assert_eq(in.has_decision, cases[i].decision, "case %zu: has_decision", i);
         cr_assert_eq(in.decision_only, cases[i].decision_only, "case %zu: decision_only", i);
         agw_input_clear(&in);
+        /* the same from each reading alone: these bodies are the scanner's to read */
+        cr_assert(agw_input_scan(body, strlen(body), &in), "case %zu: not read by the scanner", i);
+        cr_assert_eq(in.has_user_input, cases[i].user, "case %zu: scanner: has_user_input", i);
+        cr_assert_eq(in.has_decision, cases[i].decision, "case %zu: scanner: has_decision", i);
+        agw_input_clear(&in);
+        cr_assert_eq(agw_input_parse_jansson(body, strlen(body), DEPTH, &in, err, sizeof(err)), 0);
+        cr_assert_eq(in.has_user_input, cases[i].user, "case %zu: jansson: has_user_input", i);
+        cr_assert_eq(in.has_decision, cases[i].decision, "case %zu: jansson: has_decision", i);
+        agw_input_clear(&in);
+    }
+}
+
+/* The common body needs no tree (src/input.c, "the scanner's reading"): what the official client
+ * and the benchmark send is read by the scanner, with the fields jansson's reading gives. */
+Test(input, scanner_reads_common_bodies)
+{
+    static const char *const bodies[] = {
+        "{\"threadId\":\"5b0c3c1e-thread\",\"runId\":\"9f1c2f0a\",\"protocolVersion\":\"1.0\","
+        "\"state\":{},\"messages\":[{\"id\":\"m1\",\"role\":\"user\",\"content\":\"What's the\\n"
+        "weather?\"},{\"id\":\"m2\",\"role\":\"assistant\",\"content\":\"Let me check.\","
+        "\"toolCalls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":"
+        "\"get_weather\",\"arguments\":\"{\\\"location\\\":\\\"New York\\\"}\"}}]},{\"id\":"
+        "\"result_1\",\"role\":\"tool\",\"content\":\"22\",\"toolCallId\":\"call_1\"}],"
+        "\"tools\":[{\"name\":\"f\",\"parameters\":{\"type\":\"object\"},\"execute\":"
+        "\"frontend\"}],\"context\":[{\"description\":\"d\",\"value\":\"v\"}],"
+        "\"forwardedProps\":{}}",
+        /* bench/load.c's */
+        "{\"threadId\":\"bench-thread-3-7\",\"runId\":\"bench-run-12\",\"state\":{},"
+        "\"messages\":[{\"id\":\"m1\",\"role\":\"user\",\"content\":\"Hello\"}],"
+        "\"tools\":[],\"context\":[],\"forwardedProps\":{}}",
+        WITH_MESSAGES("[{\"role\":\"user\",\"content\":\"\\u00e9 \\ud83d\\ude00\"}]"),
+        " \r\n\t" WITH_MESSAGES("[]") " \n",
+    };
+    for (size_t i = 0; i < AGW_ARRAY_LEN(bodies); i++) {
+        struct agw_input a, b;
+        char err[AGW_INPUT_ERR_MAX];
+
+        cr_assert(agw_input_scan(bodies[i], strlen(bodies[i]), &a), "case %zu: not read", i);
+        cr_assert_eq(
+            agw_input_parse_jansson(bodies[i], strlen(bodies[i]), DEPTH, &b, err, sizeof(err)), 0,
+            "case %zu: %s", i, err);
+        cr_assert_str_eq(a.thread_id, b.thread_id, "case %zu", i);
+        cr_assert_str_eq(a.run_id, b.run_id, "case %zu", i);
+        cr_assert_eq(a.has_user_input, b.has_user_input, "case %zu", i);
+        cr_assert_eq(a.has_decision, b.has_decision, "case %zu", i);
+        cr_assert_eq(a.decision_only, b.decision_only, "case %zu", i);
+        agw_input_clear(&a);
+        agw_input_clear(&b);
+    }
+}
+
+/* What the scanner does not judge goes to jansson's reading, whose answer stands: a reading of its
+ * own there would give other ids (a duplicate key: jansson keeps the last; an escaped id), or
+ * judge what only jansson checks (a schema string), or go past its limits. */
+Test(input, scanner_leaves_the_rest_to_jansson)
+{
+    static const struct {
+        const char *body;
+        const char *thread_id;
+    } cases[] = {
+        {"{\"threadId\":\"a\",\"runId\":\"r\",\"messages\":[],\"threadId\":\"b\"}", "b"},
+        {"{\"threadId\":\"th\\u00e9\",\"runId\":\"r\",\"messages\":[]}", "th\xc3\xa9"},
+        {"{\"thread\\u0049d\":\"x\",\"runId\":\"r\",\"messages\":[]}", "x"},
+        {WITH_MESSAGES("[{\"role\":\"us\\u0065r\",\"content\":\"hi\"}]"), "t"},
+        {WITH_MESSAGES("[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]"), "t"},
+        {WITH_EXTRA(",\"tools\":[{\"name\":\"f\",\"parameters\":\"{}\"}]"), "t"},
+        {WITH_EXTRA(",\"state\":1234567890123456789"), "t"},
+        {WITH_EXTRA(",\"state\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+                    "]]]]]]]]]]]]]"),
+         "t"},
+    };
+    for (size_t i = 0; i < AGW_ARRAY_LEN(cases); i++) {
+        struct agw_input in;
+        char err[AGW_INPUT_ERR_MAX];
+
+        cr_assert_not(agw_input_scan(cases[i].body, strlen(cases[i].body), &in), "case %zu", i);
+        cr_assert_null(in.thread_id, "case %zu: left zeroed", i);
+        cr_assert_eq(parse(cases[i].body, &in, err, sizeof(err)), 0, "case %zu: %s", i, err);
+        cr_assert_str_eq(in.thread_id, cases[i].thread_id, "case %zu", i);
+        agw_input_clear(&in);
     }
 }
