@@ -95,7 +95,7 @@ struct open_item {
 #define OUTCOME_MAX        96 /* bytes of an outcome, its NUL included */
 
 struct agw_agui {
-    char *thread_id; /* the client's ids, owned */
+    char *thread_id; /* the client's ids, in the struct's block (agw_agui_new()) */
     char *run_id;
     enum agw_protocol protocol;
     enum agw_agui_state state;
@@ -1074,13 +1074,17 @@ static bool valid_utf8(const char *s)
 
 struct agw_agui *agw_agui_new(const char *thread_id, const char *run_id, enum agw_protocol protocol)
 {
-    struct agw_agui *a = agw_xcalloc(1, sizeof(*a));
+    size_t nt, nr;
+    struct agw_agui *a;
 
     /* The ids come from the parsed request or the gateway: not UTF-8 is a programming error. */
     assert(thread_id != NULL && run_id != NULL);
     assert(valid_utf8(thread_id) && valid_utf8(run_id));
-    a->thread_id = agw_xstrdup(thread_id);
-    a->run_id = agw_xstrdup(run_id);
+    nt = strlen(thread_id) + 1;
+    nr = strlen(run_id) + 1;
+    a = agw_xcalloc(1, sizeof(*a) + nt + nr);
+    a->thread_id = memcpy((char *)(a + 1), thread_id, nt);
+    a->run_id = memcpy(a->thread_id + nt, run_id, nr);
     /* An "ag-kit" backend's legacy events become AG-UI events first (agkit.h), then go through
      * the same rules as any backend's. */
     a->protocol = protocol;
@@ -1106,8 +1110,6 @@ void agw_agui_free(struct agw_agui *a)
         free(a->open[i].id);
     free(a->open);
     agw_agkit_free(a->agkit);
-    free(a->thread_id);
-    free(a->run_id);
     free(a->outcome_buf);
     free(a);
 }

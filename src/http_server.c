@@ -238,18 +238,26 @@ static void request_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- replies -------------------------------------------------------------------------------- */
 
-static void set_header(evhtp_request_t *r, const char *name, const char *value)
+/* Sets a response header. With <copy> false, libevhtp refers to <name> and <value> (it frees
+ * only what it copied): they must outlive the head's writing, which happens before the request's
+ * struct agw_req is freed. */
+static void set_header(evhtp_request_t *r, const char *name, const char *value, bool copy)
 {
     evhtp_header_t *old;
 
     while ((old = evhtp_headers_find_header(r->headers_out, name)) != NULL)
         evhtp_header_rm_and_free(r->headers_out, old);
-    evhtp_headers_add_header(r->headers_out, evhtp_header_new(name, value, 1, 1));
+    evhtp_headers_add_header(r->headers_out, evhtp_header_new(name, value, copy, copy));
 }
 
 void agw_req_add_header(struct agw_req *req, const char *name, const char *value)
 {
-    set_header(req->r, name, value);
+    set_header(req->r, name, value, true);
+}
+
+void agw_req_add_header_static(struct agw_req *req, const char *name, const char *value)
+{
+    set_header(req->r, name, value, false);
 }
 
 /* The reason phrase of every status the gateway answers (libevhtp's table lacks 422, 429, 431). */
@@ -332,8 +340,8 @@ void agw_req_reply(struct agw_req *req, int status, const char *content_type, co
      * finished and completes it when the output has drained, as for its own answers. */
     evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, reason_phrase(status));
     if (content_type != NULL)
-        set_header(r, "Content-Type", content_type);
-    set_header(r, "X-Request-Id", req->id);
+        set_header(r, "Content-Type", content_type, true);
+    set_header(r, "X-Request-Id", req->id, false); /* the head is written below */
     evhtp_kvs_for_each(r->headers_out, write_header_cb, out);
     if (!no_body)
         evbuffer_add_printf(out, "Content-Length: %zu\r\n", body != NULL ? len : 0);
@@ -392,7 +400,7 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
     req->lowat = low_watermark;
     if (req->srv->draining)
         evhtp_request_set_keepalive(req->r, 0);
-    set_header(req->r, "X-Request-Id", req->id);
+    set_header(req->r, "X-Request-Id", req->id, false); /* the head is written below */
     /* The on_write hook runs when the output falls to the low watermark: the relay resumes its
      * upstream. */
     bufferevent_setwatermark(bev, EV_WRITE, low_watermark, 0);

@@ -4,7 +4,6 @@
 #include "config.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,14 +104,17 @@ struct agw_runs *agw_runs_new(void)
     return runs;
 }
 
+/* An entry's strings live in its own block, after the struct (agw_runs_add()). */
 static void entry_free(struct agw_run_entry *e)
 {
-    free(e->key);
-    free(e->agent_id);
-    free(e->thread_id);
-    free(e->run_id);
-    free(e->backend_url);
     free(e);
+}
+
+/* Copies <n> bytes of <s> to <p> and returns the byte after them. */
+static char *put(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
 }
 
 void agw_runs_free(struct agw_runs *runs)
@@ -156,15 +158,29 @@ struct agw_run_entry *agw_runs_add(struct agw_runs *runs, const char *agent_id,
                                    const char *thread_id, const char *run_id,
                                    const char *backend_url, const void *home, void *owner)
 {
-    struct agw_run_entry *e = agw_xcalloc(1, sizeof(*e));
-    size_t klen = strlen(agent_id) + strlen(thread_id) + strlen(run_id) + 9;
+    const char *url = backend_url != NULL ? backend_url : "";
+    size_t na = strlen(agent_id), nt = strlen(thread_id), nr = strlen(run_id), nu = strlen(url);
+    /* one block: the struct, the key "ag_ui:{agent}:{thread}:{run}", then the four strings */
+    struct agw_run_entry *e =
+        agw_xcalloc(1, sizeof(*e) + (6 + na + 1 + nt + 1 + nr + 1) + (na + nt + nr + nu + 4));
+    char *p = (char *)(e + 1);
 
-    e->key = agw_xmalloc(klen);
-    snprintf(e->key, klen, "ag_ui:%s:%s:%s", agent_id, thread_id, run_id);
-    e->agent_id = agw_xstrdup(agent_id);
-    e->thread_id = agw_xstrdup(thread_id);
-    e->run_id = agw_xstrdup(run_id);
-    e->backend_url = agw_xstrdup(backend_url != NULL ? backend_url : "");
+    e->key = p;
+    p = put(p, "ag_ui:", 6);
+    p = put(p, agent_id, na);
+    *p++ = ':';
+    p = put(p, thread_id, nt);
+    *p++ = ':';
+    p = put(p, run_id, nr);
+    *p++ = '\0';
+    e->agent_id = p;
+    p = put(p, agent_id, na + 1);
+    e->thread_id = p;
+    p = put(p, thread_id, nt + 1);
+    e->run_id = p;
+    p = put(p, run_id, nr + 1);
+    e->backend_url = p;
+    put(p, url, nu + 1);
     e->home = home;
     e->owner = owner;
     for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)

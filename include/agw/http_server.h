@@ -99,6 +99,9 @@ uint64_t agw_req_start_ms(const struct agw_req *req);
 /* ---- answering with a whole body ---- */
 /* Adds a response header (copied). Before the reply or stream start only. */
 void agw_req_add_header(struct agw_req *req, const char *name, const char *value);
+/* The same for a name and value that live as long as the program (string literals): referred to,
+ * not copied. */
+void agw_req_add_header_static(struct agw_req *req, const char *name, const char *value);
 void agw_req_reply(struct agw_req *req, int status, const char *content_type, const char *body,
                    size_t len);
 /* Answers {"error":"<message>"} as application/json. */
