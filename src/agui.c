@@ -1059,16 +1059,6 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len,
     return true;
 }
 
-#ifndef NDEBUG
-static bool valid_utf8(const char *s)
-{
-    json_t *v = json_string(s);
-    bool ok = v != NULL;
-
-    json_decref(v);
-    return ok;
-}
-#endif
 
 /* ---- interface ------------------------------------------------------------------------------- */
 
@@ -1079,7 +1069,7 @@ struct agw_agui *agw_agui_new(const char *thread_id, const char *run_id, enum ag
 
     /* The ids come from the parsed request or the gateway: not UTF-8 is a programming error. */
     assert(thread_id != NULL && run_id != NULL);
-    assert(valid_utf8(thread_id) && valid_utf8(run_id));
+    assert(agw_utf8_valid(thread_id, strlen(thread_id)) && agw_utf8_valid(run_id, strlen(run_id)));
     nt = strlen(thread_id) + 1;
     nr = strlen(run_id) + 1;
     a = agw_xcalloc(1, sizeof(*a) + nt + nr);

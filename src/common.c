@@ -198,6 +198,16 @@ size_t agw_utf8_seq(const unsigned char *p, const unsigned char *end)
     return n;
 }
 
+bool agw_utf8_valid(const void *s, size_t n)
+{
+    const unsigned char *p = s;
+
+    for (size_t i = 0, len; i < n; i += len)
+        if ((len = p[i] < 0x80 ? 1 : agw_utf8_seq(p + i, p + n)) == 0)
+            return false;
+    return true;
+}
+
 int agw_hexval(char c)
 {
     if (c >= '0' && c <= '9')

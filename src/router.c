@@ -39,15 +39,6 @@ static int eat_id(const char **p, char out[AGW_ID_MAX + 1])
     return rc < 0 ? rc : 0;
 }
 
-/* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF. */
-static bool utf8_valid(const unsigned char *s, size_t n)
-{
-    for (size_t i = 0, len; i < n; i += len)
-        if ((len = s[i] < 0x80 ? 1 : agw_utf8_seq(s + i, s + n)) == 0)
-            return false;
-    return true;
-}
-
 int agw_path_id_decode(const char *in, size_t len, char *out, size_t outlen)
 {
     size_t n = 0;
@@ -74,7 +65,7 @@ int agw_path_id_decode(const char *in, size_t len, char *out, size_t outlen)
     /* "." and ".." are dot-segments: clients resolve them before sending, so only a crafted request
      * carries one, and an id spelled like a directory is never useful to a store. */
     if (n == 0 || strcmp(out, ".") == 0 || strcmp(out, "..") == 0 ||
-        !utf8_valid((const unsigned char *)out, n))
+        !agw_utf8_valid(out, n))
         goto bad;
     return (int)n;
 bad:

@@ -65,6 +65,9 @@ int agw_hexval(char c);
  * with <end> past the last byte; 0 when it is not one: a continuation or invalid lead byte,
  * truncated, overlong, a surrogate, or past U+10FFFF. */
 size_t agw_utf8_seq(const unsigned char *p, const unsigned char *end);
+/* True when the <n> bytes at <s> are strict UTF-8 as agw_utf8_seq() reads it (NUL bytes are
+ * ASCII). */
+bool agw_utf8_valid(const void *s, size_t n);
 /* Decodes exactly 2 * <n> hex digits (either case) and nothing after them from <hex> into <out>.
  * Returns 0, or -AGW_EINVAL (NULL, short, long or not hex) with <out> untouched. */
 int agw_hex_decode(const char *hex, uint8_t *out, size_t n);

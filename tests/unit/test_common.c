@@ -85,3 +85,15 @@ Test(common, utf8_seq_is_strict)
     cr_assert_eq(agw_utf8_seq(cont, cont + 1), 0);
     cr_assert_eq(agw_utf8_seq(bad_cont, bad_cont + 2), 0);
 }
+
+Test(common, utf8_valid_walks_every_sequence)
+{
+    cr_assert(agw_utf8_valid("", 0));
+    cr_assert(agw_utf8_valid("plain ascii", 11));
+    cr_assert(agw_utf8_valid("a\0b", 3), "NUL is ASCII");
+    cr_assert(agw_utf8_valid("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14));
+    cr_assert_not(agw_utf8_valid("caf\xc3", 4), "truncated at the end");
+    cr_assert_not(agw_utf8_valid("\xc3\xa9\xa9", 3), "a stray continuation byte");
+    cr_assert_not(agw_utf8_valid("x\xed\xa0\x80", 4), "a surrogate");
+    cr_assert_not(agw_utf8_valid("\xc0\xaf", 2), "overlong");
+}
