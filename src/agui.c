@@ -1059,7 +1059,6 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len,
     return true;
 }
 
-
 /* ---- interface ------------------------------------------------------------------------------- */
 
 struct agw_agui *agw_agui_new(const char *thread_id, const char *run_id, enum agw_protocol protocol)

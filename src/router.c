@@ -64,8 +64,7 @@ int agw_path_id_decode(const char *in, size_t len, char *out, size_t outlen)
     out[n] = '\0';
     /* "." and ".." are dot-segments: clients resolve them before sending, so only a crafted request
      * carries one, and an id spelled like a directory is never useful to a store. */
-    if (n == 0 || strcmp(out, ".") == 0 || strcmp(out, "..") == 0 ||
-        !agw_utf8_valid(out, n))
+    if (n == 0 || strcmp(out, ".") == 0 || strcmp(out, "..") == 0 || !agw_utf8_valid(out, n))
         goto bad;
     return (int)n;
 bad:

@@ -35,8 +35,8 @@ int agw_input_parse(const char *body, size_t len, unsigned max_depth, struct agw
  * agw_input_parse() without the scanner, the reading that decides whatever the scanner does not
  * judge. */
 bool agw_input_scan(const char *body, size_t len, struct agw_input *in);
-int agw_input_parse_jansson(const char *body, size_t len, unsigned max_depth,
-                            struct agw_input *in, char *err, size_t errlen);
+int agw_input_parse_jansson(const char *body, size_t len, unsigned max_depth, struct agw_input *in,
+                            char *err, size_t errlen);
 /* Frees <in>'s strings and zeroes it; safe on a zeroed struct and on NULL. */
 void agw_input_clear(struct agw_input *in);
 
