@@ -603,7 +603,11 @@ int agw_input_parse(const char *body, size_t len, unsigned max_depth, struct agw
     assert(in != NULL);
     if (max_depth == 0)
         max_depth = DEFAULT_MAX_DEPTH;
-    if (body != NULL && max_nesting(body, len, max_depth) <= max_depth &&
+    /* The scanner reads no more than 1 + FAST_MAX_DEPTH levels: under a limit above that, what it
+     * reads is within the limit, and the depth's own pass over the body is left to jansson's
+     * reading. */
+    if (body != NULL &&
+        (max_depth > FAST_MAX_DEPTH || max_nesting(body, len, max_depth) <= max_depth) &&
         agw_input_scan(body, len, in)) {
         if (err != NULL && errlen > 0)
             err[0] = '\0';
