@@ -1282,11 +1282,6 @@ static int applied(struct agw_history *h, enum known k, int rc)
     return rc;
 }
 
-static bool span_eq(const char *p, size_t n, const char *s)
-{
-    return n == strlen(s) && memcmp(p, s, n) == 0;
-}
-
 int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *event)
 {
     const char *type = str_field(event, "type");
@@ -1353,12 +1348,12 @@ static int apply_other_line(struct agw_history *h, const char *run_id, const cha
 
     /* a text's boundaries need no JSON value either: its start and end */
     if (agw_capture_line_fields(line, len, &f) && f.message_id != NULL) {
-        if (span_eq(f.type, f.type_len, "TEXT_MESSAGE_START"))
+        if (agw_streq_n(f.type, f.type_len, "TEXT_MESSAGE_START"))
             return applied(h, KNOWN_OTHER,
                            text_start(h, run_id, f.message_id, f.message_id_len,
                                       f.role != NULL ? f.role : "assistant",
                                       f.role != NULL ? f.role_len : 9, true));
-        if (span_eq(f.type, f.type_len, "TEXT_MESSAGE_END")) {
+        if (agw_streq_n(f.type, f.type_len, "TEXT_MESSAGE_END")) {
             text_end(h, f.message_id, f.message_id_len);
             return applied(h, KNOWN_OTHER, 0);
         }

@@ -338,11 +338,6 @@ struct val {
     char first; /* the value's first byte ('\0': absent) */
 };
 
-static bool span_is(const char *p, size_t n, const char *s)
-{
-    return n == strlen(s) && memcmp(p, s, n) == 0;
-}
-
 /* Consumes the value at it->p into <v>: a string's bytes, or the first byte of anything else
  * (scanned and skipped). False when not judged. */
 static bool take(struct agw_jscan *it, struct val *v)
@@ -365,7 +360,7 @@ static bool take(struct agw_jscan *it, struct val *v)
 /* A string written without an escape whose bytes are <s>. */
 static bool val_is(const struct val *v, const char *s)
 {
-    return v->s != NULL && !v->escaped && span_is(v->s, v->n, s);
+    return v->s != NULL && !v->escaped && agw_streq_n(v->s, v->n, s);
 }
 
 /* str_nonblank() on a string's raw bytes as the scanner took them (escapes whole, no control byte,
@@ -419,7 +414,9 @@ static bool fast_user_content(const char *p, const char *end, bool *has_input)
         if (*parts.p != '{' || !agw_jscan_enter(&part, &parts))
             return false;
         while ((rc = agw_jscan_next(&part, &k, &kn)) == 1) {
-            struct val *v = span_is(k, kn, "type") ? &type : span_is(k, kn, "text") ? &text : NULL;
+            struct val *v = agw_streq_n(k, kn, "type")   ? &type
+                            : agw_streq_n(k, kn, "text") ? &text
+                                                         : NULL;
             if (!(v != NULL ? take(&part, v) : agw_jscan_skip(&part)))
                 return false;
         }
@@ -454,15 +451,15 @@ static bool fast_messages(struct agw_jscan *top, struct agw_input *in)
             return false;
         while ((rc = agw_jscan_next(&msg, &k, &kn)) == 1) {
             bool ok;
-            if (span_is(k, kn, "content")) {
+            if (agw_streq_n(k, kn, "content")) {
                 content = msg.p;
                 ok = agw_jscan_skip(&msg);
                 content_end = msg.p;
             } else {
-                struct val *v = span_is(k, kn, "role")         ? &role
-                                : span_is(k, kn, "id")         ? &id
-                                : span_is(k, kn, "toolCallId") ? &tool_call
-                                                               : NULL;
+                struct val *v = agw_streq_n(k, kn, "role")         ? &role
+                                : agw_streq_n(k, kn, "id")         ? &id
+                                : agw_streq_n(k, kn, "toolCallId") ? &tool_call
+                                                                   : NULL;
                 ok = v != NULL ? take(&msg, v) : agw_jscan_skip(&msg);
             }
             if (!ok)
@@ -508,10 +505,10 @@ static bool fast_tools(struct agw_jscan *top)
         if (*tools.p != '{' || !agw_jscan_enter(&tool, &tools))
             return false;
         while ((rc = agw_jscan_next(&tool, &k, &kn)) == 1) {
-            struct val *v = span_is(k, kn, "name")         ? &name
-                            : span_is(k, kn, "parameters") ? &params
-                            : span_is(k, kn, "execute")    ? &execute
-                                                           : NULL;
+            struct val *v = agw_streq_n(k, kn, "name")         ? &name
+                            : agw_streq_n(k, kn, "parameters") ? &params
+                            : agw_streq_n(k, kn, "execute")    ? &execute
+                                                               : NULL;
             if (!(v != NULL ? take(&tool, v) : agw_jscan_skip(&tool)))
                 return false;
         }
@@ -563,15 +560,15 @@ static bool fast_read(const char *body, size_t len, struct agw_input *in)
         return false;
     while ((rc = agw_jscan_next(&top, &k, &kn)) == 1) {
         bool ok;
-        if (span_is(k, kn, "threadId"))
+        if (agw_streq_n(k, kn, "threadId"))
             ok = take(&top, &thread);
-        else if (span_is(k, kn, "runId"))
+        else if (agw_streq_n(k, kn, "runId"))
             ok = take(&top, &run);
-        else if (span_is(k, kn, "messages"))
+        else if (agw_streq_n(k, kn, "messages"))
             ok = messages = fast_messages(&top, in);
-        else if (span_is(k, kn, "tools"))
+        else if (agw_streq_n(k, kn, "tools"))
             ok = fast_tools(&top);
-        else if (span_is(k, kn, "context"))
+        else if (agw_streq_n(k, kn, "context"))
             ok = fast_context(&top);
         else
             ok = agw_jscan_skip(&top);

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Functions return 0 (or a count) on success and a negative AGW_E* code on failure. "Needs more
  * bytes" is not an error: incremental parsers return AGW_AGAIN. */
@@ -87,6 +88,12 @@ enum agw_method {
 
 /* Case-insensitive ASCII comparison of <a> (length <alen>) with the NUL-terminated <b>. */
 bool agw_strieq_n(const char *a, size_t alen, const char *b);
+/* True when the <alen> bytes at <a> are the NUL-terminated <b> (a parser's span against a name).
+ * Inline: the callers compare spans with literals, whose length the compiler knows. */
+static inline bool agw_streq_n(const char *a, size_t alen, const char *b)
+{
+    return alen == strlen(b) && memcmp(a, b, alen) == 0;
+}
 
 /* True when the Content-Type value <content_type> (may be NULL) is text/event-stream, with or
  * without parameters. */
