@@ -754,26 +754,18 @@ Test(input, scanner_reads_common_bodies)
  * limit of 33 or above the limit's own pass over the body is not needed (src/input.c). */
 Test(input, scanner_depth_is_33_levels)
 {
-    char body[256];
     struct agw_input in;
     char err[AGW_INPUT_ERR_MAX];
 
-    for (int levels = 33; levels <= 34; levels++) {
-        int n = 0, inner = levels - 1; /* the body's object, then "state" and its arrays */
-        n += snprintf(body + n, sizeof(body) - (size_t)n,
-                      "{\"threadId\":\"t\",\"runId\":\"r\",\"messages\":[],\"state\":");
-        for (int i = 0; i < inner; i++)
-            body[n++] = '[';
-        for (int i = 0; i < inner; i++)
-            body[n++] = ']';
-        body[n++] = '}';
-        body[n] = '\0';
-        cr_assert_eq(agw_input_scan(body, strlen(body), &in), levels == 33, "%d levels", levels);
+    for (unsigned levels = 33; levels <= 34; levels++) {
+        char *body = nested_body(levels - 1); /* the body's object, then "state" and its arrays */
+        cr_assert_eq(agw_input_scan(body, strlen(body), &in), levels == 33, "%u levels", levels);
         agw_input_clear(&in);
         /* a limit of exactly 33: the deeper body is refused whoever reads it */
         cr_assert_eq(agw_input_parse(body, strlen(body), 33, &in, err, sizeof(err)),
-                     levels == 33 ? 0 : 400, "%d levels: %s", levels, err);
+                     levels == 33 ? 0 : 400, "%u levels: %s", levels, err);
         agw_input_clear(&in);
+        free(body);
     }
 }
 
