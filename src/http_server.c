@@ -206,6 +206,21 @@ static void arm_ms(struct event *ev, uint32_t ms)
     evtimer_add(ev, &tv);
 }
 
+/* The write event of a plain TCP connection is armed only while its output holds bytes. A stream
+ * writes its chunks to the socket itself (agw_req_stream_write()), so the event that the response
+ * head would arm when libevhtp queues it, and that the bufferevent disarms once it finds the output
+ * empty, were two epoll_ctl() calls a run for nothing: agw_req_stream_start() disables the event
+ * before the head is queued, and every path that leaves bytes in the output arms it here (the
+ * bufferevent's own bookkeeping goes on from there: it disarms the event when the output empties,
+ * and arms it again on its next write). conn_leave() checks the same after each of our callbacks,
+ * for what libevhtp might queue on its own. */
+static void arm_write(struct bufferevent *bev)
+{
+    if (bev != NULL && !(bufferevent_get_enabled(bev) & EV_WRITE) &&
+        evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+        bufferevent_enable(bev, EV_WRITE);
+}
+
 static void arm_request_timer(struct conn_ctx *cc)
 {
     struct timeval tv;
@@ -351,6 +366,7 @@ void agw_req_reply(struct agw_req *req, int status, const char *content_type, co
     if (body != NULL && len > 0 && !no_body && r->method != htp_method_HEAD)
         evbuffer_add(out, body, len);
     evhtp_send_reply_end(r);
+    arm_write(req->cc->bev);
 }
 
 void agw_req_reply_error(struct agw_req *req, int status, const char *fmt, ...)
@@ -405,6 +421,10 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
      * upstream. */
     bufferevent_setwatermark(bev, EV_WRITE, low_watermark, 0);
     bufferevent_set_max_single_write(bev, 64 * 1024);
+    /* The head is queued, not written: on plain TCP the first chunk takes it along (see below), so
+     * it arms no write event (see arm_write()). */
+    if (req->r->conn->ssl == NULL && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+        bufferevent_disable(bev, EV_WRITE);
     evhtp_send_reply_chunk_start(req->r, (evhtp_res)status);
     bufferevent_flush(bev, EV_WRITE, BEV_FLUSH);
     if (req->r->conn->ssl == NULL && (req->r->flags & EVHTP_REQ_FLAG_CHUNKED)) {
@@ -414,6 +434,8 @@ void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
         /* The request timer is free while a request is answered: it checks whether the stream
          * idles (see release()). */
         arm_ms(req->cc->timer, RELEASE_IDLE_MS);
+    } else {
+        arm_write(bev); /* an HTTP/1.0 client's stream goes through libevhtp */
     }
 }
 
@@ -497,6 +519,7 @@ void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
         else
             evhtp_send_reply_chunk(req->r, buf);
     }
+    arm_write(req->cc->bev);
 }
 
 /* The end of the body, after <buf>'s bytes (maybe none). When nothing but the response head waits
@@ -528,12 +551,15 @@ void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf)
         struct bufferevent *bev = evhtp_request_get_bev(req->r);
 
         evhtp_send_reply_end(req->r);
+        /* Deferred: runs whether or not the write event is armed. */
         bufferevent_trigger(bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+        arm_write(bev);
         return;
     }
     if (n > 0)
         evhtp_send_reply_chunk(req->r, buf);
     evhtp_send_reply_chunk_end(req->r);
+    arm_write(req->cc->bev);
 }
 
 size_t agw_req_out_pending(const struct agw_req *req)
@@ -702,8 +728,12 @@ static void conn_ctx_free(struct conn_ctx *cc)
 
 static void conn_leave(struct conn_ctx *cc)
 {
-    if (--cc->depth == 0 && cc->dead)
+    if (--cc->depth > 0)
+        return;
+    if (cc->dead)
         conn_ctx_free(cc);
+    else
+        arm_write(cc->bev);
 }
 
 /* Closes the connection from one of our callbacks or events (never from inside libevhtp's). */
@@ -822,7 +852,8 @@ static void gate_run(struct conn_ctx *cc)
             close_now(cc);
         } else if (cc->hreq.expect_continue && !cc->continue_sent) {
             cc->continue_sent = true;
-            evbuffer_add_printf(bufferevent_get_output(cc->bev), "HTTP/1.1 100 Continue\r\n\r\n");
+            evbuffer_add(bufferevent_get_output(cc->bev), "HTTP/1.1 100 Continue\r\n\r\n", 25);
+            arm_write(cc->bev);
         }
         return;
     }
@@ -1369,6 +1400,7 @@ static void gencb(evhtp_request_t *r, void *arg)
 
     (void)arg;
     evhtp_send_reply(r, EVHTP_RES_SERVERR);
+    arm_write(evhtp_request_get_bev(r));
     agw_mem_separate_resume(saved);
 }
 

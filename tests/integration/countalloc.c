@@ -1,14 +1,16 @@
 /* An LD_PRELOAD library for tests/integration/alloc.sh and idle_mem.sh: counts malloc, calloc and
- * realloc calls (and jemalloc's mallocx and rallocx) of the process it is loaded into, and the
- * bytes its heap blocks hold (the allocator's malloc_usable_size() of every live block), and writes
- * both to stderr on SIGUSR2: "ALLOCATIONS <calls> LIVE <bytes> SEPARATE <mallocx calls>" (only
- * the daemon's separate heap calls mallocx(), src/mem.c). */
+ * realloc calls (and jemalloc's mallocx and rallocx) of the process it is loaded into, the bytes
+ * its heap blocks hold (the allocator's malloc_usable_size() of every live block), and its
+ * epoll_ctl() calls (libevent's, each the arming or disarming of an event), and writes them to
+ * stderr on SIGUSR2: "ALLOCATIONS <calls> LIVE <bytes> SEPARATE <mallocx calls> EPOLL_CTL <calls>"
+ * (only the daemon's separate heap calls mallocx(), src/mem.c). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 static unsigned long n_alloc;
@@ -159,11 +161,23 @@ void sdallocx(void *p, size_t n, int flags)
     real(p, n, flags);
 }
 
+static unsigned long n_epoll_ctl;
+
+int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+    static int (*real)(int, int, int, struct epoll_event *);
+
+    if (real == NULL)
+        real = (int (*)(int, int, int, struct epoll_event *))dlsym(RTLD_NEXT, "epoll_ctl");
+    __atomic_fetch_add(&n_epoll_ctl, 1, __ATOMIC_RELAXED);
+    return real(epfd, op, fd, ev);
+}
+
 static void dump(int sig)
 {
-    char b[128];
-    int k = snprintf(b, sizeof(b), "ALLOCATIONS %lu LIVE %ld SEPARATE %lu\n", n_alloc, live_bytes,
-                     n_separate);
+    char b[160];
+    int k = snprintf(b, sizeof(b), "ALLOCATIONS %lu LIVE %ld SEPARATE %lu EPOLL_CTL %lu\n", n_alloc,
+                     live_bytes, n_separate, n_epoll_ctl);
 
     (void)sig;
     if (write(2, b, (size_t)k) < 0)
