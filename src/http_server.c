@@ -103,6 +103,7 @@ struct conn_ctx {
     evhtp_connection_t *conn; /* NULL once released (owned) */
     struct bufferevent *bev;  /* the connection's (libevhtp's, ours once released), whose callbacks
                                  wrap libevhtp's */
+    struct event *rd; /* plain TCP, until released: the gate's own read event (see gate_rd_cb()) */
     struct event
         *timer; /* request read timeout (slow clients), armed while no request is complete;
                    the lingering close's limit in GATE_CLOSING; the idle check of a stream */
@@ -758,6 +759,38 @@ static void count_refusal(struct agw_server *srv, int status)
 /* Answers a request the gate refused, in HTTP/1.1 whatever the client's version, and closes the
  * connection once the answer is out: after a framing error nothing that follows can be trusted.
  * No request object exists (libevhtp never saw the bytes). */
+/* Reading. A bufferevent reads at most 4 KiB per readiness, each read preceded by an
+ * ioctl(FIONREAD) (libevent 2.1's evbuffer_read()): a system call a request for nothing. On a plain
+ * TCP connection the gate reads for itself: its own event <rd> on the socket (added before the
+ * bufferevent's reading is disabled, so that the socket stays registered with epoll throughout)
+ * reads straight into <raw> (gate_rd_cb()). The bufferevent keeps writing and, over TLS (the
+ * socket holds records for OpenSSL), reading; a released stream goes back to the bufferevent's
+ * reading too (release()), so that an idle stream does not keep a second event. */
+#define GATE_READ_MAX (16 * 1024)
+
+static void reading(struct conn_ctx *cc, bool on)
+{
+    if (cc->rd == NULL) {
+        if (on)
+            bufferevent_enable(cc->bev, EV_READ);
+        else
+            bufferevent_disable(cc->bev, EV_READ);
+    } else if (on) {
+        if (!event_pending(cc->rd, EV_READ, NULL))
+            event_add(cc->rd, NULL);
+    } else {
+        event_del(cc->rd);
+    }
+}
+
+static void rd_free(struct conn_ctx *cc)
+{
+    if (cc->rd != NULL) {
+        event_free(cc->rd);
+        cc->rd = NULL;
+    }
+}
+
 static void refuse(struct conn_ctx *cc, int status, const char *msg)
 {
     struct evbuffer *out = bufferevent_get_output(cc->bev);
@@ -778,7 +811,8 @@ static void refuse(struct conn_ctx *cc, int status, const char *msg)
     cc->gate = GATE_CLOSING;
     evbuffer_drain(cc->raw, evbuffer_get_length(cc->raw));
     evbuffer_drain(cc->pass, evbuffer_get_length(cc->pass));
-    bufferevent_enable(cc->bev, EV_READ | EV_WRITE);
+    reading(cc, true);
+    bufferevent_enable(cc->bev, EV_WRITE);
     evtimer_del(cc->timer);
     {
         struct timeval tv = {.tv_sec = LINGER_MS / 1000, .tv_usec = (LINGER_MS % 1000) * 1000};
@@ -823,7 +857,7 @@ static void gate_run(struct conn_ctx *cc)
     if (cc->gate == GATE_BUSY || cc->gate == GATE_CLOSING) {
         /* A request is being answered: what follows waits, within a bound. */
         if (cc->gate == GATE_BUSY && evbuffer_get_length(cc->raw) > cc->srv->hold_max)
-            bufferevent_disable(cc->bev, EV_READ);
+            reading(cc, false);
         return;
     }
     if (cc->gate == GATE_HEAD) {
@@ -867,22 +901,49 @@ static void gate_run(struct conn_ctx *cc)
     hand_over(cc);
 }
 
-static void gate_read_cb(struct bufferevent *bev, void *arg)
+/* New bytes from the client are in <raw>. */
+static void gate_input(struct conn_ctx *cc)
 {
-    struct conn_ctx *cc = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
-
     if (cc->gate == GATE_CLOSING) {
-        cc->linger_bytes += evbuffer_get_length(in);
-        evbuffer_drain(in, evbuffer_get_length(in));
+        cc->linger_bytes += evbuffer_get_length(cc->raw);
+        evbuffer_drain(cc->raw, evbuffer_get_length(cc->raw));
         if (cc->linger_bytes > LINGER_MAX_BYTES)
             close_now(cc);
         return;
     }
-    evbuffer_add_buffer(cc->raw, in);
     conn_enter(cc);
     gate_run(cc);
     conn_leave(cc);
+}
+
+static void gate_event_cb(struct bufferevent *bev, short what, void *arg);
+
+/* The read event of a plain TCP connection (see reading()). The end of the client's bytes or an
+ * error goes to gate_event_cb() as the bufferevent would report it, with reading stopped as the
+ * bufferevent stops it. */
+static void gate_rd_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn_ctx *cc = arg;
+    ssize_t n = agw_io_read_append(cc->raw, fd, GATE_READ_MAX);
+
+    (void)what;
+    if (n > 0) {
+        gate_input(cc);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    event_del(cc->rd);
+    /* libevhtp takes an end of reading with errno EAGAIN for a spurious one (and reads again) */
+    errno = 0;
+    gate_event_cb(cc->bev, (short)(BEV_EVENT_READING | (n == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR)),
+                  cc);
+}
+
+static void gate_read_cb(struct bufferevent *bev, void *arg)
+{
+    evbuffer_add_buffer(((struct conn_ctx *)arg)->raw, bufferevent_get_input(bev));
+    gate_input(arg);
 }
 
 static void gate_write_cb(struct bufferevent *bev, void *arg)
@@ -986,7 +1047,7 @@ static void defer_cb(evutil_socket_t fd, short what, void *arg)
     if (cc->gate != GATE_HEAD)
         return;
     conn_enter(cc);
-    bufferevent_enable(cc->bev, EV_READ);
+    reading(cc, true);
     if (evbuffer_get_length(cc->raw) > 0)
         gate_run(cc);
     else if (cc->peer_eof)
@@ -1138,6 +1199,7 @@ static void conn_gone(struct conn_ctx *cc)
         cc->srv->trim_at_zero = false;
         event_active(cc->srv->trim_ev, EV_TIMEOUT, 0);
     }
+    rd_free(cc);
     event_free(cc->timer);
     event_free(cc->defer_ev);
     cc->timer = cc->defer_ev = NULL;
@@ -1170,6 +1232,7 @@ static void close_owned(struct conn_ctx *cc)
 {
     if (cc->cur != NULL)
         end_request(cc, cc->cur);
+    rd_free(cc);               /* before the socket closes */
     bufferevent_free(cc->bev); /* closes the socket */
     cc->bev = NULL;
     conn_gone(cc);
@@ -1207,9 +1270,13 @@ static bool release(struct conn_ctx *cc)
     cc->owned = true;
     req->r = NULL;
     bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
+    /* Reading goes back to the bufferevent (registered before the gate's event goes, so that the
+     * socket stays registered with epoll): no request follows, and an idle stream keeps one event
+     * fewer. */
     bufferevent_enable(cc->bev, EV_READ | EV_WRITE);
     /* The gate's own request state is not needed either: no request follows on this connection. */
     agw_mem_separate_enter();
+    rd_free(cc);
     gate_parser_free(cc->parser);
     cc->parser = NULL;
     evbuffer_free(cc->pass);
@@ -1339,6 +1406,17 @@ static evhtp_res post_accept(evhtp_connection_t *conn, void *arg)
      * never sets them again on a server connection). */
     bufferevent_getcb(cc->bev, &cc->lib_read, &cc->lib_write, &cc->lib_event, &cc->lib_arg);
     bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
+    if (conn->ssl == NULL) {
+        /* The gate reads for itself (see reading()); the event is given back at release(). */
+        agw_mem_separate_enter();
+        cc->rd =
+            event_new(srv->base, bufferevent_getfd(cc->bev), EV_READ | EV_PERSIST, gate_rd_cb, cc);
+        agw_mem_separate_leave();
+        if (cc->rd != NULL) {
+            event_add(cc->rd, NULL);
+            bufferevent_disable(cc->bev, EV_READ);
+        }
+    }
     arm_request_timer(cc);
     return EVHTP_RES_OK;
 }

@@ -30,16 +30,32 @@ int agw_io_idle_state(int fd)
 
 ssize_t agw_io_read_into(struct evbuffer *in, int fd, size_t max)
 {
+    ssize_t got;
+
+    evbuffer_unfreeze(in, 0);
+    got = agw_io_read_append(in, fd, max);
+    evbuffer_freeze(in, 0);
+    return got;
+}
+
+ssize_t agw_io_read_append(struct evbuffer *in, int fd, size_t max)
+{
     struct evbuffer_iovec v[2];
     struct iovec iov[2];
     ssize_t got = -1;
     int n;
 
-    evbuffer_unfreeze(in, 0);
     n = evbuffer_reserve_space(in, (ev_ssize_t)max, v, 2);
     if (n > 0) {
-        for (int i = 0; i < n; i++)
-            iov[i] = (struct iovec){.iov_base = v[i].iov_base, .iov_len = v[i].iov_len};
+        size_t left = max;
+
+        /* (the space reserved may be larger than asked for) */
+        for (int i = 0; i < n; i++) {
+            size_t len = v[i].iov_len < left ? v[i].iov_len : left;
+
+            iov[i] = (struct iovec){.iov_base = v[i].iov_base, .iov_len = len};
+            left -= len;
+        }
         got = readv(fd, iov, n);
         if (got <= 0) {
             n = 0;
@@ -53,7 +69,6 @@ ssize_t agw_io_read_into(struct evbuffer *in, int fd, size_t max)
     } else {
         errno = ENOMEM;
     }
-    evbuffer_freeze(in, 0);
     return got;
 }
 

@@ -30,8 +30,12 @@ ssize_t agw_io_read(int fd, char *buf, size_t len);
  * socket failed. One recv(MSG_PEEK) that reads nothing out. */
 int agw_io_idle_state(int fd);
 
-/* One readv() of at most <max> bytes appended to <in>. Returns what readv() returned. */
+/* One readv() of at most <max> bytes appended to <in>, a bufferevent's input (whose end the
+ * bufferevent keeps frozen outside its reads). Returns what readv() returned. */
 ssize_t agw_io_read_into(struct evbuffer *in, int fd, size_t max);
+
+/* The same for a buffer of one's own (not frozen). */
+ssize_t agw_io_read_append(struct evbuffer *in, int fd, size_t max);
 
 /* One writev() of, in order: what <out> holds (queued earlier), <pre> (<npre> small pieces), every
  * byte of <body>, <post> (<npost> small pieces). What the socket took leaves <out>'s front; what it

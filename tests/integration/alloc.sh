@@ -6,15 +6,20 @@
 # is validated without a tree and a run's small strings are not copied one by one). A change that adds
 # allocations to the request path fails here. The same again with thread history on, which adds the
 # writer thread's work (78; bounded by ALLOC_HISTORY_MAX).
-# The same library counts epoll_ctl() calls: on kept-alive connections a run arms no event (its head,
-# events and last chunk leave in one writev() of ours, and the client connection's write event stays
-# disarmed; it cost two epoll_ctl() a run, arming and disarming, before): at most EPOLL_CTL_MAX in all
-# over the 1,000 runs.
+# The same library counts system calls (the wrappers a relayed run goes through). On kept-alive
+# connections a run arms no event (its head, events and last chunk leave in one writev() of ours, and
+# the client connection's write event stays disarmed; it cost two epoll_ctl() a run, arming and
+# disarming, before): at most EPOLL_CTL_MAX over the 1,000 runs. Nor does it ask the socket how much
+# it holds before reading (libevent's ioctl(FIONREAD), one a request before the gate read for
+# itself): at most IOCTL_MAX. And the run's system calls in all (readv, writev, recv, epoll_wait,
+# epoll_ctl, ioctl; 8.8 a run before this work, 5.8 after): at most SYSCALLS_PER_RUN_X10 / 10.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 ALLOC_PER_RUN_MAX=80
 ALLOC_HISTORY_MAX=110 # doc/benchmarks.md, "What a run costs"
 EPOLL_CTL_MAX=100     # over 1,000 runs (was 2,000)
+IOCTL_MAX=100         # over 1,000 runs (was 1,000)
+SYSCALLS_PER_RUN_X10=65 # tenths
 if [ -n "${AGW_SANITIZED:-}" ]; then
     echo "sanitized build: ASan owns malloc, nothing to count"
     exit 77
@@ -48,7 +53,7 @@ JSON
             [ "$n" -ge "$1" ] && break
             sleep 0.1
         done
-        grep '^ALLOCATIONS' "$GW_LOG" | sed -n "${1}p" | awk '{print $2, $8}'
+        grep '^ALLOCATIONS' "$GW_LOG" | sed -n "${1}p" | awk '{print $2, $8, $10, $12}'
     }
     "$LOAD" --url "$u" --header "Authorization: Bearer $TOKEN" --concurrency 10 --runs 500 >"$T/warm.json" ||
         fail "$1: warm-up runs"
@@ -60,7 +65,8 @@ JSON
     a1=$(count 2)
     ok_runs=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("runs_ok", d.get("runs")), d.get("runs_failed", 0))' "$T/load.json")
     check_eq "$1: 1,000 runs, none failed" "1000 0" "$ok_runs"
-    e0=${a0#* } e1=${a1#* } a0=${a0% *} a1=${a1% *}
+    read -r a0 e0 i0 s0 <<<"$a0"
+    read -r a1 e1 i1 s1 <<<"$a1"
     per_run=$(( (a1 - a0) / 1000 ))
     CHECKS=$((CHECKS + 1))
     if [ "$per_run" -le "$3" ]; then
@@ -73,6 +79,20 @@ JSON
         ok "$1: epoll_ctl() calls over 1,000 runs: $((e1 - e0)) (at most $EPOLL_CTL_MAX)"
     else
         fail "$1: epoll_ctl() calls over 1,000 runs: $((e1 - e0)), more than $EPOLL_CTL_MAX"
+    fi
+    CHECKS=$((CHECKS + 1))
+    if [ $((i1 - i0)) -le "$IOCTL_MAX" ]; then
+        ok "$1: ioctl() calls over 1,000 runs: $((i1 - i0)) (at most $IOCTL_MAX)"
+    else
+        fail "$1: ioctl() calls over 1,000 runs: $((i1 - i0)), more than $IOCTL_MAX"
+    fi
+    CHECKS=$((CHECKS + 1))
+    local sys_x10=$(( (s1 - s0) / 100 ))
+    local sys_max="$((SYSCALLS_PER_RUN_X10 / 10)).$((SYSCALLS_PER_RUN_X10 % 10))"
+    if [ "$sys_x10" -le "$SYSCALLS_PER_RUN_X10" ]; then
+        ok "$1: system calls per run: $((sys_x10 / 10)).$((sys_x10 % 10)) (at most $sys_max)"
+    else
+        fail "$1: system calls per run: $((sys_x10 / 10)).$((sys_x10 % 10)), more than $sys_max"
     fi
     stop_pid "$GW_PID" >/dev/null
 }

@@ -1,16 +1,22 @@
 /* An LD_PRELOAD library for tests/integration/alloc.sh and idle_mem.sh: counts malloc, calloc and
  * realloc calls (and jemalloc's mallocx and rallocx) of the process it is loaded into, the bytes
- * its heap blocks hold (the allocator's malloc_usable_size() of every live block), and its
- * epoll_ctl() calls (libevent's, each the arming or disarming of an event), and writes them to
- * stderr on SIGUSR2: "ALLOCATIONS <calls> LIVE <bytes> SEPARATE <mallocx calls> EPOLL_CTL <calls>"
- * (only the daemon's separate heap calls mallocx(), src/mem.c). */
+ * its heap blocks hold (the allocator's malloc_usable_size() of every live block), and the calls
+ * of the system-call wrappers a relayed run goes through (epoll_ctl: libevent arming or disarming
+ * an event; ioctl: libevent's FIONREAD before a bufferevent's read; readv, writev, recv,
+ * epoll_wait), and writes them to stderr on SIGUSR2: "ALLOCATIONS <calls> LIVE <bytes> SEPARATE
+ * <mallocx calls> EPOLL_CTL <calls> IOCTL <calls> SYSCALLS <all six>" (only the daemon's separate
+ * heap calls mallocx(), src/mem.c). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdarg.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static unsigned long n_alloc;
@@ -161,23 +167,65 @@ void sdallocx(void *p, size_t n, int flags)
     real(p, n, flags);
 }
 
-static unsigned long n_epoll_ctl;
+static unsigned long n_epoll_ctl, n_ioctl, n_syscalls;
+
+/* In a wrapper of <name>: <real>, the next definition (libc's), and the call counted. */
+#define REAL(name)                                                                                 \
+    static __typeof__(name) *real;                                                                 \
+    if (real == NULL)                                                                              \
+        real = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);                                        \
+    __atomic_fetch_add(&n_syscalls, 1, __ATOMIC_RELAXED)
 
 int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-    static int (*real)(int, int, int, struct epoll_event *);
-
-    if (real == NULL)
-        real = (int (*)(int, int, int, struct epoll_event *))dlsym(RTLD_NEXT, "epoll_ctl");
+    REAL(epoll_ctl);
     __atomic_fetch_add(&n_epoll_ctl, 1, __ATOMIC_RELAXED);
     return real(epfd, op, fd, ev);
 }
 
+int ioctl(int fd, unsigned long req, ...)
+{
+    va_list ap;
+    void *arg;
+
+    va_start(ap, req);
+    arg = va_arg(ap, void *);
+    va_end(ap);
+    REAL(ioctl);
+    __atomic_fetch_add(&n_ioctl, 1, __ATOMIC_RELAXED);
+    return real(fd, req, arg);
+}
+
+ssize_t readv(int fd, const struct iovec *iov, int n)
+{
+    REAL(readv);
+    return real(fd, iov, n);
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int n)
+{
+    REAL(writev);
+    return real(fd, iov, n);
+}
+
+ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+    REAL(recv);
+    return real(fd, buf, len, flags);
+}
+
+int epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout)
+{
+    REAL(epoll_wait);
+    return real(epfd, evs, max, timeout);
+}
+
 static void dump(int sig)
 {
-    char b[160];
-    int k = snprintf(b, sizeof(b), "ALLOCATIONS %lu LIVE %ld SEPARATE %lu EPOLL_CTL %lu\n", n_alloc,
-                     live_bytes, n_separate, n_epoll_ctl);
+    char b[200];
+    int k = snprintf(b, sizeof(b),
+                     "ALLOCATIONS %lu LIVE %ld SEPARATE %lu EPOLL_CTL %lu IOCTL %lu SYSCALLS %lu\n",
+                     n_alloc, live_bytes, n_separate, n_epoll_ctl, n_ioctl, n_syscalls);
 
     (void)sig;
     if (write(2, b, (size_t)k) < 0)

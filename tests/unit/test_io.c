@@ -255,3 +255,30 @@ Test(io, reads_append_in_place)
     close(sv[0]);
     evbuffer_free(in);
 }
+
+/* The gate's reads (src/http_server.c) go to a buffer of its own, which must stay open at its end
+ * for what the gate appends itself; a bufferevent's input stays frozen at its end, as the
+ * bufferevent keeps it outside its reads. */
+Test(io, reads_leave_the_buffer_as_they_found_it)
+{
+    struct evbuffer *own = evbuffer_new(), *in = evbuffer_new();
+
+    pair(1 << 16);
+    cr_assert_eq(write(sv[1], "abc", 3), 3);
+    cr_assert_eq(agw_io_read_append(own, sv[0], 2), 2, "at most <max> bytes");
+    cr_assert_eq(agw_io_read_append(own, sv[0], 4096), 1);
+    cr_assert_eq(evbuffer_add(own, "d", 1), 0, "the end of a buffer of one's own is not frozen");
+    cr_assert(memcmp(evbuffer_pullup(own, -1), "abcd", 4) == 0);
+    errno = 0;
+    cr_assert_eq(agw_io_read_append(own, sv[0], 4096), -1);
+    cr_assert_eq(errno, EAGAIN);
+    evbuffer_freeze(in, 0);
+    cr_assert_eq(write(sv[1], "e", 1), 1);
+    cr_assert_eq(agw_io_read_into(in, sv[0], 4096), 1);
+    cr_assert_eq(evbuffer_add(in, "f", 1), -1, "a bufferevent's input stays frozen at its end");
+    close(sv[1]);
+    cr_assert_eq(agw_io_read_append(own, sv[0], 4096), 0, "EOF");
+    close(sv[0]);
+    evbuffer_free(own);
+    evbuffer_free(in);
+}
