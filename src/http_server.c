@@ -1272,8 +1272,8 @@ static bool release(struct conn_ctx *cc)
     bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
     /* Reading goes back to the bufferevent (registered before the gate's event goes, so that the
      * socket stays registered with epoll): no request follows, and an idle stream keeps one event
-     * fewer. */
-    bufferevent_enable(cc->bev, EV_READ | EV_WRITE);
+     * fewer. Its write event is armed when a chunk is queued (arm_write()): nothing waits now. */
+    bufferevent_enable(cc->bev, EV_READ);
     /* The gate's own request state is not needed either: no request follows on this connection. */
     agw_mem_separate_enter();
     rd_free(cc);

@@ -20,6 +20,8 @@ ALLOC_HISTORY_MAX=110 # doc/benchmarks.md, "What a run costs"
 EPOLL_CTL_MAX=100     # over 1,000 runs (was 2,000)
 IOCTL_MAX=100         # over 1,000 runs (was 1,000)
 SYSCALLS_PER_RUN_X10=65 # tenths
+ALLOC_FRESH_MAX=110      # a run on new connections (95 measured)
+FRESH_SYSCALLS_X10=120   # (11.3 measured; 14.3 before)
 if [ -n "${AGW_SANITIZED:-}" ]; then
     echo "sanitized build: ASan owns malloc, nothing to count"
     exit 77
@@ -31,8 +33,10 @@ CC=${CC:-cc}
 start_demo demo || exit 1
 TOKEN=alloc-token
 LOAD=$AGW_BUILDDIR/bench/agw-load
-# measure NAME HISTORY MAX: a gateway with <HISTORY> (the "history" section), 500 runs of warm-up, then
-# 1,000 counted runs; at most MAX allocations per run.
+# measure NAME HISTORY MAX [LIMITS [LOAD_FLAGS]]: a gateway with <HISTORY> (the "history" section) and
+# <LIMITS> (the "limits" section), 500 runs of warm-up, then 1,000 counted runs (agw-load with
+# <LOAD_FLAGS>); at most MAX allocations per run, and the system-call bounds EPOLL_CTL_MAX, IOCTL_MAX
+# and SYSCALLS_PER_RUN_X10 as they are set when it is called.
 measure() {
     cat >"$T/gw.json" <<JSON
 {
@@ -40,6 +44,7 @@ measure() {
   "auth": { "keys": [ { "id": "k", "sha256": "$(printf %s $TOKEN | "$AGW_GATEWAY" hash-token)", "agents": ["*"] } ] },
   "log": { "level": "warn", "access": "off" },
   "history": $2,
+  "limits": ${4:-{\}},
   "store": { "path": "$T/store" },
   "agents": { "short": { "upstreams": ["http://127.0.0.1:$DEMO_PORT/agent?events=10&size=100"] } }
 }
@@ -55,11 +60,11 @@ JSON
         done
         grep '^ALLOCATIONS' "$GW_LOG" | sed -n "${1}p" | awk '{print $2, $8, $10, $12}'
     }
-    "$LOAD" --url "$u" --header "Authorization: Bearer $TOKEN" --concurrency 10 --runs 500 >"$T/warm.json" ||
+    "$LOAD" --url "$u" --header "Authorization: Bearer $TOKEN" --concurrency 10 --runs 500 ${5:-} >"$T/warm.json" ||
         fail "$1: warm-up runs"
     sleep 0.5 # the store's writer has applied and committed the warm-up
     a0=$(count 1)
-    "$LOAD" --url "$u" --header "Authorization: Bearer $TOKEN" --concurrency 10 --runs 1000 >"$T/load.json" ||
+    "$LOAD" --url "$u" --header "Authorization: Bearer $TOKEN" --concurrency 10 --runs 1000 ${5:-} >"$T/load.json" ||
         fail "$1: measured runs"
     sleep 0.5 # and the measured runs
     a1=$(count 2)
@@ -101,4 +106,12 @@ measure "history off" '{ "enabled": false }' "$ALLOC_PER_RUN_MAX"
 # With thread history recorded (the default): the loop's share (a capture, two hand-overs) plus the
 # store's writer thread (parsing the input and the events, rebuilding, the SQLite commit).
 measure "history on" '{ "enabled": true }' "$ALLOC_HISTORY_MAX"
+# A new client connection and a new upstream connection for every run (no upstream connection kept
+# idle): each connection costs its registration with epoll and its removal, and the upstream one the
+# arming and disarming of its write event while it connects. Switching a new upstream connection to
+# the exchange's own read event costs nothing (it cost a DEL and an ADD, 8 epoll_ctl() a run in all,
+# before), nor does releasing an idle stream.
+EPOLL_CTL_MAX=6500 IOCTL_MAX=100 SYSCALLS_PER_RUN_X10=$FRESH_SYSCALLS_X10 \
+    measure "new connections" '{ "enabled": false }' "$ALLOC_FRESH_MAX" \
+    '{ "upstream_idle_connections": 0 }' --new-conn
 finish
