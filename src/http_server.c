@@ -756,9 +756,6 @@ static void count_refusal(struct agw_server *srv, int status)
     }
 }
 
-/* Answers a request the gate refused, in HTTP/1.1 whatever the client's version, and closes the
- * connection once the answer is out: after a framing error nothing that follows can be trusted.
- * No request object exists (libevhtp never saw the bytes). */
 /* Reading. A bufferevent reads at most 4 KiB per readiness, each read preceded by an
  * ioctl(FIONREAD) (libevent 2.1's evbuffer_read()): a system call a request for nothing. On a plain
  * TCP connection the gate reads for itself: its own event <rd> on the socket (added before the
@@ -791,6 +788,9 @@ static void rd_free(struct conn_ctx *cc)
     }
 }
 
+/* Answers a request the gate refused, in HTTP/1.1 whatever the client's version, and closes the
+ * connection once the answer is out: after a framing error nothing that follows can be trusted.
+ * No request object exists (libevhtp never saw the bytes). */
 static void refuse(struct conn_ctx *cc, int status, const char *msg)
 {
     struct evbuffer *out = bufferevent_get_output(cc->bev);

@@ -258,7 +258,8 @@ static bool save_thread(struct db *d, const struct agw_store_row *r)
     case SQLITE_ROW:
         key = sqlite3_column_int64(d->st_thread_key, 0);
         known = true;
-        /* fall through */
+        ok = true;
+        break;
     case SQLITE_DONE:
         ok = true;
         break;
