@@ -71,10 +71,20 @@ struct agw_relay_set {
     struct event *store_timer;
     size_t n_store_wait;
     struct agw_store *store; /* theirs */
+    /* Relays whose capture took lines since the age timer last found it empty: while there are
+     * any, the timer hands over what a capture has held since its last tick but one
+     * (capture_age_cb()). */
+    TAILQ_HEAD(, agw_relay) aging;
+    struct event *age_timer;
 };
 
 /* How often a loop with runs waiting for the store looks whether it caught up. */
 #define STORE_WAIT_MS 5
+/* A capture's lines are handed to the store by CAPTURE_FLUSH_BYTES, at the run's end, and at the
+ * latest at the second tick of this timer after they were captured (at most twice this), so that
+ * what a slow or waiting run relayed reaches the disk within a second too: 600 ms here, the
+ * batch's 20 ms and the commit interval's 200 ms. Runs shorter than a tick never take it. */
+#define CAPTURE_AGE_MS 300
 
 struct agw_relay {
     struct agw_relay_set *set;
@@ -143,6 +153,9 @@ struct agw_relay {
      * resumes it. A pause for the client (backpressure) and this one are lifted separately: the
      * upstream is read again when neither holds. */
     bool store_wait;
+    bool in_aging;     /* on its set's <aging> list */
+    bool capture_aged; /* its capture held lines at the age timer's last tick */
+    TAILQ_ENTRY(agw_relay) aging_link;
 };
 
 /* A run's capture goes to the store when it holds this much, so a long run never holds its whole
@@ -224,11 +237,6 @@ static void flush_run(struct agw_relay *r)
     r->run_len = 0;
 }
 
-/* The normaliser's sink: every event for the client. One that passes unchanged, from a frame that
- * sits in the read segment as "data: <data>\n\n", is the client's frame already: it joins the run
- * of such frames when it follows the last one in memory, else starts a new run. Any other event is
- * framed here ("data: <json>\n\n"), after the run. At many small events per read that is one
- * evbuffer_add() per read rather than a framed copy per event. */
 /* Hands what the capture holds to the store. */
 static void flush_capture(struct agw_relay *r)
 {
@@ -239,6 +247,56 @@ static void flush_capture(struct agw_relay *r)
     if (r->capture == NULL || (lines = agw_capture_take(r->capture, &len, &chunk)) == NULL)
         return;
     agw_store_run_events(r->store, r->thread_id, r->run_id, lines, len, chunk);
+}
+
+static void aging_leave(struct agw_relay *r)
+{
+    if (!r->in_aging)
+        return;
+    TAILQ_REMOVE(&r->set->aging, r, aging_link);
+    r->in_aging = false;
+    r->capture_aged = false;
+    if (TAILQ_EMPTY(&r->set->aging))
+        event_del(r->set->age_timer);
+}
+
+/* Hands over each capture that held lines at the last tick and still does, so none waits longer
+ * than two ticks; lets go of those it finds empty. Walks only the runs that captured something
+ * since (an idle stream is not looked at again). */
+static void capture_age_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_relay_set *set = arg;
+    struct agw_relay *r, *next;
+
+    (void)fd;
+    (void)what;
+    for (r = TAILQ_FIRST(&set->aging); r != NULL; r = next) {
+        next = TAILQ_NEXT(r, aging_link);
+        if (agw_capture_size(r->capture) > 0 && !r->capture_aged) {
+            r->capture_aged = true;
+            continue;
+        }
+        flush_capture(r); /* (nothing when it is empty) */
+        aging_leave(r);
+    }
+}
+
+/* The capture of <r> took lines: the age timer watches it. */
+static void aging_join(struct agw_relay *r)
+{
+    struct agw_relay_set *set = r->set;
+    const struct timeval tick = {.tv_sec = 0, .tv_usec = CAPTURE_AGE_MS * 1000};
+
+    if (r->in_aging)
+        return;
+    if (TAILQ_EMPTY(&set->aging)) {
+        if (set->age_timer == NULL)
+            set->age_timer = event_new(set->base, -1, EV_PERSIST, capture_age_cb, set);
+        if (set->age_timer == NULL || event_add(set->age_timer, &tick) != 0)
+            abort(); /* out of memory: the daemon's policy */
+    }
+    TAILQ_INSERT_TAIL(&set->aging, r, aging_link);
+    r->in_aging = true;
 }
 
 /* Whether the client can take more (no client: a detached run). */
@@ -294,12 +352,20 @@ static void legacy_frame(void *arg, const char *data, size_t len)
         abort();
 }
 
+/* The normaliser's sink: every event for the client. One that passes unchanged, from a frame that
+ * sits in the read segment as "data: <data>\n\n", is the client's frame already: it joins the run
+ * of such frames when it follows the last one in memory, else starts a new run. Any other event is
+ * framed here ("data: <json>\n\n"), after the run. At many small events per read that is one
+ * evbuffer_add() per read rather than a framed copy per event. */
 static void relay_emit(void *arg, const char *json, size_t len, bool pass)
 {
     struct agw_relay *r = arg;
 
     if (r->capture != NULL) {
         struct agw_agui_content ct;
+
+        if (!r->in_aging)
+            aging_join(r);
         /* a delta the normaliser's fast path read needs no second scan */
         if (agw_agui_emitting_content(r->agui, &ct))
             agw_capture_content(r->capture, ct.args, ct.id, ct.id_len, ct.delta, ct.delta_len);
@@ -902,6 +968,7 @@ static void relay_free(struct agw_relay *r)
     };
 
     flush_capture(r); /* a run that ended without its terminal event */
+    aging_leave(r);
     agw_capture_free(r->capture);
     if (r->on_end != NULL)
         r->on_end(r->arg, &s);
@@ -927,6 +994,7 @@ struct agw_relay_set *agw_relay_set_new(struct event_base *base)
 
     set->base = base;
     TAILQ_INIT(&set->relays);
+    TAILQ_INIT(&set->aging);
     return set;
 }
 
@@ -944,6 +1012,8 @@ void agw_relay_set_free(struct agw_relay_set *set)
     }
     if (set->store_timer != NULL)
         event_free(set->store_timer);
+    if (set->age_timer != NULL)
+        event_free(set->age_timer);
     free(set);
 }
 

@@ -3,7 +3,8 @@
 # recorded (input deduplicated, the assistant's answer rebuilt), GET …/threads/{id}/messages pages them
 # (the query's errors are 400s), unknown threads and threads a key may not see are 404s, the embedded
 # store survives a restart, a kill -9 during a load of 1,000 runs loses no run that ended more than a
-# second before the kill (and the event loops do no storage I/O meanwhile), a detached run is recorded to
+# second before the kill (and the event loops do no storage I/O meanwhile), nor what a run still streaming
+# relayed more than a second before it, a detached run is recorded to
 # its end, history.enabled false turns it all off,
 # and a store on a read-only path stops the start with a clear message.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
@@ -25,7 +26,8 @@ config() {
   "agents": { "demo": { "upstreams": ["$D/agent"] },
               "other": { "upstreams": ["$D/agent"] },
               "fast": { "upstreams": ["$D/agent?delay_ms=0"] },
-              "slow": { "upstreams": ["$D/agent?events=30&delay_ms=30"], "on_client_disconnect": "detach" } },
+              "slow": { "upstreams": ["$D/agent?events=30&delay_ms=30"], "on_client_disconnect": "detach" },
+              "trickle": { "upstreams": ["$D/agent?events=200&delay_ms=50"] } },
   ${2:-}
   "store": { "kind": "embedded", "path": "$STORE" },
   "timeouts": { "drain": "2s" },
@@ -146,6 +148,30 @@ print(*loops, *writer)
 PY
 }
 IO_BEFORE=$(storage_io "$GW_PID")
+# A run still streaming at the kill (200 events 50 ms apart, a few KiB: far from a hand-over by size):
+# what it relayed more than a second before the kill must be there after it. Its text deltas, each
+# with the time it arrived.
+python3 - "$G" "$T/trickle" <<'PY' &
+import http.client, json, sys, time, urllib.parse
+base, out = sys.argv[1], sys.argv[2]
+u = urllib.parse.urlparse(base)
+f = open(out, "w")
+conn = http.client.HTTPConnection(u.hostname, u.port, timeout=20)
+conn.request("POST", u.path + "/agents/trickle/runs",
+             json.dumps({"threadId": "trickle", "runId": "r1",
+                         "messages": [{"id": "u1", "role": "user", "content": "Take your time"}]}),
+             {"Content-Type": "application/json", "Authorization": "Bearer all-token"})
+r = conn.getresponse()
+try:
+    for line in r:
+        if line.startswith(b"data: ") and b"TEXT_MESSAGE_CONTENT" in line:
+            f.write("%.3f %s\n" % (time.time(), json.dumps(json.loads(line[6:])["delta"])))
+            f.flush()
+except Exception:
+    pass # the kill
+PY
+TRICKLE_PID=$!
+sleep 1
 python3 - "$G" "$T/ended" <<'PY' &
 import http.client, json, sys, threading, time, urllib.parse
 base, out = sys.argv[1], sys.argv[2]
@@ -179,7 +205,7 @@ for _ in $(seq 600); do [ "$(cat "$T/ended" 2>/dev/null | wc -l)" -ge 600 ] && b
 IO_AFTER=$(storage_io "$GW_PID")
 KILL_AT=$(date +%s.%N)
 kill -9 "$GW_PID"
-wait "$LOAD_PID" 2>/dev/null
+wait "$LOAD_PID" "$TRICKLE_PID" 2>/dev/null
 N_ENDED=$(wc -l <"$T/ended")
 check_eq "the kill came during the load (600..999 runs ended)" yes \
     "$([ "$N_ENDED" -ge 600 ] && [ "$N_ENDED" -lt 1000 ] && echo yes || echo "no: $N_ENDED")"
@@ -204,6 +230,21 @@ for line in open(ended):
         lost += 1
 print(lost, checked)
 PY
+# The streaming run: its assistant message holds at least every delta that arrived more than 1 s
+# before the kill, in order (what came after may or may not be there).
+msgs trickle
+check_eq "kill -9 mid-run: the streaming run's thread is there" 200 "$STATUS"
+TRICKLE=$(printf %s "$BODY" | python3 -c '
+import json, sys
+kill_at, deltas = float(sys.argv[1]), [l.split(" ", 1) for l in open(sys.argv[2])]
+want = "".join(json.loads(d) for at, d in deltas if float(at) < kill_at - 1.0)
+if len(want) < 20:
+    print("no: too few deltas before the kill (%d chars)" % len(want)); sys.exit()
+got = [m for m in json.load(sys.stdin)["messages"] if m["role"] == "assistant"]
+got = got[0].get("content", "") if got else ""
+print("yes" if got.startswith(want) else "no: %d chars kept of the %d relayed before kill - 1 s" % (len(got), len(want)))
+' "$KILL_AT" "$T/trickle")
+check_eq "kill -9 mid-run: what a streaming run relayed more than 1 s before is kept" yes "$TRICKLE"
 read -r lost checked <"$T/lost"
 check_eq "kill -9: every run ended more than 1 s before it is there ($checked checked)" 0 "$lost"
 check_eq "kill -9: runs were checked" yes "$([ "$checked" -ge 100 ] && echo yes || echo "no: $checked")"
