@@ -17,8 +17,9 @@
 #define TEXT_CLOSE_LEN 2
 
 /* One message. Most are held as jansson values (<msg>); a text message made by the events
- * (TEXT_MESSAGE_START, a first TEXT_MESSAGE_CHUNK) is held as its compact JSON text instead, while
- * nothing but content deltas touches it: {"id":…,"role":…,"content":"<content> without the closing
+ * (TEXT_MESSAGE_START, a first TEXT_MESSAGE_CHUNK), and a run's input message whose bytes are the
+ * same form (raw_text_item()), are held as their compact JSON text instead, while nothing but
+ * content deltas touches them: {"id":…,"role":…,"content":"<content> without the closing
  * '"}', so that a delta is appended as its escaped bytes, without decoding or copying the content,
  * and a store writes the text as it is. The first operation that needs a jansson value (a tool call
  * added to it, a comparison with a client's copy, a page, a dump) parses the text and the message
@@ -59,6 +60,8 @@ struct item {
     bool text_ended;   /* a TEXT_MESSAGE_END named it since its last delta (a hint for memory only:
                           shedding frees the buffer of an ended text, keeps a growing one's) */
     bool shed_value;   /* a value, shed: see above */
+    bool from_input;   /* held as text since a run's input gave it (raw_text_item()): shed as a
+                          value is, whatever its size, once saved and while nothing changed it */
     char *json;        /* owned: <msg> as compact JSON (agw_history_message_json(), comparisons with
                           a client's copy); NULL until asked, freed when the message changes */
     size_t json_len;
@@ -861,6 +864,40 @@ static bool item_is_bytes(struct item *it, const char *raw, size_t len)
     return n == len && memcmp(j, raw, len) == 0;
 }
 
+/* A new item for input message <e> (value <v>) held as text, as a text message made by events is,
+ * when its bytes are {"id":…,"role":…,"content":"…"} exactly as a compact dump of <v> writes them
+ * (the form chat messages have): its text is those bytes, no value is kept. A message as jansson
+ * holds it costs about half a kilobyte in eleven blocks (a user's "Hello"); held as text, the
+ * bytes and one block. NULL for any other message (other members, a structured content, another
+ * order or spacing, other escapes): held as a value. */
+static struct item *raw_text_item(const struct elem *e, const json_t *v, const char *run_id)
+{
+    static const char head[] = "{\"id\":\"";
+    const json_t *id = json_object_get(v, "id"), *role = json_object_get(v, "role");
+    struct item *it = NULL;
+    char *dump;
+
+    if (e->raw == NULL || e->raw_len < sizeof(head) - 1 + TEXT_CLOSE_LEN ||
+        memcmp(e->raw, head, sizeof(head) - 1) != 0 || json_object_size(v) != 3 ||
+        !json_is_string(id) || !json_is_string(role) ||
+        !json_is_string(json_object_get(v, "content")))
+        return NULL;
+    dump = json_dumps(v, JSON_COMPACT);
+    if (dump == NULL)
+        abort(); /* the tree holds only valid values: only allocation can fail */
+    if (strlen(dump) == e->raw_len && memcmp(dump, e->raw, e->raw_len) == 0 &&
+        strncmp(dump + e->raw_len - TEXT_CLOSE_LEN, TEXT_CLOSE, TEXT_CLOSE_LEN) == 0) {
+        it = item_new(json_string_value(id), json_string_length(id), run_id);
+        text_put(it, e->raw, e->raw_len - TEXT_CLOSE_LEN);
+        it->text_ended = true;
+        it->from_input = true;
+        it->text_assistant = str_eq(role, "assistant");
+        it->text_tool = str_eq(role, "tool");
+    }
+    free(dump);
+    return it;
+}
+
 /* Stores a copy of <e> under its id: replaces a known one that differs (returns 1, or 0 when equal)
  * or inserts it at <at> (SIZE_MAX = at the end; returns 1). The index it ended at goes to *<where>.
  */
@@ -868,6 +905,7 @@ static int put(struct agw_history *h, struct elem *e, const char *run_id, size_t
 {
     size_t i = find_msgn(h, e->id, e->id_len);
     const json_t *v;
+    struct item *it;
 
     if (i != SIZE_MAX) {
         *where = i;
@@ -881,9 +919,9 @@ static int put(struct agw_history *h, struct elem *e, const char *run_id, size_t
     v = elem_value(e);
     if (at == SIZE_MAX)
         at = h->n;
-    insert_at(
-        h, at,
-        msg_item(e->parsed != NULL ? json_incref(e->parsed) : must(json_deep_copy(v)), run_id));
+    if ((it = raw_text_item(e, v, run_id)) == NULL)
+        it = msg_item(e->parsed != NULL ? json_incref(e->parsed) : must(json_deep_copy(v)), run_id);
+    insert_at(h, at, it);
     *where = at;
     return 1;
 }
@@ -1631,7 +1669,7 @@ size_t agw_history_shed(struct agw_history *h, size_t min_bytes)
             continue;
         saved = it->saved_len - it->text_base; /* bytes in memory the store holds */
         tail = it->text_len - it->saved_len;   /* (none right after a commit) */
-        if (saved > 0 && saved >= min_bytes) {
+        if (saved > 0 && (saved >= min_bytes || (it->from_input && it->text_ended))) {
             hs_update(&it->text_hs, it->text, saved);
             it->text_base = it->saved_len;
             if (tail > 0)

@@ -787,6 +787,59 @@ Test(history, merge_body_resent_history)
     agw_history_free(h);
 }
 
+/* An input message written {"id","role","content"} as a compact dump writes it is held as its
+ * bytes (no value: agw_history_text_bytes() counts them); any other is held as a value. Either
+ * reads back the same, a resent copy is found equal, and a held text still takes deltas and tool
+ * calls. */
+Test(history, input_messages_held_as_text_when_compact)
+{
+    struct agw_history *h = agw_history_new(10);
+    const char *plain = "{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Caf\u00e9 \\\"x\\\"\"}";
+    char body[256];
+    size_t held;
+
+    snprintf(body, sizeof(body), "{\"messages\":[%s]}", plain);
+    cr_assert_eq(merge_body(h, "r1", body), 1);
+    held = agw_history_text_bytes(h);
+    cr_assert_geq(held, strlen(plain) - 2, "held as its bytes");
+    cr_assert_eq(merge_body(h, "r2", body), 0, "the same bytes again: no change");
+    cr_assert_eq(agw_history_text_bytes(h), held, "and no value or dump made for it");
+    /* another spacing, another member, a structured content, an escape jansson does not write:
+     * values */
+    cr_assert_eq(merge_body(h, "r1",
+                            "{\"messages\":[{\"id\":\"u2\", \"role\":\"user\",\"content\":\"a\"},"
+                            "{\"id\":\"u3\",\"role\":\"user\",\"content\":\"b\",\"name\":\"n\"},"
+                            "{\"id\":\"u4\",\"role\":\"user\",\"content\":[{\"type\":\"text\"}]},"
+                            "{\"id\":\"u5\",\"role\":\"user\",\"content\":\"\\u0041\"},"
+                            "{\"role\":\"user\",\"id\":\"u6\",\"content\":\"c\"}]}"),
+                 5);
+    cr_assert_eq(agw_history_text_bytes(h), held, "none of them held as text");
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Caf\u00e9 \\\"x\\\"\"},"
+              "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"a\"},"
+              "{\"id\":\"u3\",\"role\":\"user\",\"content\":\"b\",\"name\":\"n\"},"
+              "{\"id\":\"u4\",\"role\":\"user\",\"content\":[{\"type\":\"text\"}]},"
+              "{\"id\":\"u5\",\"role\":\"user\",\"content\":\"A\"},"
+              "{\"role\":\"user\",\"id\":\"u6\",\"content\":\"c\"}]");
+    agw_history_free(h);
+
+    /* an assistant message sent as text goes on growing, and takes a tool call */
+    h = agw_history_new(10);
+    cr_assert_eq(merge_body(h, "r1",
+                            "{\"messages\":[{\"id\":\"a1\",\"role\":\"assistant\","
+                            "\"content\":\"Hi\"}]}"),
+                 1);
+    cr_assert_gt(agw_history_text_bytes(h), 0);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, " there", 6), 1, "held as text");
+    ev(h, "r2",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":\"a1\"}");
+    expect(h, "[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hi there\","
+              "\"toolCalls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":"
+              "{\"name\":\"f\",\"arguments\":\"\"}}]}]");
+    cr_assert_eq(agw_history_malformed(h), 0);
+    agw_history_free(h);
+}
+
 /* What the body's whole reading with JSON_REJECT_DUPLICATES makes, whatever the scanner does. */
 Test(history, merge_body_is_merge_of_the_body_read_whole)
 {
@@ -1169,8 +1222,6 @@ Test(history, a_shed_text_that_cannot_be_read_back_is_counted)
     mini_free(&st);
 }
 
-/* A text still growing keeps its buffer across sheddings (no new pages for its next deltas); its
- * TEXT_MESSAGE_END lets the next shedding free it. */
 /* Saved values are shed too (not one with tool calls): compared by length and hash, read back for
  * a page or when they change. */
 Test(history, saved_values_are_shed_and_read_back)
@@ -1222,6 +1273,39 @@ Test(history, saved_values_are_shed_and_read_back)
     mini_free(&st);
 }
 
+/* An input message held as text (input_messages_held_as_text_when_compact) is shed once saved, as
+ * a value is, whatever its size: compared by length and hash, read back for a page. */
+Test(history, input_text_is_shed_as_a_value)
+{
+    struct mini_store st = {0};
+    struct agw_history *h = agw_history_new(10);
+    const char *body = "{\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"}]}";
+    struct agw_history_query q;
+    json_t *page;
+
+    agw_history_set_loader(h, mini_load, &st);
+    cr_assert_eq(merge_body(h, "r1", body), 1);
+    cr_assert_gt(agw_history_text_bytes(h), 0, "held as text");
+    save(h, &st);
+    cr_assert_gt(agw_history_shed(h, 1000), 0, "shed whatever its size");
+    cr_assert_eq(agw_history_text_bytes(h), 0, "its buffer given back");
+    cr_assert_eq(merge_body(h, "r2", body), 0, "resent: equal without a read");
+    cr_assert_eq(st.loads, 0);
+    cr_assert_eq(agw_history_query_parse("", &q, NULL, 0), 0);
+    page = agw_history_page(h, &q);
+    cr_assert_not_null(page);
+    cr_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(page, "messages"), 0), "content")),
+                     "Hi");
+    json_decref(page);
+    cr_assert_eq(st.loads, 1, "read back for the page");
+    cr_assert_eq(agw_history_load_errors(h), 0);
+    agw_history_free(h);
+    mini_free(&st);
+}
+
+/* A text still growing keeps its buffer across sheddings (no new pages for its next deltas); its
+ * TEXT_MESSAGE_END lets the next shedding free it. */
 Test(history, an_ended_text_gives_its_buffer_back)
 {
     struct mini_store st = {0};
