@@ -1662,7 +1662,10 @@ size_t agw_history_shed(struct agw_history *h, size_t min_bytes)
         if (it->changed || it->saved_parts == 0)
             continue; /* not as saved */
         if (it->msg != NULL) {
-            freed += shed_value(h, i);
+            /* (not a text parsed since it was saved, item_msg(): the store holds its text,
+             * not the value's dump that shed_value() would check what it reads back against) */
+            if (!it->whole)
+                freed += shed_value(h, i);
             continue;
         }
         if (it->shed_value)
