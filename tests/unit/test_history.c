@@ -50,6 +50,21 @@ static void expect(struct agw_history *h, const char *expected)
     json_decref(got);
 }
 
+/* The content of message <i> on the thread's first page is <want>. */
+static void expect_page_content(struct agw_history *h, size_t i, const char *want)
+{
+    struct agw_history_query q;
+    json_t *page;
+
+    cr_assert_eq(agw_history_query_parse("", &q, NULL, 0), 0);
+    page = agw_history_page(h, &q);
+    cr_assert_not_null(page);
+    cr_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(page, "messages"), i), "content")),
+                     want);
+    json_decref(page);
+}
+
 static void expect_runs(const struct agw_history *h, const char *const *runs, size_t n)
 {
     cr_assert_eq(agw_history_count(h), n);
@@ -1082,8 +1097,6 @@ Test(history, a_shed_text_grows_by_pieces_and_reads_back_whole)
     struct mini_store st = {0};
     struct agw_history *h = shed_thread(&st);
     struct agw_history_row r;
-    struct agw_history_query q;
-    json_t *page;
     char *d;
 
     cr_assert_eq(st.len[1], strlen(A1_TEXT) - 2, "the store holds the text in pieces");
@@ -1097,13 +1110,7 @@ Test(history, a_shed_text_grows_by_pieces_and_reads_back_whole)
     save(h, &st);
     agw_history_shed(h, 0);
     /* a page and a dump read the text back, and leave it shed */
-    cr_assert_eq(agw_history_query_parse("", &q, NULL, 0), 0);
-    page = agw_history_page(h, &q);
-    cr_assert_not_null(page);
-    cr_assert_str_eq(json_string_value(json_object_get(
-                         json_array_get(json_object_get(page, "messages"), 1), "content")),
-                     "Hello, world!");
-    json_decref(page);
+    expect_page_content(h, 1, "Hello, world!");
     cr_assert_eq(st.loads, 2, "u1 (a value, shed too) and a1");
     d = agw_history_dump(h);
     cr_assert(strstr(d, "\"content\":\"Hello, world!\"") != NULL, "%s", d);
@@ -1280,8 +1287,6 @@ Test(history, input_text_is_shed_as_a_value)
     struct mini_store st = {0};
     struct agw_history *h = agw_history_new(10);
     const char *body = "{\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"}]}";
-    struct agw_history_query q;
-    json_t *page;
 
     agw_history_set_loader(h, mini_load, &st);
     cr_assert_eq(merge_body(h, "r1", body), 1);
@@ -1291,13 +1296,7 @@ Test(history, input_text_is_shed_as_a_value)
     cr_assert_eq(agw_history_text_bytes(h), 0, "its buffer given back");
     cr_assert_eq(merge_body(h, "r2", body), 0, "resent: equal without a read");
     cr_assert_eq(st.loads, 0);
-    cr_assert_eq(agw_history_query_parse("", &q, NULL, 0), 0);
-    page = agw_history_page(h, &q);
-    cr_assert_not_null(page);
-    cr_assert_str_eq(json_string_value(json_object_get(
-                         json_array_get(json_object_get(page, "messages"), 0), "content")),
-                     "Hi");
-    json_decref(page);
+    expect_page_content(h, 0, "Hi");
     cr_assert_eq(st.loads, 1, "read back for the page");
     cr_assert_eq(agw_history_load_errors(h), 0);
     agw_history_free(h);
