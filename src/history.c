@@ -864,29 +864,54 @@ static bool item_is_bytes(struct item *it, const char *raw, size_t len)
     return n == len && memcmp(j, raw, len) == 0;
 }
 
+/* The end of the JSON string that starts at <p> (its opening quote), in the <n> bytes from <p>: the
+ * byte after its closing quote, or NULL. */
+static const char *string_end(const char *p, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        if (p[i] == '\\')
+            i++;
+        else if (p[i] == '"')
+            return p + i + 1;
+    }
+    return NULL;
+}
+
 /* A new item for input message <e> (value <v>) held as text, as a text message made by events is,
  * when its bytes are {"id":…,"role":…,"content":"…"} exactly as a compact dump of <v> writes them
- * (the form chat messages have): its text is those bytes, no value is kept. A message as jansson
- * holds it costs about half a kilobyte in eleven blocks (a user's "Hello"); held as text, the
- * bytes and one block. NULL for any other message (other members, a structured content, another
- * order or spacing, other escapes): held as a value. */
+ * (the form chat messages have; the members in that order, as a delta is appended to the text's
+ * end): its text is those bytes, no value is kept. A message as jansson holds it costs about half a
+ * kilobyte in eleven blocks (a user's "Hello"); held as text, the bytes and one block. NULL for any
+ * other message (other members or another order, a structured content, spacing, other escapes):
+ * held as a value. */
 static struct item *raw_text_item(const struct elem *e, const json_t *v, const char *run_id)
 {
-    static const char head[] = "{\"id\":\"";
+    static const char head[] = "{\"id\":", role_key[] = ",\"role\":",
+                      content_key[] = ",\"content\":\"";
     const json_t *id = json_object_get(v, "id"), *role = json_object_get(v, "role");
+    const char *p, *end;
     struct item *it = NULL;
     char *dump;
 
-    if (e->raw == NULL || e->raw_len < sizeof(head) - 1 + TEXT_CLOSE_LEN ||
-        memcmp(e->raw, head, sizeof(head) - 1) != 0 || json_object_size(v) != 3 ||
-        !json_is_string(id) || !json_is_string(role) ||
-        !json_is_string(json_object_get(v, "content")))
+    if (e->raw == NULL || json_object_size(v) != 3 || !json_is_string(id) ||
+        !json_is_string(role) || !json_is_string(json_object_get(v, "content")))
         return NULL;
+    /* the members' order, from the bytes: id, role, content */
+    p = e->raw;
+    end = e->raw + e->raw_len;
+    if ((size_t)(end - p) < sizeof(head) || memcmp(p, head, sizeof(head) - 1) != 0 ||
+        (p = string_end(p + sizeof(head) - 1, (size_t)(end - p) - (sizeof(head) - 1))) == NULL ||
+        (size_t)(end - p) < sizeof(role_key) || memcmp(p, role_key, sizeof(role_key) - 1) != 0 ||
+        (p = string_end(p + sizeof(role_key) - 1, (size_t)(end - p) - (sizeof(role_key) - 1))) ==
+            NULL ||
+        (size_t)(end - p) < sizeof(content_key) - 1 + TEXT_CLOSE_LEN ||
+        memcmp(p, content_key, sizeof(content_key) - 1) != 0)
+        return NULL;
+    /* and every byte as a compact dump writes it */
     dump = json_dumps(v, JSON_COMPACT);
     if (dump == NULL)
         abort(); /* the tree holds only valid values: only allocation can fail */
-    if (strlen(dump) == e->raw_len && memcmp(dump, e->raw, e->raw_len) == 0 &&
-        strncmp(dump + e->raw_len - TEXT_CLOSE_LEN, TEXT_CLOSE, TEXT_CLOSE_LEN) == 0) {
+    if (strlen(dump) == e->raw_len && memcmp(dump, e->raw, e->raw_len) == 0) {
         it = item_new(json_string_value(id), json_string_length(id), run_id);
         text_put(it, e->raw, e->raw_len - TEXT_CLOSE_LEN);
         it->text_ended = true;

@@ -826,15 +826,19 @@ Test(history, input_messages_held_as_text_when_compact)
                             "{\"id\":\"u3\",\"role\":\"user\",\"content\":\"b\",\"name\":\"n\"},"
                             "{\"id\":\"u4\",\"role\":\"user\",\"content\":[{\"type\":\"text\"}]},"
                             "{\"id\":\"u5\",\"role\":\"user\",\"content\":\"\\u0041\"},"
-                            "{\"role\":\"user\",\"id\":\"u6\",\"content\":\"c\"}]}"),
-                 5);
+                            "{\"role\":\"user\",\"id\":\"u6\",\"content\":\"c\"},"
+                            "{\"id\":\"u7\",\"content\":\"d\",\"role\":\"user\"}]}"),
+                 6);
     cr_assert_eq(agw_history_text_bytes(h), held, "none of them held as text");
+    /* (a delta goes to the content, whatever the order of the members) */
+    ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"u7\",\"delta\":\"!\"}");
     expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Caf\u00e9 \\\"x\\\"\"},"
               "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"a\"},"
               "{\"id\":\"u3\",\"role\":\"user\",\"content\":\"b\",\"name\":\"n\"},"
               "{\"id\":\"u4\",\"role\":\"user\",\"content\":[{\"type\":\"text\"}]},"
               "{\"id\":\"u5\",\"role\":\"user\",\"content\":\"A\"},"
-              "{\"role\":\"user\",\"id\":\"u6\",\"content\":\"c\"}]");
+              "{\"role\":\"user\",\"id\":\"u6\",\"content\":\"c\"},"
+              "{\"id\":\"u7\",\"content\":\"d!\",\"role\":\"user\"}]");
     agw_history_free(h);
 
     /* an assistant message sent as text goes on growing, and takes a tool call */
