@@ -10,6 +10,7 @@
 
 #include "agw/capture.h"
 #include "agw/history.h"
+#include "agw/jscan.h"
 
 #define DUMP_VERSION   1
 #define LINEAR_MAX     8     /* messages a thread finds by a scan, without a table */
@@ -864,19 +865,6 @@ static bool item_is_bytes(struct item *it, const char *raw, size_t len)
     return n == len && memcmp(j, raw, len) == 0;
 }
 
-/* The end of the JSON string that starts at <p> (its opening quote), in the <n> bytes from <p>: the
- * byte after its closing quote, or NULL. */
-static const char *string_end(const char *p, size_t n)
-{
-    for (size_t i = 1; i < n; i++) {
-        if (p[i] == '\\')
-            i++;
-        else if (p[i] == '"')
-            return p + i + 1;
-    }
-    return NULL;
-}
-
 /* A new item for input message <e> (value <v>) held as text, as a text message made by events is,
  * when its bytes are {"id":…,"role":…,"content":"…"} exactly as a compact dump of <v> writes them
  * (the form chat messages have; the members in that order, as a delta is appended to the text's
@@ -886,26 +874,25 @@ static const char *string_end(const char *p, size_t n)
  * held as a value. */
 static struct item *raw_text_item(const struct elem *e, const json_t *v, const char *run_id)
 {
-    static const char head[] = "{\"id\":", role_key[] = ",\"role\":",
-                      content_key[] = ",\"content\":\"";
+    static const char *const order[] = {"id", "role", "content"};
     const json_t *id = json_object_get(v, "id"), *role = json_object_get(v, "role");
-    const char *p, *end;
+    struct agw_jscan w;
+    const char *key;
+    size_t key_len, k = 0;
     struct item *it = NULL;
     char *dump;
+    int rc;
 
     if (e->raw == NULL || json_object_size(v) != 3 || !json_is_string(id) ||
         !json_is_string(role) || !json_is_string(json_object_get(v, "content")))
         return NULL;
     /* the members' order, from the bytes: id, role, content */
-    p = e->raw;
-    end = e->raw + e->raw_len;
-    if ((size_t)(end - p) < sizeof(head) || memcmp(p, head, sizeof(head) - 1) != 0 ||
-        (p = string_end(p + sizeof(head) - 1, (size_t)(end - p) - (sizeof(head) - 1))) == NULL ||
-        (size_t)(end - p) < sizeof(role_key) || memcmp(p, role_key, sizeof(role_key) - 1) != 0 ||
-        (p = string_end(p + sizeof(role_key) - 1, (size_t)(end - p) - (sizeof(role_key) - 1))) ==
-            NULL ||
-        (size_t)(end - p) < sizeof(content_key) - 1 + TEXT_CLOSE_LEN ||
-        memcmp(p, content_key, sizeof(content_key) - 1) != 0)
+    if (!agw_jscan_open(&w, e->raw, e->raw + e->raw_len, 0, true))
+        return NULL;
+    while ((rc = agw_jscan_next(&w, &key, &key_len)) == 1)
+        if (k == 3 || !agw_streq_n(key, key_len, order[k++]) || !agw_jscan_skip(&w))
+            return NULL;
+    if (rc != 0)
         return NULL;
     /* and every byte as a compact dump writes it */
     dump = json_dumps(v, JSON_COMPACT);
