@@ -281,14 +281,12 @@ static void capture_age_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* The capture of <r> took lines: the age timer watches it. */
+/* The capture of <r> (not on the list) took lines: the age timer watches it. */
 static void aging_join(struct agw_relay *r)
 {
     struct agw_relay_set *set = r->set;
     const struct timeval tick = {.tv_sec = 0, .tv_usec = CAPTURE_AGE_MS * 1000};
 
-    if (r->in_aging)
-        return;
     if (TAILQ_EMPTY(&set->aging)) {
         if (set->age_timer == NULL)
             set->age_timer = event_new(set->base, -1, EV_PERSIST, capture_age_cb, set);
