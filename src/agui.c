@@ -113,6 +113,10 @@ struct agw_agui {
     /* the content event being emitted, as a fast path read it (agw_agui_emitting_content()) */
     struct agw_agui_content emitting;
     bool has_emitting;
+    /* the type of the flat event being emitted, as a fast path read it (agw_agui_emitting_type()):
+     * its bytes between the quotes, or NULL */
+    const char *emitting_type;
+    size_t emitting_type_len;
     /* "RUN_FINISHED" or "RUN_ERROR[:<code>]" (a long code is cut: OUTCOME_MAX) once FINISHED; a
      * static string or <outcome_buf>, which holds one with a code (owned; allocated at the end:
      * an open stream does not carry its room) */
@@ -956,6 +960,17 @@ static const struct span *flat_id(const struct flat_event *fe, enum item_kind ki
     return id->p != NULL && !id->escaped ? id : NULL;
 }
 
+/* Writes <data>, the flat event <fe> a fast path read whole, unchanged, telling the sink its type
+ * (agw_agui_emitting_type()). */
+static void write_flat(struct agw_agui *a, const struct agw_agui_sink *out,
+                       const struct flat_event *fe, const char *data, size_t len)
+{
+    a->emitting_type = fe->type.p;
+    a->emitting_type_len = fe->type.n;
+    write_frame(a, out, data, len);
+    a->emitting_type = NULL;
+}
+
 /* The lifecycle events of a plain run (RUN_STARTED and RUN_FINISHED with the client's ids, starts
  * with everything the full path would add, ends of open items, other events while running) need no
  * change either: they are relayed raw, with the bookkeeping the full path does, and without
@@ -979,14 +994,14 @@ static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, cons
         if (a->state != AGW_AGUI_ST_IDLE || !span_is(&fe->thread_id, a->thread_id) ||
             !span_is(&fe->run_id, a->run_id))
             return false;
-        write_frame(a, out, data, len);
+        write_flat(a, out, fe, data, len);
         set_state(a, AGW_AGUI_ST_RUNNING);
         return true;
     case EV_RUN_FINISHED:
         if (a->state != AGW_AGUI_ST_RUNNING || a->n_open > 0 ||
             !span_is(&fe->thread_id, a->thread_id) || !span_is(&fe->run_id, a->run_id))
             return false;
-        write_frame(a, out, data, len);
+        write_flat(a, out, fe, data, len);
         finish(a, NULL, false);
         return true;
     case EV_OPEN:
@@ -994,19 +1009,19 @@ static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, cons
             (kind == ITEM_TEXT_MESSAGE && fe->role.p == NULL) ||
             find_open(a, kind, id->p, id->n, NULL) || !push_open(a, kind, id->p, id->n))
             return false;
-        write_frame(a, out, data, len);
+        write_flat(a, out, fe, data, len);
         return true;
     case EV_CLOSE:
         if (a->state != AGW_AGUI_ST_RUNNING || (id = flat_id(fe, kind)) == NULL ||
             !find_open(a, kind, id->p, id->n, &at))
             return false;
         remove_open(a, at);
-        write_frame(a, out, data, len);
+        write_flat(a, out, fe, data, len);
         return true;
     case EV_PASS:
         if (a->state != AGW_AGUI_ST_RUNNING)
             return false;
-        write_frame(a, out, data, len);
+        write_flat(a, out, fe, data, len);
         return true;
     case EV_RUN_ERROR:
     case EV_CONTENT:
@@ -1088,6 +1103,15 @@ bool agw_agui_emitting_content(const struct agw_agui *a, struct agw_agui_content
     if (!a->has_emitting)
         return false;
     *c = a->emitting;
+    return true;
+}
+
+bool agw_agui_emitting_type(const struct agw_agui *a, const char **type, size_t *len)
+{
+    if (a->emitting_type == NULL)
+        return false;
+    *type = a->emitting_type;
+    *len = a->emitting_type_len;
     return true;
 }
 

@@ -140,10 +140,13 @@ static enum kind classify(const char *t, size_t n)
 
 /* ---- the buffer ------------------------------------------------------------------------------ */
 
-/* The buffer's first size, doubled as needed. Small: a run that waits (on a model, a tool, a human)
- * keeps what it captured so far for as long as it waits, often a message's start and a few deltas;
- * a long run's doublings are a handful of realloc() calls. */
-#define CAPTURE_FIRST_CAP 256
+/* The buffer's first size, then its second, then doubled as needed. The first is small: a run that
+ * waits (on a model, a tool, a human) keeps what it captured until the relay's age timer takes it,
+ * often a message's start and a few deltas. One that outgrows it is streaming: the second holds a
+ * short answer whole (a chat turn of 10 deltas is about 1.4 KB here), so a short run makes one
+ * realloc() instead of four (256 to 2,048 bytes by doubling). */
+#define CAPTURE_FIRST_CAP  256
+#define CAPTURE_SECOND_CAP 2048
 
 /* Makes room for <n> more bytes; returns where they go. */
 static char *room(struct agw_capture *c, size_t n)
@@ -163,7 +166,9 @@ static char *room(struct agw_capture *c, size_t n)
         c->buf_is_chunk = true;
     }
     if (c->cap - c->len < n) {
-        size_t cap = c->cap > 0 ? c->cap : CAPTURE_FIRST_CAP;
+        size_t cap = c->cap == 0                   ? CAPTURE_FIRST_CAP
+                     : c->cap < CAPTURE_SECOND_CAP ? CAPTURE_SECOND_CAP
+                                                   : c->cap;
         c->buf_is_chunk = false; /* a chunk outgrown by an event too big for it */
         while (cap - c->len < n)
             cap *= 2;
@@ -195,9 +200,10 @@ static void keep(struct agw_capture *c, const char *json, size_t len)
     close_open(c);
     d = room(c, len + 1);
     memcpy(d, json, len);
-    for (size_t i = 0; i < len; i++)
-        if (d[i] == '\n' || d[i] == '\r')
-            d[i] = '\t';
+    if (memchr(d, '\n', len) != NULL || memchr(d, '\r', len) != NULL) /* (rare: memchr is quick) */
+        for (size_t i = 0; i < len; i++)
+            if (d[i] == '\n' || d[i] == '\r')
+                d[i] = '\t';
     d[len] = '\n';
     c->len += len + 1;
 }
@@ -269,6 +275,22 @@ void agw_capture_event(struct agw_capture *c, const char *json, size_t len)
         return;
     }
     coalesce(c, kind, id, &ev.delta);
+}
+
+void agw_capture_typed(struct agw_capture *c, const char *type, size_t type_len, const char *json,
+                       size_t len)
+{
+    switch (classify(type, type_len)) {
+    case KIND_DROP:
+        return;
+    case KIND_KEEP:
+        keep(c, json, len);
+        return;
+    case KIND_TEXT:
+    case KIND_ARGS: /* its id and delta are read by the scan */
+        break;
+    }
+    agw_capture_event(c, json, len);
 }
 
 void agw_capture_content(struct agw_capture *c, bool args, const char *id, size_t id_len,

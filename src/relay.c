@@ -361,12 +361,16 @@ static void relay_emit(void *arg, const char *json, size_t len, bool pass)
 
     if (r->capture != NULL) {
         struct agw_agui_content ct;
+        const char *type;
+        size_t type_len;
 
         if (!r->in_aging)
             aging_join(r);
-        /* a delta the normaliser's fast path read needs no second scan */
+        /* a delta, or a type, the normaliser's fast path read needs no second scan */
         if (agw_agui_emitting_content(r->agui, &ct))
             agw_capture_content(r->capture, ct.args, ct.id, ct.id_len, ct.delta, ct.delta_len);
+        else if (agw_agui_emitting_type(r->agui, &type, &type_len))
+            agw_capture_typed(r->capture, type, type_len, json, len);
         else
             agw_capture_event(r->capture, json, len);
         if (agw_capture_size(r->capture) >= CAPTURE_FLUSH_BYTES)

@@ -73,6 +73,14 @@ struct agw_agui_content {
  * event read by a fast path; false for any other (another type, or an event the full path wrote).
  */
 bool agw_agui_emitting_content(const struct agw_agui *a, struct agw_agui_content *c);
+/* Inside the sink's emit(): true when the event being emitted is one a fast path read whole, and
+ * writes as it read it, as a flat object of another kind than content (a run's start or end, an
+ * item's start or end, any other event relayed unchanged): one JSON object whose members are
+ * strings, integers and booleans, no key escaped, no line break, "type" given once. <type> and
+ * <len> get that type's bytes between its quotes, inside the event's bytes, written without an
+ * escape: what jansson reads as the event's "type". False for any other event. So a sink that sorts
+ * events by type (the thread history's capture) need not scan them again. */
+bool agw_agui_emitting_type(const struct agw_agui *a, const char **type, size_t *len);
 
 /* For tests: with <on> false, every frame goes through the full path (parsed by jansson), never the
  * allocation-free fast paths, whose output must be the same. On by default. */

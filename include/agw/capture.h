@@ -46,6 +46,14 @@ void agw_capture_event(struct agw_capture *c, const char *json, size_t len);
 void agw_capture_content(struct agw_capture *c, bool args, const char *id, size_t id_len,
                          const char *delta, size_t delta_len);
 
+/* What agw_capture_event() does with an event whose "type" the caller has read already
+ * (agw_agui_emitting_type()): <json> is one JSON object as jansson reads it, with the unescaped
+ * string <type> (<type_len> bytes, without its quotes) as its only "type". Dropped or kept by that
+ * type without a scan; a content event is scanned for its id and delta as by agw_capture_event().
+ */
+void agw_capture_typed(struct agw_capture *c, const char *type, size_t type_len, const char *json,
+                       size_t len);
+
 /* Bytes held, the open coalesced event included (without the 3 bytes that close it). */
 size_t agw_capture_size(const struct agw_capture *c);
 

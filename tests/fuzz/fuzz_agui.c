@@ -21,7 +21,7 @@
  * starts do not reopen one, nothing is open at RUN_FINISHED; agw_agui_feed() returns 1 exactly when
  * the run is finished, and agw_agui_finished(), agw_agui_events_out() and agw_agui_outcome() agree
  * with the output. What agw_agui_emitting_content() tells the sink of an event is that event's
- * type, id and delta, as tokens inside its bytes.
+ * type, id and delta, as tokens inside its bytes; what agw_agui_emitting_type() tells, its type.
  *
  *   tests/fuzz/build.sh _build-fuzz agui            (or by hand:)
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I_build src/agui.c src/sse.c \
@@ -111,11 +111,40 @@ static void check_content_hint(const struct agw_agui *a, const char *json, size_
         fatal("a content hint that is not the event's id and delta");
 }
 
+/* What agw_agui_emitting_type() says of the event emitted must be what the event is: one JSON
+ * object whose "type" is that string (written without an escape, inside its bytes); and never for a
+ * content event, which agw_agui_emitting_content() describes. (An "ag-kit" backend's event is the
+ * translation the fast path read, not the data fed.) */
+static void check_type_hint(const struct agw_agui *a, const char *json, size_t len)
+{
+    struct agw_agui_content c;
+    const char *type;
+    size_t n;
+    json_t *ev, *want;
+    bool ok;
+
+    if (!agw_agui_emitting_type(a, &type, &n))
+        return;
+    if (agw_agui_emitting_content(a, &c))
+        fatal("a type hint for a content event");
+    if (type <= json || type + n >= json + len || type[-1] != '"' || type[n] != '"' ||
+        memchr(type, '\\', n) != NULL)
+        fatal("a type hint that is not an unescaped string inside the event");
+    ev = json_loadb(json, len, 0, NULL);
+    want = json_stringn(type, n);
+    ok = json_is_object(ev) && want != NULL && json_equal(json_object_get(ev, "type"), want);
+    json_decref(ev);
+    json_decref(want);
+    if (!ok)
+        fatal("a type hint that is not the event's type");
+}
+
 static void emit(void *arg, const char *json, size_t len, bool pass)
 {
     struct sink_ctx *c = arg;
 
     check_content_hint(c->a, json, len);
+    check_type_hint(c->a, json, len);
     if (pass && (json != c->fed || len != c->fed_len))
         fatal("an event passed unchanged that is not the data fed");
     if (memchr(json, '\n', len) != NULL || memchr(json, '\r', len) != NULL)

@@ -2,7 +2,9 @@
  * (1 + b % 16), how often the capture is taken (every (b >> 4) % 8 events; 0 = once, at the end)
  * and, with its high bit, the separator of the events that follow: '\n' (JSON Lines, readable
  * corpora) or 0x1e (RFC 7464's record separator, so that events may hold raw line breaks). Each
- * event is fed from a heap copy of exactly its length, so that a read past it is caught.
+ * event is fed from a heap copy of exactly its length, so that a read past it is caught. Every
+ * other event that jansson reads as an object with a string "type" is given with that type
+ * (agw_capture_typed(), as the relay gives what the normaliser read), the others scanned.
  *
  * Invariants on top of the sanitizers:
  * - the capture holds what it says (agw_capture_size() before a take is the taken length, or that
@@ -157,15 +159,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     c = agw_capture_new();
     for (size_t i = 0; i < ev.n; i++) {
         char *copy = malloc(ev.v[i].n > 0 ? ev.v[i].n : 1);
-        json_t *v;
+        json_t *v, *type;
 
         check(copy != NULL, "malloc");
         memcpy(copy, ev.v[i].p, ev.v[i].n);
         v = json_loadb(copy, ev.v[i].n, 0, NULL);
         if (v != NULL)
             agw_history_apply(direct, "r1", v);
+        type = json_object_get(v, "type");
+        if (i % 2 == 1 && json_is_string(type)) /* as the relay gives what the normaliser read */
+            agw_capture_typed(c, json_string_value(type), json_string_length(type), copy,
+                              ev.v[i].n);
+        else
+            agw_capture_event(c, copy, ev.v[i].n);
         json_decref(v);
-        agw_capture_event(c, copy, ev.v[i].n);
         free(copy);
         fed++;
         if (every > 0 && fed % every == 0)

@@ -1329,6 +1329,64 @@ Test(agui, the_sink_is_told_the_id_and_delta_of_fast_content)
     agw_agui_free(h.a);
 }
 
+/* A sink that records what agw_agui_emitting_type() says of each event. */
+static void type_emit(void *arg, const char *json, size_t len, bool pass)
+{
+    struct hint_ctx *h = arg;
+    const char *type;
+    size_t n;
+
+    cr_assert_lt(h->n, 8);
+    if (!agw_agui_emitting_type(h->a, &type, &n)) {
+        snprintf(h->seen[h->n++], sizeof(h->seen[0]), "-");
+        return;
+    }
+    cr_assert(pass, "here, a typed event is the upstream's own bytes");
+    cr_assert(type > json && type + n < json + len, "the type is inside the event");
+    cr_assert_eq(type[-1], '"');
+    cr_assert_eq(type[n], '"');
+    snprintf(h->seen[h->n++], sizeof(h->seen[0]), "%.*s", (int)n, type);
+}
+
+/* The sink learns the type of every event a fast path relayed unchanged but a content one (which
+ * says more through agw_agui_emitting_content()), and nothing of an event the full path wrote. */
+Test(agui, the_sink_is_told_the_type_of_a_flat_event)
+{
+    const char *const frames[] = {
+        "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+        "{\"role\":\"assistant\",\"messageId\":\"m\",\"type\":\"TEXT_MESSAGE_START\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"a\"}",
+        "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m\",\"timestamp\":1.5}",
+        "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m\"}",
+        "{\"type\":\"CUSTOM\",\"name\":\"n\",\"value\":true}",
+        "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+    };
+    /* the fourth: a float timestamp, rewritten by the full path (then the fifth is an end of
+     * nothing open: not written at all) */
+    const char *const want[] = {"RUN_STARTED", "TEXT_MESSAGE_START", "-", "-",
+                                "CUSTOM",      "RUN_FINISHED"};
+    struct hint_ctx h = {0};
+    const struct agw_agui_sink sink = {type_emit, &h};
+
+    h.a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    for (size_t i = 0; i < AGW_ARRAY_LEN(frames); i++)
+        agw_agui_feed(h.a, frames[i], strlen(frames[i]), &sink);
+    cr_assert_eq(h.n, (int)AGW_ARRAY_LEN(want));
+    for (int i = 0; i < h.n; i++)
+        cr_assert_str_eq(h.seen[i], want[i], "event %d", i);
+    agw_agui_free(h.a);
+    /* the full path tells nothing */
+    memset(&h, 0, sizeof(h));
+    h.a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    agw_agui_set_fast_paths(h.a, false);
+    for (size_t i = 0; i < AGW_ARRAY_LEN(frames); i++)
+        agw_agui_feed(h.a, frames[i], strlen(frames[i]), &sink);
+    cr_assert_gt(h.n, 0);
+    for (int i = 0; i < h.n; i++)
+        cr_assert_str_eq(h.seen[i], "-", "event %d", i);
+    agw_agui_free(h.a);
+}
+
 Test(agui, other_events_pass_through_raw)
 {
     const char *const frames[] = {

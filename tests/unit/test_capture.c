@@ -484,6 +484,53 @@ Test(capture, content_given_by_its_tokens_is_the_event)
     agw_capture_free(b);
 }
 
+/* An event given with its type (agw_capture_typed(): a type the normaliser read) is kept or dropped
+ * as agw_capture_event() does after its own scan: kept types byte for byte, dropped ones leaving a
+ * run of deltas open, content events scanned for their id and delta. */
+Test(capture, an_event_given_with_its_type_is_the_event)
+{
+    static const struct {
+        const char *type, *event;
+    } evs[] = {
+        {"RUN_STARTED", "{'type':'RUN_STARTED','threadId':'t','runId':'r'}"},
+        {"TEXT_MESSAGE_START", "{'type':'TEXT_MESSAGE_START','messageId':'m1','role':'assistant'}"},
+        {"TEXT_MESSAGE_CONTENT", "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'He'}"},
+        {"STEP_STARTED", "{'stepName':'s','type':'STEP_STARTED'}"},
+        {"TEXT_MESSAGE_CONTENT", "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'llo'}"},
+        {"TEXT_MESSAGE_END", "{'messageId':'m1','type':'TEXT_MESSAGE_END','timestamp':12}"},
+        {"TOOL_CALL_START", "{'type':'TOOL_CALL_START','toolCallId':'c1','toolCallName':'f'}"},
+        {"TOOL_CALL_ARGS", "{'type':'TOOL_CALL_ARGS','toolCallId':'c1','delta':'{}'}"},
+        {"TOOL_CALL_END", "{'type':'TOOL_CALL_END','toolCallId':'c1'}"},
+        {"CUSTOM", "{'type':'CUSTOM','name':'n','value':true}"},
+        {"RUN_FINISHED", "{'type':'RUN_FINISHED','threadId':'t','runId':'r'}"},
+    };
+    struct agw_capture *a = agw_capture_new(), *b = agw_capture_new();
+    char *x, *y;
+
+    for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
+        size_t len, tl;
+        char *ev = dq(evs[i].event, &len), *type = dq(evs[i].type, &tl);
+        agw_capture_event(a, ev, len);
+        agw_capture_typed(b, type, tl, ev, len);
+        free(ev);
+        free(type);
+    }
+    x = take_str(a);
+    y = take_str(b);
+    cr_assert_str_eq(y, x);
+    cr_assert_str_eq(
+        y, "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\"}\n"
+           "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"Hello\"}\n"
+           "{\"messageId\":\"m1\",\"type\":\"TEXT_MESSAGE_END\",\"timestamp\":12}\n"
+           "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\"}\n"
+           "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{}\"}\n"
+           "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c1\"}\n");
+    free(x);
+    free(y);
+    agw_capture_free(a);
+    agw_capture_free(b);
+}
+
 Test(capture, escaped_deltas_concatenate_to_the_concatenated_text)
 {
     static const char *const a[] = {"say \\'hi\\'", "\\\\", "\\n", "x\\\\\\'", "\\'\\\\y"};
@@ -655,17 +702,20 @@ Test(capture, raw_line_breaks_become_tabs)
     static const char inside[] = "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a\nb\"}";
     static const char content[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\r\n\"messageId\":\"m1\","
                                   "\"delta\":\"x\"}";
+    static const char cr_only[] = "{\"type\":\"TOOL_CALL_END\",\r\"toolCallId\":\"c\"}";
     char *got;
     json_t *v;
 
     feed_raw(c, between, strlen(between) - 1);
     feed_raw(c, inside, strlen(inside));
     feed_raw(c, content, strlen(content));
+    feed_raw(c, cr_only, strlen(cr_only));
     got = take_str(c);
     cr_assert_str_eq(got, "{\"type\":\"TEXT_MESSAGE_END\",\t\t\"messageId\":\"m1\"}\n"
                           "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a\tb\"}\n"
                           "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\","
-                          "\"delta\":\"x\"}\n");
+                          "\"delta\":\"x\"}\n"
+                          "{\"type\":\"TOOL_CALL_END\",\t\"toolCallId\":\"c\"}\n");
     /* between tokens a tab is whitespace as CR LF was; inside a string it is refused as LF was */
     v = json_loads("{\"type\":\"TEXT_MESSAGE_END\",\t\t\"messageId\":\"m1\"}", 0, NULL);
     cr_assert_not_null(v);
