@@ -1293,6 +1293,34 @@ static void hint_emit(void *arg, const char *json, size_t len, bool pass)
              c.id, (int)c.delta_len, c.delta);
 }
 
+/* Feeds <frames> to a run on the fast paths, recording with <emit> what the sink is told of each
+ * event, which must be <want>; then the first <n_full> to a run on the full path, which tells the
+ * sink nothing ("-" for every event it writes). */
+static void expect_hints(void (*emit)(void *, const char *, size_t, bool),
+                         const char *const *frames, size_t n_frames, const char *const *want,
+                         size_t n_want, size_t n_full)
+{
+    struct hint_ctx h = {0};
+    const struct agw_agui_sink sink = {emit, &h};
+
+    h.a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    for (size_t i = 0; i < n_frames; i++)
+        agw_agui_feed(h.a, frames[i], strlen(frames[i]), &sink);
+    cr_assert_eq(h.n, (int)n_want);
+    for (int i = 0; i < h.n; i++)
+        cr_assert_str_eq(h.seen[i], want[i], "event %d", i);
+    agw_agui_free(h.a);
+    memset(&h, 0, sizeof(h));
+    h.a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    agw_agui_set_fast_paths(h.a, false);
+    for (size_t i = 0; i < n_full; i++)
+        agw_agui_feed(h.a, frames[i], strlen(frames[i]), &sink);
+    cr_assert_gt(h.n, 0);
+    for (int i = 0; i < h.n; i++)
+        cr_assert_str_eq(h.seen[i], "-", "event %d (full path)", i);
+    agw_agui_free(h.a);
+}
+
 /* The sink learns the id and delta of a content event the fast path read (the first of a message
  * and the ones after it, read through the cached prefix), and nothing of any other event. */
 Test(agui, the_sink_is_told_the_id_and_delta_of_fast_content)
@@ -1308,25 +1336,8 @@ Test(agui, the_sink_is_told_the_id_and_delta_of_fast_content)
     };
     const char *const want[] = {
         "-", "-", "T \"m\" \"a\\\"b\"", "T \"m\" \"c\"", "-", "A \"t\" \"{}\"", "-"};
-    struct hint_ctx h = {0};
-    const struct agw_agui_sink sink = {hint_emit, &h};
 
-    h.a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
-    for (size_t i = 0; i < AGW_ARRAY_LEN(frames); i++)
-        agw_agui_feed(h.a, frames[i], strlen(frames[i]), &sink);
-    cr_assert_eq(h.n, (int)AGW_ARRAY_LEN(want));
-    for (int i = 0; i < h.n; i++)
-        cr_assert_str_eq(h.seen[i], want[i], "event %d", i);
-    agw_agui_free(h.a);
-    /* the full path tells nothing */
-    memset(&h, 0, sizeof(h));
-    h.a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
-    agw_agui_set_fast_paths(h.a, false);
-    for (size_t i = 0; i < 4; i++)
-        agw_agui_feed(h.a, frames[i], strlen(frames[i]), &sink);
-    for (int i = 0; i < h.n; i++)
-        cr_assert_str_eq(h.seen[i], "-", "event %d", i);
-    agw_agui_free(h.a);
+    expect_hints(hint_emit, frames, AGW_ARRAY_LEN(frames), want, AGW_ARRAY_LEN(want), 4);
 }
 
 /* A sink that records what agw_agui_emitting_type() says of each event. */
@@ -1365,26 +1376,9 @@ Test(agui, the_sink_is_told_the_type_of_a_flat_event)
      * nothing open: not written at all) */
     const char *const want[] = {"RUN_STARTED", "TEXT_MESSAGE_START", "-", "-",
                                 "CUSTOM",      "RUN_FINISHED"};
-    struct hint_ctx h = {0};
-    const struct agw_agui_sink sink = {type_emit, &h};
 
-    h.a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
-    for (size_t i = 0; i < AGW_ARRAY_LEN(frames); i++)
-        agw_agui_feed(h.a, frames[i], strlen(frames[i]), &sink);
-    cr_assert_eq(h.n, (int)AGW_ARRAY_LEN(want));
-    for (int i = 0; i < h.n; i++)
-        cr_assert_str_eq(h.seen[i], want[i], "event %d", i);
-    agw_agui_free(h.a);
-    /* the full path tells nothing */
-    memset(&h, 0, sizeof(h));
-    h.a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
-    agw_agui_set_fast_paths(h.a, false);
-    for (size_t i = 0; i < AGW_ARRAY_LEN(frames); i++)
-        agw_agui_feed(h.a, frames[i], strlen(frames[i]), &sink);
-    cr_assert_gt(h.n, 0);
-    for (int i = 0; i < h.n; i++)
-        cr_assert_str_eq(h.seen[i], "-", "event %d", i);
-    agw_agui_free(h.a);
+    expect_hints(type_emit, frames, AGW_ARRAY_LEN(frames), want, AGW_ARRAY_LEN(want),
+                 AGW_ARRAY_LEN(frames));
 }
 
 Test(agui, other_events_pass_through_raw)
