@@ -384,22 +384,30 @@ static bool message_open(const struct agw_agui *a)
 
 /* ---- upstream events ------------------------------------------------------------------------- */
 
+/* strcmp() == 0, with most of the names that differ told apart by their first byte, inline: a
+ * lifecycle event is classified on every run at least four times (RUN_, TEXT_, TOOL_, STEP_,
+ * REASONING_; a few hundred instructions a time with a call per name). */
+static bool type_is(const char *type, const char *name)
+{
+    return type[0] == name[0] && strcmp(type, name) == 0;
+}
+
 static enum event_role classify(const char *type, enum item_kind *kind)
 {
-    if (strcmp(type, "RUN_STARTED") == 0)
+    if (type_is(type, "RUN_STARTED"))
         return EV_RUN_STARTED;
-    if (strcmp(type, "RUN_FINISHED") == 0)
+    if (type_is(type, "RUN_FINISHED"))
         return EV_RUN_FINISHED;
-    if (strcmp(type, "RUN_ERROR") == 0)
+    if (type_is(type, "RUN_ERROR"))
         return EV_RUN_ERROR;
     for (size_t k = 0; k < AGW_ARRAY_LEN(item_descs); k++) {
         const struct item_desc *d = &item_descs[k];
         *kind = (enum item_kind)k;
-        if (strcmp(type, d->start) == 0)
+        if (type_is(type, d->start))
             return EV_OPEN;
-        if (d->content != NULL && strcmp(type, d->content) == 0)
+        if (d->content != NULL && type_is(type, d->content))
             return EV_CONTENT;
-        if (strcmp(type, d->end) == 0)
+        if (type_is(type, d->end))
             return EV_CLOSE;
     }
     return EV_PASS;
