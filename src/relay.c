@@ -362,10 +362,8 @@ static void relay_emit(void *arg, const char *json, size_t len, bool pass)
     if (r->capture != NULL) {
         struct agw_agui_content ct;
         const char *type;
-        size_t type_len;
+        size_t type_len, held;
 
-        if (!r->in_aging)
-            aging_join(r);
         /* a delta, or a type, the normaliser's fast path read needs no second scan */
         if (agw_agui_emitting_content(r->agui, &ct))
             agw_capture_content(r->capture, ct.args, ct.id, ct.id_len, ct.delta, ct.delta_len);
@@ -373,8 +371,11 @@ static void relay_emit(void *arg, const char *json, size_t len, bool pass)
             agw_capture_typed(r->capture, type, type_len, json, len);
         else
             agw_capture_event(r->capture, json, len);
-        if (agw_capture_size(r->capture) >= CAPTURE_FLUSH_BYTES)
+        held = agw_capture_size(r->capture);
+        if (held >= CAPTURE_FLUSH_BYTES)
             flush_capture(r);
+        else if (held > 0 && !r->in_aging)
+            aging_join(r); /* (an event it dropped leaves nothing to age) */
     }
 
     if (r->legacy_client) { /* the thread's history keeps the AG-UI events, the client its own */
