@@ -1,10 +1,10 @@
 /* Incremental HTTP/1.1 parsers: responses for the upstream side, requests for the server side (see
  * include/agw/http1.h).
  *
- * Head: the parser looks for the blank line one line at a time with evbuffer_search_range(),
- * remembering how far it has looked (<scan>), so bytes are examined once however the head is cut
- * into reads, and never past <max_head>. Only a complete head is made contiguous (one pullup of
- * at most <max_head> bytes) and parsed as a plain block.
+ * Head: the parser looks for the blank line one line at a time (find_lf()), remembering how far
+ * it has looked (<scan>), so bytes are examined once however the head is cut into reads, and never
+ * past <max_head>. Only a complete head is made contiguous (one pullup of at most <max_head>
+ * bytes) and parsed as a plain block.
  *
  * Body: one decoder (decode()) walks a contiguous block and hands each run of body bytes to a
  * callback as (offset, length); framing bytes are not handed on. Two entry points use it. With
@@ -227,6 +227,56 @@ static const char *pullup(struct evbuffer *in, size_t n)
 
 /* ---- head ----------------------------------------------------------------------------------- */
 
+/* The bytes of <in>'s first chain, where a head that came in one read lies whole. */
+struct first_chain {
+    const char *b;
+    size_t len;
+};
+
+static struct first_chain first_chain(struct evbuffer *in)
+{
+    struct evbuffer_iovec v;
+    struct first_chain c = {NULL, 0};
+
+    if (evbuffer_peek(in, -1, NULL, &v, 1) >= 1) {
+        c.b = v.iov_base;
+        c.len = v.iov_len;
+    }
+    return c;
+}
+
+/* The offset in <in> of the first '\n' in [from, to), or -1; *cr = the byte before it when it is
+ * after <from> (else 0). What lies in the first chain is searched in place (memchr()), the rest
+ * through libevent's search: a head cut into several reads is the rare case. */
+static ev_ssize_t find_lf(struct evbuffer *in, const struct first_chain *c, size_t from, size_t to,
+                          char *cr)
+{
+    struct evbuffer_ptr a, z, lf;
+    size_t rest = from;
+
+    *cr = 0;
+    if (from < c->len) {
+        const char *q = memchr(c->b + from, '\n', (to < c->len ? to : c->len) - from);
+
+        if (q != NULL) {
+            if ((size_t)(q - c->b) > from)
+                *cr = q[-1];
+            return q - c->b;
+        }
+        if (to <= c->len)
+            return -1;
+        rest = c->len;
+    }
+    evbuffer_ptr_set(in, &a, rest, EVBUFFER_PTR_SET);
+    evbuffer_ptr_set(in, &z, to, EVBUFFER_PTR_SET);
+    lf = evbuffer_search_range(in, "\n", 1, &a, &z);
+    if (lf.pos > (ev_ssize_t)from) {
+        evbuffer_ptr_set(in, &a, (size_t)lf.pos - 1, EVBUFFER_PTR_SET);
+        evbuffer_copyout_from(in, &a, cr, 1);
+    }
+    return lf.pos;
+}
+
 /* What the header fields of one head said about framing. */
 struct framing {
     bool have_cl;
@@ -421,35 +471,36 @@ static ev_ssize_t find_head_end(struct agw_http1_parser *p, struct evbuffer *in)
 {
     size_t len = evbuffer_get_length(in);
     size_t limit = len < p->max_head ? len : p->max_head;
-    char start[7];
-    size_t k = limit < sizeof(start) ? limit : sizeof(start); /* within max_head: split-invariant */
+    size_t k = limit < 7 ? limit : 7; /* within max_head: split-invariant */
+    struct first_chain c = first_chain(in);
 
     if (p->scan > len)
         p->scan = 0; /* the caller drained <in>: start over rather than trust a stale offset */
     /* Fail fast on a peer that is not speaking HTTP/1 (TLS, HTTP/2, garbage) rather than wait
      * for max_head bytes or the idle timeout. */
     if (p->scan == 0) {
-        evbuffer_copyout(in, start, k);
-        if (memcmp(start, "HTTP/1.", k) != 0)
+        char start[7];
+        const char *s = start;
+
+        if (k > 0 && c.len >= k)
+            s = c.b;
+        else
+            evbuffer_copyout(in, start, k);
+        if (memcmp(s, "HTTP/1.", k) != 0)
             return -AGW_EPROTO;
     }
     while (p->scan < limit) {
-        struct evbuffer_ptr from, to, lf;
         char cr;
+        ev_ssize_t lf = find_lf(in, &c, p->scan, limit, &cr);
 
-        evbuffer_ptr_set(in, &from, p->scan, EVBUFFER_PTR_SET);
-        evbuffer_ptr_set(in, &to, limit, EVBUFFER_PTR_SET);
-        lf = evbuffer_search_range(in, "\n", 1, &from, &to);
-        if (lf.pos < 0)
+        if (lf < 0)
             break;
-        if ((size_t)lf.pos == p->scan ||
-            ((size_t)lf.pos == p->scan + 1 && evbuffer_copyout_from(in, &from, &cr, 1) == 1 &&
-             cr == '\r')) {
+        if ((size_t)lf == p->scan || ((size_t)lf == p->scan + 1 && cr == '\r')) {
             if (p->scan == 0)
                 return -AGW_EPROTO; /* an empty status line */
-            return lf.pos + 1;
+            return lf + 1;
         }
-        p->scan = (size_t)lf.pos + 1;
+        p->scan = (size_t)lf + 1;
     }
     return len >= p->max_head ? -AGW_ETOOBIG : AGW_AGAIN;
 }
@@ -549,6 +600,7 @@ static ev_ssize_t find_request_head_end(struct agw_http1_parser *p, struct evbuf
                                         struct agw_http1_request *req)
 {
     size_t len, line_max = p->lim.max_line + 2;
+    struct first_chain c;
 
     if (p->scan == 0) {
         unsigned char two[2];
@@ -564,10 +616,11 @@ static ev_ssize_t find_request_head_end(struct agw_http1_parser *p, struct evbuf
             return rc;
     }
     len = evbuffer_get_length(in);
+    c = first_chain(in);
     while (p->scan < len) {
-        struct evbuffer_ptr from, to, lf;
         size_t limit = p->scan + line_max;
-        char cr = 0;
+        char cr;
+        ev_ssize_t lf;
 
         if (limit > len)
             limit = len;
@@ -575,10 +628,8 @@ static ev_ssize_t find_request_head_end(struct agw_http1_parser *p, struct evbuf
             limit = p->max_head;
         if (limit <= p->scan)
             break;
-        evbuffer_ptr_set(in, &from, p->scan, EVBUFFER_PTR_SET);
-        evbuffer_ptr_set(in, &to, limit, EVBUFFER_PTR_SET);
-        lf = evbuffer_search_range(in, "\n", 1, &from, &to);
-        if (lf.pos < 0) {
+        lf = find_lf(in, &c, p->scan, limit, &cr);
+        if (lf < 0) {
             if (limit - p->scan >= line_max) {
                 snprintf(p->why, sizeof(p->why), "%s is limited to %zu bytes",
                          p->lines == 0 ? "URI too long: the request line"
@@ -588,14 +639,10 @@ static ev_ssize_t find_request_head_end(struct agw_http1_parser *p, struct evbuf
             }
             break;
         }
-        if ((size_t)lf.pos > p->scan) {
-            evbuffer_ptr_set(in, &from, (size_t)lf.pos - 1, EVBUFFER_PTR_SET);
-            evbuffer_copyout_from(in, &from, &cr, 1);
-        }
         if (cr != '\r')
             return refuse(p, req, 400, "bad request: lines must end with CR LF");
-        if ((size_t)lf.pos == p->scan + 1) /* "\r\n": the blank line */
-            return lf.pos + 1;
+        if ((size_t)lf == p->scan + 1) /* "\r\n": the blank line */
+            return lf + 1;
         if (p->lines > p->lim.max_fields) {
             snprintf(p->why, sizeof(p->why),
                      "request header fields too large: more than %u header fields",
@@ -603,7 +650,7 @@ static ev_ssize_t find_request_head_end(struct agw_http1_parser *p, struct evbuf
             return refuse(p, req, 431, p->why);
         }
         p->lines++;
-        p->scan = (size_t)lf.pos + 1;
+        p->scan = (size_t)lf + 1;
     }
     if (len >= p->max_head) {
         snprintf(p->why, sizeof(p->why),

@@ -37,6 +37,17 @@ static char *take_all(struct evbuffer *b, size_t *len)
     return s;
 }
 
+/* Appends <n> bytes to <in> as a chain of their own, as a socket read appends them: a head cut into
+ * reads lies in several chains, and the parser's search beyond the first chain is exercised. */
+static void add_read(struct evbuffer *in, const char *s, size_t n)
+{
+    struct evbuffer *read = evbuffer_new();
+
+    evbuffer_add(read, s, n);
+    evbuffer_add_buffer(in, read);
+    evbuffer_free(read);
+}
+
 /* Feeds <msg> in reads of <step> bytes (0 = all at once) to a parser with <max_head>, parsing the
  * head, then the body, after each read; then EOF when <eof> and the body is still open. With
  * <blocks>, each read after the head's goes to agw_http1_decode_body() as a memory block (what the
@@ -71,7 +82,7 @@ static void feed_mode(const char *msg, size_t len, size_t step, size_t max_head,
                 goto out;
             continue;
         }
-        evbuffer_add(in, msg + off, n);
+        add_read(in, msg + off, n);
         off += n;
         if (!head) {
             r->head_rc = agw_http1_parse_head(p, in, &r->resp);
@@ -1244,7 +1255,7 @@ static void req_feed(const char *msg, size_t step, struct req_run *r)
     for (size_t off = 0; off < len;) {
         size_t n = len - off < step ? len - off : step;
 
-        evbuffer_add(in, msg + off, n);
+        add_read(in, msg + off, n);
         off += n;
         if (!have_head) {
             r->head_rc = agw_http1_parse_request_head(p, in, &r->req);
