@@ -165,11 +165,20 @@ static uint64_t hash_bytes(const char *s, size_t n)
 
 #define HS_MUL 0x9E3779B97F4A7C15ULL
 
-static uint64_t hs_le64(const unsigned char *u)
+/* Eight bytes as a little-endian number: one load where the CPU is little-endian. (The eight shifts
+ * alone made GCC 12 at -O2 leave it a function, called four times per 32 bytes hashed.) */
+static inline uint64_t hs_le64(const unsigned char *u)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t x;
+
+    memcpy(&x, u, sizeof(x));
+    return x;
+#else
     return (uint64_t)u[0] | (uint64_t)u[1] << 8 | (uint64_t)u[2] << 16 | (uint64_t)u[3] << 24 |
            (uint64_t)u[4] << 32 | (uint64_t)u[5] << 40 | (uint64_t)u[6] << 48 |
            (uint64_t)u[7] << 56;
+#endif
 }
 
 static void hs_block(struct hs *s, const unsigned char *u)
