@@ -496,7 +496,9 @@ static ev_ssize_t find_head_end(struct agw_http1_parser *p, struct evbuffer *in)
 {
     size_t len = evbuffer_get_length(in);
     size_t limit = len < p->max_head ? len : p->max_head;
-    size_t k = limit < 7 ? limit : 7; /* within max_head: split-invariant */
+    static const char prefix[] = "HTTP/1.";
+    /* the prefix's bytes that are in, within max_head: split-invariant */
+    size_t k = limit < sizeof(prefix) - 1 ? limit : sizeof(prefix) - 1;
     struct first_chain c = first_chain(in);
 
     if (p->scan > len)
@@ -504,14 +506,14 @@ static ev_ssize_t find_head_end(struct agw_http1_parser *p, struct evbuffer *in)
     /* Fail fast on a peer that is not speaking HTTP/1 (TLS, HTTP/2, garbage) rather than wait
      * for max_head bytes or the idle timeout. */
     if (p->scan == 0) {
-        char start[7];
+        char start[sizeof(prefix) - 1];
         const char *s = start;
 
         if (k > 0 && c.len >= k)
             s = c.b;
         else
             evbuffer_copyout(in, start, k);
-        if (memcmp(s, "HTTP/1.", k) != 0)
+        if (memcmp(s, prefix, k) != 0)
             return -AGW_EPROTO;
     }
     while (p->scan < limit) {
