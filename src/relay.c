@@ -407,11 +407,12 @@ static void probe_client(struct agw_relay *r);
 /* Sends the client its 200 and the stream's headers: STREAMING. */
 static void start_client_stream(struct agw_relay *r)
 {
-    agw_req_add_header_static(r->req, "Content-Type", "text/event-stream");
-    agw_req_add_header_static(r->req, "Cache-Control", "no-cache");
-    agw_req_add_header_static(r->req, "X-Accel-Buffering", "no");
+    static const char fields[] = "Content-Type: text/event-stream\r\n"
+                                 "Cache-Control: no-cache\r\n"
+                                 "X-Accel-Buffering: no\r\n";
+
     r->status = 200;
-    agw_req_stream_start(r->req, 200, r->stream_buffer_bytes / 2, client_drain);
+    agw_req_stream_start(r->req, 200, fields, r->stream_buffer_bytes / 2, client_drain);
     r->last_write_ms = agw_now_ms();
     set_state(r, RL_ST_STREAMING);
     if (agw_req_half_closed(r->req))

@@ -99,9 +99,6 @@ uint64_t agw_req_start_ms(const struct agw_req *req);
 /* ---- answering with a whole body ---- */
 /* Adds a response header (copied). Before the reply or stream start only. */
 void agw_req_add_header(struct agw_req *req, const char *name, const char *value);
-/* The same for a name and value that live as long as the program (string literals): referred to,
- * not copied. */
-void agw_req_add_header_static(struct agw_req *req, const char *name, const char *value);
 void agw_req_reply(struct agw_req *req, int status, const char *content_type, const char *body,
                    size_t len);
 /* Answers {"error":"<message>"} as application/json. */
@@ -116,10 +113,12 @@ int agw_req_status(const struct agw_req *req);
 void agw_req_on_close(struct agw_req *req, agw_req_event_fn *on_close, void *arg);
 
 /* ---- answering with a stream (chunked transfer coding) ---- */
-/* Sends the status line and headers now. From then on <on_drain> runs whenever the bytes queued
- * toward the client fall to <low_watermark> or below (the relay resumes reading its upstream
- * there). */
-void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
+/* Sends the status line and headers now: those added with agw_req_add_header*(), then <fields>
+ * (NULL: none), complete header lines ("Name: value\r\n" each) that outlive the call, built once
+ * by the caller (the relay's are a constant), then X-Request-Id and Transfer-Encoding. From then
+ * on <on_drain> runs whenever the bytes queued toward the client fall to <low_watermark> or below
+ * (the relay resumes reading its upstream there). */
+void agw_req_stream_start(struct agw_req *req, int status, const char *fields, size_t low_watermark,
                           agw_req_event_fn *on_drain);
 /* Moves every byte of <buf> to the client as one chunk (no-op when <buf> is empty). */
 void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf);

@@ -53,6 +53,11 @@ check_contains "Content-Type" "Content-Type: text/event-stream" "$(cat "$T/h")"
 check_contains "Cache-Control" "Cache-Control: no-cache" "$(cat "$T/h")"
 check_contains "X-Accel-Buffering" "X-Accel-Buffering: no" "$(cat "$T/h")"
 check_not_contains "never compressed" "Content-Encoding" "$(cat "$T/h")"
+# The whole head, byte for byte and in order (the gateway writes it, not libevhtp): the stream's fields,
+# the request id, the chunked coding, and "Connection: close" only when the client asked for it.
+head_of() { sed -E 's/^(X-Request-Id: )[0-9a-zA-Z._-]+\r$/\1ID\r/' "$T/h" | od -c | tr -s ' '; }
+STREAM_HEAD='HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nX-Request-Id: ID\r\nTransfer-Encoding: chunked\r\n'
+check_eq "the stream's head, exactly" "$(printf "$STREAM_HEAD\r\n" | od -c | tr -s ' ')" "$(head_of)"
 check_eq "starts with RUN_STARTED" RUN_STARTED "$(first)"
 check_eq "ends with RUN_FINISHED" RUN_FINISHED "$(last)"
 check_contains "client ids" '"threadId":"thread-1","runId":"run-1"' "$(cat "$T/s")"
@@ -72,6 +77,10 @@ check_not_contains "other client headers are not forwarded" 'x-other' "$BODY"
 check_not_contains "nor the client's Authorization" 'secret-of-client' "$BODY"
 body_seen=$(printf %s "$BODY" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>process.stdout.write(JSON.parse(s).body))')
 check_eq "the body is forwarded byte for byte" "$BODY_OK" "$body_seen"
+curl -sS -N -m 20 -D "$T/h" -o /dev/null -H 'Content-Type: application/json' -H 'Connection: close' \
+    -d "$BODY_OK" "$U/plain/runs" 2>"$T/curl.err"
+check_eq "the stream's head when the client closes after it" \
+    "$(printf "${STREAM_HEAD}Connection: close\r\n\r\n" | od -c | tr -s ' ')" "$(head_of)"
 
 run bytewise
 check_eq "one byte per write: starts" RUN_STARTED "$(first)"

@@ -83,14 +83,10 @@ void agw_req_add_header(struct agw_req *req, const char *name, const char *value
     (void)value;
 }
 
-void agw_req_add_header_static(struct agw_req *req, const char *name, const char *value)
-{
-    agw_req_add_header(req, name, value);
-}
-
-void agw_req_stream_start(struct agw_req *req, int status, size_t low_watermark,
+void agw_req_stream_start(struct agw_req *req, int status, const char *fields, size_t low_watermark,
                           agw_req_event_fn *on_drain)
 {
+    (void)fields;
     (void)low_watermark;
     cr_assert(!req->gone && req->status == 0, "stream_start on an answered request");
     req->status = status;
