@@ -12,7 +12,7 @@
 # the client connection's write event stays disarmed; it cost two epoll_ctl() a run, arming and
 # disarming, before): at most EPOLL_CTL_MAX over the 1,000 runs. Nor does it ask the socket how much
 # it holds before reading (libevent's ioctl(FIONREAD), one a request before the gate read for
-# itself): at most IOCTL_MAX. And the run's system calls in all (readv, writev, recv, epoll_wait,
+# itself): at most IOCTL_MAX. And the run's system calls in all (read, readv, writev, recv, epoll_wait,
 # epoll_ctl, ioctl; 9.1 a run before this work, 5.8 after): at most SYSCALLS_PER_RUN_X10 / 10.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
@@ -21,6 +21,11 @@ ALLOC_HISTORY_MAX=70  # 67 measured; doc/benchmarks.md, "What a run costs"
 EPOLL_CTL_MAX=100     # over 1,000 runs (was 2,000)
 IOCTL_MAX=100         # over 1,000 runs (was 1,000)
 SYSCALLS_PER_RUN_X10=65 # tenths
+# The bytes those allocations hand out (their usable sizes, summed): 19,500 a run measured (178,500
+# before a read went through a per-thread buffer instead of a new 16 or 64 KiB evbuffer chain for
+# each request and each response head; src/io.c). History on: 28,300 (187,300); new connections
+# 35,000 (194,000).
+BYTES_PER_RUN_MAX=24000
 ALLOC_FRESH_MAX=92       # a run on new connections (89 measured, 95 before the head)
 FRESH_SYSCALLS_X10=120   # (11.3 measured; 16.3 before)
 if [ -n "${AGW_SANITIZED:-}" ]; then
@@ -36,8 +41,9 @@ TOKEN=alloc-token
 LOAD=$AGW_BUILDDIR/bench/agw-load
 # measure NAME HISTORY MAX [LIMITS [LOAD_FLAGS]]: a gateway with <HISTORY> (the "history" section) and
 # <LIMITS> (the "limits" section), 500 runs of warm-up, then 1,000 counted runs (agw-load with
-# <LOAD_FLAGS>); at most MAX allocations per run, and the system-call bounds EPOLL_CTL_MAX, IOCTL_MAX
-# and SYSCALLS_PER_RUN_X10 as they are set when it is called.
+# <LOAD_FLAGS>); at most MAX allocations per run, BYTES_PER_RUN_MAX bytes allocated per run, and the
+# system-call bounds EPOLL_CTL_MAX, IOCTL_MAX and SYSCALLS_PER_RUN_X10 as they are set when it is
+# called.
 measure() {
     cat >"$T/gw.json" <<JSON
 {
@@ -59,7 +65,7 @@ JSON
             [ "$n" -ge "$1" ] && break
             sleep 0.1
         done
-        grep '^ALLOCATIONS' "$GW_LOG" | sed -n "${1}p" | awk '{print $2, $8, $10, $12}'
+        grep '^ALLOCATIONS' "$GW_LOG" | sed -n "${1}p" | awk '{print $2, $8, $10, $12, $14}'
     }
     "$LOAD" --url "$u" --header "Authorization: Bearer $TOKEN" --concurrency 10 --runs 500 ${5:-} >"$T/warm.json" ||
         fail "$1: warm-up runs"
@@ -71,14 +77,20 @@ JSON
     a1=$(count 2)
     ok_runs=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("runs_ok", d.get("runs")), d.get("runs_failed", 0))' "$T/load.json")
     check_eq "$1: 1,000 runs, none failed" "1000 0" "$ok_runs"
-    read -r a0 e0 i0 s0 <<<"$a0"
-    read -r a1 e1 i1 s1 <<<"$a1"
+    read -r a0 e0 i0 s0 b0 <<<"$a0"
+    read -r a1 e1 i1 s1 b1 <<<"$a1"
     per_run=$(( (a1 - a0) / 1000 ))
     CHECKS=$((CHECKS + 1))
     if [ "$per_run" -le "$3" ]; then
         ok "$1: allocations per run: $per_run (at most $3)"
     else
         fail "$1: allocations per run: $per_run, more than $3"
+    fi
+    CHECKS=$((CHECKS + 1))
+    if [ $(( (b1 - b0) / 1000 )) -le "$BYTES_PER_RUN_MAX" ]; then
+        ok "$1: bytes allocated per run: $(( (b1 - b0) / 1000 )) (at most $BYTES_PER_RUN_MAX)"
+    else
+        fail "$1: bytes allocated per run: $(( (b1 - b0) / 1000 )), more than $BYTES_PER_RUN_MAX"
     fi
     CHECKS=$((CHECKS + 1))
     if [ $((e1 - e0)) -le "$EPOLL_CTL_MAX" ]; then
@@ -106,13 +118,13 @@ JSON
 measure "history off" '{ "enabled": false }' "$ALLOC_PER_RUN_MAX"
 # With thread history recorded (the default): the loop's share (a capture, two hand-overs) plus the
 # store's writer thread (parsing the input and the events, rebuilding, the SQLite commit).
-measure "history on" '{ "enabled": true }' "$ALLOC_HISTORY_MAX"
+BYTES_PER_RUN_MAX=34000 measure "history on" '{ "enabled": true }' "$ALLOC_HISTORY_MAX"
 # A new client connection and a new upstream connection for every run (no upstream connection kept
 # idle): each connection costs its registration with epoll and its removal, and the upstream one the
 # arming and disarming of its write event while it connects. Switching a new upstream connection to
 # the exchange's own read event costs nothing (it cost a DEL and an ADD; 10 epoll_ctl() a run in all
 # before this work, 6 after), nor does releasing an idle stream.
-EPOLL_CTL_MAX=6500 IOCTL_MAX=100 SYSCALLS_PER_RUN_X10=$FRESH_SYSCALLS_X10 \
+EPOLL_CTL_MAX=6500 IOCTL_MAX=100 SYSCALLS_PER_RUN_X10=$FRESH_SYSCALLS_X10 BYTES_PER_RUN_MAX=42000 \
     measure "new connections" '{ "enabled": false }' "$ALLOC_FRESH_MAX" \
     '{ "upstream_idle_connections": 0 }' --new-conn
 finish

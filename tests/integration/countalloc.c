@@ -2,9 +2,10 @@
  * realloc calls (and jemalloc's mallocx and rallocx) of the process it is loaded into, the bytes
  * its heap blocks hold (the allocator's malloc_usable_size() of every live block), and the calls
  * of the system-call wrappers a relayed run goes through (epoll_ctl: libevent arming or disarming
- * an event; ioctl: libevent's FIONREAD before a bufferevent's read; readv, writev, recv,
+ * an event; ioctl: libevent's FIONREAD before a bufferevent's read; read, readv, writev, recv,
  * epoll_wait), and writes them to stderr on SIGUSR2: "ALLOCATIONS <calls> LIVE <bytes> SEPARATE
- * <mallocx calls> EPOLL_CTL <calls> IOCTL <calls> SYSCALLS <all six>" (only the daemon's separate
+ * <mallocx calls> EPOLL_CTL <calls> IOCTL <calls> SYSCALLS <all seven> BYTES <the usable sizes of
+ * every block handed out, summed>" (only the daemon's separate
  * heap calls mallocx(), src/mem.c). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -22,11 +23,19 @@
 static unsigned long n_alloc;
 static unsigned long n_separate; /* mallocx() calls: the daemon's separate heap (src/mem.c) */
 static long live_bytes;
+static unsigned long n_bytes; /* the usable size of every block handed out, summed */
 static void *(*real_malloc)(size_t);
 static void *(*real_calloc)(size_t, size_t);
 static void *(*real_realloc)(void *, size_t);
 static char early[4096]; /* dlsym() itself calls calloc() before real_calloc is known */
 static size_t early_used;
+
+/* A block of <usable> bytes was handed out. */
+static void took(size_t usable)
+{
+    __atomic_fetch_add(&live_bytes, (long)usable, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&n_bytes, usable, __ATOMIC_RELAXED);
+}
 
 static void init(void)
 {
@@ -42,7 +51,7 @@ void *malloc(size_t n)
     __atomic_fetch_add(&n_alloc, 1, __ATOMIC_RELAXED);
     void *p = real_malloc(n);
     if (p != NULL)
-        __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
+        took(malloc_usable_size(p));
     return p;
 }
 
@@ -56,7 +65,7 @@ void *calloc(size_t a, size_t b)
     __atomic_fetch_add(&n_alloc, 1, __ATOMIC_RELAXED);
     void *p = real_calloc(a, b);
     if (p != NULL)
-        __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
+        took(malloc_usable_size(p));
     return p;
 }
 
@@ -69,7 +78,7 @@ void *realloc(void *p, size_t n)
         __atomic_fetch_sub(&live_bytes, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
     void *q = real_realloc(p, n);
     if (q != NULL)
-        __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(q), __ATOMIC_RELAXED);
+        took(malloc_usable_size(q));
     else if (p != NULL && n > 0) /* failed: the old block stays */
         __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
     return q;
@@ -86,7 +95,7 @@ int posix_memalign(void **out, size_t align, size_t n)
     __atomic_fetch_add(&n_alloc, 1, __ATOMIC_RELAXED);
     rc = real(out, align, n);
     if (rc == 0)
-        __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(*out), __ATOMIC_RELAXED);
+        took(malloc_usable_size(*out));
     return rc;
 }
 
@@ -128,7 +137,7 @@ void *mallocx(size_t n, int flags)
     __atomic_fetch_add(&n_separate, 1, __ATOMIC_RELAXED);
     p = real(n, flags);
     if (p != NULL)
-        __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
+        took(malloc_usable_size(p));
     return p;
 }
 
@@ -142,8 +151,10 @@ void *rallocx(void *p, size_t n, int flags)
         real = (void *(*)(void *, size_t, int))dlsym(RTLD_NEXT, "rallocx");
     __atomic_fetch_add(&n_alloc, 1, __ATOMIC_RELAXED);
     q = real(p, n, flags);
-    if (q != NULL) /* else the old block stays */
-        __atomic_fetch_add(&live_bytes, (long)malloc_usable_size(q) - (long)old, __ATOMIC_RELAXED);
+    if (q != NULL) { /* else the old block stays */
+        __atomic_fetch_sub(&live_bytes, (long)old, __ATOMIC_RELAXED);
+        took(malloc_usable_size(q));
+    }
     return q;
 }
 
@@ -196,6 +207,12 @@ int ioctl(int fd, unsigned long req, ...)
     return real(fd, req, arg);
 }
 
+ssize_t read(int fd, void *buf, size_t len)
+{
+    REAL(read);
+    return real(fd, buf, len);
+}
+
 ssize_t readv(int fd, const struct iovec *iov, int n)
 {
     REAL(readv);
@@ -224,8 +241,9 @@ static void dump(int sig)
 {
     char b[200];
     int k = snprintf(b, sizeof(b),
-                     "ALLOCATIONS %lu LIVE %ld SEPARATE %lu EPOLL_CTL %lu IOCTL %lu SYSCALLS %lu\n",
-                     n_alloc, live_bytes, n_separate, n_epoll_ctl, n_ioctl, n_syscalls);
+                     "ALLOCATIONS %lu LIVE %ld SEPARATE %lu EPOLL_CTL %lu IOCTL %lu SYSCALLS %lu "
+                     "BYTES %lu\n",
+                     n_alloc, live_bytes, n_separate, n_epoll_ctl, n_ioctl, n_syscalls, n_bytes);
 
     (void)sig;
     if (write(2, b, (size_t)k) < 0)
