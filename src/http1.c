@@ -32,6 +32,37 @@
 
 #include "agw/http1.h"
 
+/* Whether the <n> bytes at <name>, a field name already checked to be tchars, are <lower> (a
+ * literal of lowercase letters, digits and '-') in any case. A tchar c equals a lowercase letter,
+ * digit or '-' e exactly when (c | 0x20) == e: the bytes that differ from e by 0x20 only are e's
+ * capital or control bytes (CR, 0x10-0x19), which are no tchars. Eight bytes at a time, the last
+ * eight overlapping: a byte loop was 150 instructions a name (12 names a run). */
+#define NAME_IS(name, n, lower) name_is(name, n, lower, sizeof(lower) - 1)
+
+static inline bool name_is(const char *name, size_t n, const char *lower, size_t len)
+{
+    const uint64_t caps = 0x2020202020202020ULL;
+    uint64_t a, b;
+
+    if (n != len)
+        return false;
+    if (n < 8) {
+        for (size_t i = 0; i < n; i++)
+            if (((unsigned char)name[i] | 0x20) != (unsigned char)lower[i])
+                return false;
+        return true;
+    }
+    for (size_t i = 0; i + 8 < n; i += 8) {
+        memcpy(&a, name + i, 8);
+        memcpy(&b, lower + i, 8);
+        if ((a | caps) != b)
+            return false;
+    }
+    memcpy(&a, name + n - 8, 8);
+    memcpy(&b, lower + n - 8, 8);
+    return (a | caps) == b;
+}
+
 #define MAX_CHUNK_LINE 1024                  /* a chunk-size line, without its line end */
 #define MAX_CHUNK_SIZE (UINT64_C(1) << 62)   /* larger chunk sizes are refused, not wrapped */
 #define MAX_INTERIM    32                    /* 1xx responses skipped before the final one */
@@ -447,13 +478,13 @@ static int parse_head_block(const char *h, size_t len, struct agw_http1_response
     for (line = next; (n = cut_line(line, end, &next)) > 0; line = next) {
         if ((rc = split_field(line, n, &nlen, &v, &vlen)) != 0)
             return rc;
-        if (nlen == 14 && agw_strieq_n(line, nlen, "content-length"))
+        if (NAME_IS(line, nlen, "content-length"))
             rc = parse_content_length(v, vlen, &f);
-        else if (nlen == 17 && agw_strieq_n(line, nlen, "transfer-encoding"))
+        else if (NAME_IS(line, nlen, "transfer-encoding"))
             rc = parse_transfer_encoding(v, vlen, &f);
-        else if (nlen == 10 && agw_strieq_n(line, nlen, "connection"))
+        else if (NAME_IS(line, nlen, "connection"))
             parse_connection(v, vlen, &f);
-        else if (nlen == 12 && agw_strieq_n(line, nlen, "content-type")) {
+        else if (NAME_IS(line, nlen, "content-type")) {
             /* A second, different media type leaves the body's type undecidable. */
             if (resp->content_type == NULL)
                 resp->content_type = agw_xstrndup(v, vlen);
@@ -774,15 +805,15 @@ static int request_field(struct agw_http1_parser *p, struct agw_http1_request *r
     if (!all_field_chars(v, vlen))
         return refuse(p, req, 400, "bad request: invalid character in a header field value");
 
-    if (nlen == 4 && agw_strieq_n(line, nlen, "host")) {
+    if (NAME_IS(line, nlen, "host")) {
         if (++f->host > 1)
             return refuse(p, req, 400, "bad request: more than one Host header");
         if (!host_ok(v, vlen))
             return refuse(p, req, 400, "bad request: invalid Host header");
-    } else if (nlen == 13 && agw_strieq_n(line, nlen, "authorization")) {
+    } else if (NAME_IS(line, nlen, "authorization")) {
         if (++f->authorization > 1)
             return refuse(p, req, 400, "bad request: more than one Authorization header");
-    } else if (nlen == 14 && agw_strieq_n(line, nlen, "content-length")) {
+    } else if (NAME_IS(line, nlen, "content-length")) {
         uint64_t x = 0;
 
         if (++f->content_length > 1)
@@ -795,7 +826,7 @@ static int request_field(struct agw_http1_parser *p, struct agw_http1_request *r
             x = x * 10 + (uint64_t)(v[i] - '0');
         }
         req->content_length = x;
-    } else if (nlen == 17 && agw_strieq_n(line, nlen, "transfer-encoding")) {
+    } else if (NAME_IS(line, nlen, "transfer-encoding")) {
         bool any = false;
 
         for (s = v; next_element(&s, ve, &e, &elen);) {
@@ -810,11 +841,11 @@ static int request_field(struct agw_http1_parser *p, struct agw_http1_request *r
         }
         if (!any)
             return refuse(p, req, 400, "bad request: empty Transfer-Encoding");
-    } else if (nlen == 6 && agw_strieq_n(line, nlen, "expect")) {
+    } else if (NAME_IS(line, nlen, "expect")) {
         if (!agw_strieq_n(v, vlen, "100-continue"))
             return refuse(p, req, 417, "expectation failed: only 100-continue is supported");
         req->expect_continue = true;
-    } else if (nlen == 10 && agw_strieq_n(line, nlen, "connection")) {
+    } else if (NAME_IS(line, nlen, "connection")) {
         for (s = v; next_element(&s, ve, &e, &elen);)
             if (agw_strieq_n(e, elen, "close"))
                 req->close = true;
@@ -896,7 +927,7 @@ void agw_http1_rewrite_request_head(const char *head, size_t head_len, uint64_t 
     evbuffer_add(out, line, (size_t)(next - line));
     for (line = next; (n = cut_line(line, end, &next)) > 0; line = next) {
         /* The head was checked: a name is a token right before its colon. */
-        if (n >= 18 && line[17] == ':' && agw_strieq_n(line, 17, "transfer-encoding"))
+        if (n >= 18 && line[17] == ':' && NAME_IS(line, 17, "transfer-encoding"))
             continue;
         evbuffer_add(out, line, (size_t)(next - line));
     }

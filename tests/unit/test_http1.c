@@ -1380,6 +1380,74 @@ Test(http1_request, what_the_head_says)
     req_run_free(&r);
 }
 
+/* What a request head says through field <name> (spelled as given) with <value>, as a bit set:
+ * 1 close, 2 expect_continue, 4 a body of 2 bytes by length, 8 chunked, 16 refused (a second Host
+ * or Authorization). */
+static unsigned said_by(const char *name, const char *value)
+{
+    char msg[256];
+    struct req_run r;
+    unsigned said = 0;
+
+    snprintf(msg, sizeof(msg), "POST / HTTP/1.1\r\nHost: x\r\nAuthorization: a\r\n%s: %s\r\n\r\n",
+             name, value);
+    req_feed(msg, 0, &r);
+    if (r.head_rc < 0)
+        said |= 16;
+    said |=
+        (r.head_rc >= 0 && r.req.close ? 1u : 0) |
+        (r.head_rc >= 0 && r.req.expect_continue ? 2u : 0) |
+        (r.head_rc >= 0 && r.req.body == AGW_HTTP1_BODY_LENGTH && r.req.content_length == 2 ? 4u
+                                                                                            : 0) |
+        (r.head_rc >= 0 && r.req.body == AGW_HTTP1_BODY_CHUNKED ? 8u : 0);
+    req_run_free(&r);
+    return said;
+}
+
+/* The names the parsers act on are told in any case, and only they: every spelling with one
+ * letter's case flipped, all capitals, and alternating capitals are the name; one byte changed to
+ * another token character, one dropped or one added is another field. (The names are compared
+ * eight bytes at a time with a case mask, in src/http1.c.) */
+Test(http1_request, field_names_in_any_case_and_only_those)
+{
+    static const struct {
+        const char *name, *value;
+        unsigned said;
+    } cases[] = {
+        {"connection", "close", 1}, {"expect", "100-continue", 2},
+        {"content-length", "2", 4}, {"transfer-encoding", "chunked", 8},
+        {"host", "y", 16},          {"authorization", "b", 16},
+    };
+
+    for (size_t i = 0; i < AGW_ARRAY_LEN(cases); i++) {
+        const char *name = cases[i].name;
+        size_t n = strlen(name);
+        char v[32];
+
+        for (size_t k = 0; k <= n + 2; k++) { /* k < n: letter k flipped; then upper, alternating */
+            for (size_t j = 0; j < n; j++) {
+                bool up = k < n ? j == k : k == n ? true : j % 2 == 0;
+                v[j] = up && name[j] >= 'a' && name[j] <= 'z' ? (char)(name[j] - 32) : name[j];
+            }
+            v[n] = '\0';
+            cr_assert_eq(said_by(v, cases[i].value), cases[i].said, "%s", v);
+        }
+        for (size_t j = 0; j < n; j++) { /* one byte changed */
+            memcpy(v, name, n + 1);
+            v[j] = name[j] == '-' ? '_' : name[j] == 'z' ? 'y' : (char)(name[j] + 1);
+            cr_assert_eq(said_by(v, cases[i].value), 0, "%s", v);
+            v[j] = name[j] == '-' ? '.' : (char)(name[j] - 32 + 1 == 'Z' + 1 ? 'A' : name[j] - 31);
+            cr_assert_eq(said_by(v, cases[i].value), 0, "%s", v);
+        }
+        memcpy(v, name, n - 1); /* one byte short, one too many */
+        v[n - 1] = '\0';
+        cr_assert_eq(said_by(v, cases[i].value), 0, "%s", v);
+        memcpy(v, name, n);
+        memcpy(v + n, "s", 2);
+        cr_assert_eq(said_by(v, cases[i].value), 0, "%s", v);
+    }
+}
+
 Test(http1_request, smuggling_shapes_are_refused)
 {
     const char *tail = "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
