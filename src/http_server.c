@@ -373,7 +373,7 @@ static int head_field_cb(evhtp_kv_t *kv, void *arg)
     return 0;
 }
 
-/* The status line, then the fields given by agw_req_add_header*(), in their order. */
+/* The status line, then the fields given by agw_req_add_header(), in their order. */
 static void head_start(struct head *h, struct agw_req *req, struct evbuffer *out, int status)
 {
     h->out = out;

@@ -113,7 +113,7 @@ int agw_req_status(const struct agw_req *req);
 void agw_req_on_close(struct agw_req *req, agw_req_event_fn *on_close, void *arg);
 
 /* ---- answering with a stream (chunked transfer coding) ---- */
-/* Sends the status line and headers now: those added with agw_req_add_header*(), then <fields>
+/* Sends the status line and headers now: those added with agw_req_add_header(), then <fields>
  * (NULL: none), complete header lines ("Name: value\r\n" each) that outlive the call, built once
  * by the caller (the relay's are a constant), then X-Request-Id and Transfer-Encoding. From then
  * on <on_drain> runs whenever the bytes queued toward the client fall to <low_watermark> or below
