@@ -105,7 +105,7 @@ struct agw_agui {
     size_t open_id_bytes; /* sum of open[].id_len, <= AGUI_MAX_OPEN_ID_BYTES */
     uint64_t events_out;  /* frames written to the client */
     /* The last content frame accepted by the fast path, up to and including its delta's opening
-     * quote, when the delta was its last member (see fast_content()); cached_kind is its kind. */
+     * quote (see fast_content()); cached_kind is its kind. */
     char cached[AGUI_CACHED_PREFIX];
     size_t cached_len; /* 0: nothing cached */
     enum item_kind cached_kind;
@@ -838,15 +838,13 @@ static bool take(struct span *slot, const struct span *v)
     return true;
 }
 
-static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
+/* The members of a flat event from <*pp> (just past its '{', or past a ',' between members)
+ * through its closing '}', *<pp> then past it: the string of each key the fast paths read into
+ * <fe>, and whether an integer "timestamp" came in *<seen_ts> (a second one is refused). */
+static bool scan_members(const char **pp, const char *end, struct flat_event *fe, bool *seen_ts)
 {
-    const char *p = data, *end = data + len;
-    bool seen_ts = false;
+    const char *p = *pp;
 
-    memset(fe, 0, sizeof(*fe));
-    p = skip_ws(p, end);
-    if (p == end || *p++ != '{')
-        return false;
     for (;;) {
         struct span k, v;
         p = skip_ws(p, end);
@@ -884,9 +882,9 @@ static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
              * exponents are left to it (a float timestamp is rewritten). */
             const char *d = p + (*p == '-');
             bool ts = key_is(&k, "timestamp");
-            if (ts && seen_ts)
+            if (ts && *seen_ts)
                 return false;
-            seen_ts = seen_ts || ts;
+            *seen_ts = *seen_ts || ts;
             for (p = d; p < end && *p >= '0' && *p <= '9'; p++)
                 ;
             if (p == d || (p - d > 1 && *d == '0') || p - d > 18 ||
@@ -910,8 +908,20 @@ static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
         }
         if (*p++ != '}')
             return false;
-        break;
+        *pp = p;
+        return true;
     }
+}
+
+static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
+{
+    const char *p = data, *end = data + len;
+    bool seen_ts = false;
+
+    memset(fe, 0, sizeof(*fe));
+    p = skip_ws(p, end);
+    if (p == end || *p++ != '{' || !scan_members(&p, end, fe, &seen_ts))
+        return false;
     return skip_ws(p, end) == end && fe->type.p != NULL && !fe->type.escaped;
 }
 
@@ -939,13 +949,26 @@ static void emit_content(struct agw_agui *a, const struct agw_agui_sink *out, co
 static bool fast_cached(struct agw_agui *a, const char *data, size_t len,
                         const struct agw_agui_sink *out)
 {
-    const char *p = data + a->cached_len - 1; /* the delta's opening quote */
+    const char *p = data + a->cached_len - 1, *end = data + len; /* the delta's opening quote */
     struct span delta;
 
     if (len < a->cached_len + 2 || data[len - 1] != '}' ||
-        memcmp(data, a->cached, a->cached_len) != 0 || !scan_string(&p, data + len - 1, &delta) ||
-        p != data + len - 1)
+        memcmp(data, a->cached, a->cached_len) != 0 || !scan_string(&p, end - 1, &delta))
         return false;
+    if (p != end - 1) {
+        /* Members after the delta (a sequence number, the time the agent sent it): read as the
+         * whole scan reads them. A key the fast paths read (a second delta, say) or a timestamp
+         * sends the event to the whole scan, which knows what came before. */
+        struct flat_event tail = {0};
+        bool ts = false;
+
+        p = skip_ws(p, end);
+        if (p == end || *p++ != ',' || !scan_members(&p, end, &tail, &ts) || ts || p != end ||
+            tail.type.p != NULL || tail.message_id.p != NULL || tail.tool_call_id.p != NULL ||
+            tail.step_name.p != NULL || tail.delta.p != NULL || tail.role.p != NULL ||
+            tail.thread_id.p != NULL || tail.run_id.p != NULL)
+            return false;
+    }
     if (delta.n == 0 && a->cached_kind != ITEM_TOOL_CALL)
         return true; /* dropped, as the full path does */
     emit_content(a, out, data, len, a->cached_kind, data + a->cached_id_at, a->cached_id_len,
@@ -1066,10 +1089,11 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len,
     if ((id = flat_id(&fe, kind)) == NULL || fe.delta.p == NULL ||
         !find_open(a, kind, id->p, id->n, NULL))
         return false;
-    /* Remember the bytes before the delta when the delta's '"}' ends the frame. */
+    /* Remember the bytes before the delta: the next content event of the item likely starts with
+     * them (an agent writes its events alike), and then only its delta and what follows it is
+     * read (fast_cached()). */
     before_delta = (size_t)(fe.delta.p - data);
-    if (fe.delta.p + fe.delta.n + 2 == data + len && data[len - 1] == '}' &&
-        before_delta <= sizeof(a->cached)) {
+    if (data[len - 1] == '}' && before_delta <= sizeof(a->cached)) {
         memcpy(a->cached, data, before_delta);
         a->cached_len = before_delta;
         a->cached_kind = kind;

@@ -1340,6 +1340,30 @@ Test(agui, the_sink_is_told_the_id_and_delta_of_fast_content)
     expect_hints(hint_emit, frames, AGW_ARRAY_LEN(frames), want, AGW_ARRAY_LEN(want), 4);
 }
 
+/* Content events with members after the delta (a sequence number, a send time): the next one with
+ * the same bytes before its delta is read from there on (the cached prefix), and one whose tail
+ * holds what the whole scan would refuse (a second delta, a second timestamp) goes to the full
+ * path as before: the sink is told nothing of it. */
+Test(agui, members_after_the_delta_are_read_as_the_whole_scan_reads_them)
+{
+    const char *const frames[] = {
+        "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"a\",\"sentUs\":1}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"b\",\"sentUs\":2}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"c\",\"delta\":\"d\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"timestamp\":1,\"messageId\":\"m\",\"delta\":\"f\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"timestamp\":1,\"messageId\":\"m\",\"delta\":\"g\","
+        "\"timestamp\":2}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"timestamp\":1,\"messageId\":\"m\",\"delta\":\"h\","
+        "\"n\":2}",
+    };
+    const char *const want[] = {
+        "-", "-", "T \"m\" \"a\"", "T \"m\" \"b\"", "-", "T \"m\" \"f\"", "-", "T \"m\" \"h\""};
+
+    expect_hints(hint_emit, frames, AGW_ARRAY_LEN(frames), want, AGW_ARRAY_LEN(want), 4);
+}
+
 /* A sink that records what agw_agui_emitting_type() says of each event. */
 static void type_emit(void *arg, const char *json, size_t len, bool pass)
 {
@@ -1860,6 +1884,25 @@ static const char *const fast_edges[] = {
     "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\",\"timestamp\":"
     "12}",
     "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"x\",\"timestamp\":false}",
+    /* members after the delta: the cached prefix of m1's content events, then a tail the fast path
+     * reads (numbers, booleans, strings of other keys) or leaves to the whole scan (a key it reads,
+     * a timestamp, a float, null, an object, spaces before the brace) */
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"a\",\"sentUs\":17}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"b\",\"sentUs\":18,"
+    "\"ok\":true,\"who\":\"x\"}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"\" , \"n\" : -4 }",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"c\",\"delta\":\"d\"}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"e\",\"messageId\":"
+    "\"m2\"}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"f\",\"timestamp\":5}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"g\",\"t\":1.5}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"h\",\"t\":null}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"i\",\"t\":{}}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"j\",\"role\":\"user\"}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"k\",\"sentUs\":1 }",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"l\",\"x\\u0031\":1}",
+    "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{\",\"seq\":1}",
+    "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"}\",\"seq\":2}",
     "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m\\u0031\"}",
     "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m3\",\"n\":1}",
     "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c3\",\"toolCallName\":\"f\",\"args\":\"x\"}",
