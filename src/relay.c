@@ -643,28 +643,18 @@ static int parse_body(struct agw_relay *r, struct evbuffer *body)
 
 #define READING (TO(RL_ST_DEFERRED) | TO(RL_ST_STREAMING) | TO(RL_ST_DETACHED))
 
-static void up_on_body(void *arg, struct evbuffer *body)
+/* After body bytes were parsed (<rc>, agw_sse_parse_bytes()'s): the end, the client's share, and
+ * the pauses for backpressure. */
+static void after_body(struct agw_relay *r, int rc)
 {
-    struct agw_relay *r = arg;
-    int rc;
-
-    enter(r);
-    if (!IN(r, READING)) {
-        evbuffer_drain(body, evbuffer_get_length(body));
-        goto out;
-    }
-    /* The frames written out are about as long as the bytes read: one chain for all of them
-     * rather than a small one per kilobyte. */
-    evbuffer_expand(r->out, evbuffer_get_length(body) + 256);
-    rc = parse_body(r, body);
     if (rc == -AGW_ETOOBIG) {
         fail_stream(r, AGW_AGUI_FRAME_TOO_LARGE,
                     "an upstream event exceeded limits.max_frame_bytes", false);
-        goto out;
+        return;
     }
     if (agw_agui_finished(r->agui)) {
         finish(r, false);
-        goto out;
+        return;
     }
     flush_out(r, false);
     if (!r->flowing && r->up != NULL && agw_agui_events_out(r->agui) > 0) {
@@ -680,7 +670,37 @@ static void up_on_body(void *arg, struct evbuffer *body)
     if (r->capture != NULL && r->up != NULL && !r->store_wait &&
         IN(r, TO(RL_ST_STREAMING) | TO(RL_ST_DETACHED)) && agw_store_congested(r->store))
         store_pause(r);
-out:
+}
+
+static void up_on_body(void *arg, struct evbuffer *body)
+{
+    struct agw_relay *r = arg;
+
+    enter(r);
+    if (!IN(r, READING)) {
+        evbuffer_drain(body, evbuffer_get_length(body));
+    } else {
+        /* The frames written out are about as long as the bytes read: one chain for all of them
+         * rather than a small one per kilobyte. */
+        evbuffer_expand(r->out, evbuffer_get_length(body) + 256);
+        after_body(r, parse_body(r, body));
+    }
+    leave(r);
+}
+
+/* The same for bytes in one piece (a plain TCP connection's reads): parsed where they lie. */
+static void up_on_bytes(void *arg, const char *p, size_t n)
+{
+    struct agw_relay *r = arg;
+    int rc;
+
+    enter(r);
+    if (IN(r, READING)) {
+        evbuffer_expand(r->out, n + 256);
+        rc = agw_sse_parse_bytes(r->sse, p, n, frame_cb, r);
+        flush_run(r);
+        after_body(r, rc);
+    }
     leave(r);
 }
 
@@ -745,6 +765,7 @@ out:
 static const struct agw_upstream_callbacks up_cbs = {
     .on_head = up_on_head,
     .on_body = up_on_body,
+    .on_bytes = up_on_bytes,
     .on_done = up_on_done,
     .on_error = up_on_error,
 };

@@ -435,6 +435,8 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 /* After a body parse that returned <rc>: hands over the decoded bytes in up->body, then reports the
  * end or the failure. Returns false when the exchange is over (DONE, FAILED) or was closed by a
  * callback. */
+static bool body_ended(struct agw_upstream *up, int rc);
+
 static bool body_parsed(struct agw_upstream *up, int rc)
 {
     if (rc < 0) {
@@ -458,6 +460,13 @@ static bool body_parsed(struct agw_upstream *up, int rc)
             free(copy);
         }
     }
+    return body_ended(up, rc);
+}
+
+/* After the body's bytes of a parse that returned <rc> (>= 0) were handed over: the end, if it
+ * came. Returns what body_parsed() does. */
+static bool body_ended(struct agw_upstream *up, int rc)
+{
     if (rc == 1) {
         set_state(up, UP_ST_DONE);
         call_begin(up);
@@ -575,10 +584,17 @@ static bool body_block(struct agw_upstream *up, size_t n)
          * pool only takes connections whose input is empty). */
         evbuffer_add(bufferevent_get_input(up->conn->bev), block + used, n - used);
     }
-    if (rc >= 0 && body_len > 0)
-        evbuffer_add_reference(up->body, block, body_len, NULL, NULL);
     block_lent = true;
-    more = body_parsed(up, rc); /* may free <up> */
+    if (rc >= 0 && body_len > 0 && up->cbs.on_bytes != NULL && evbuffer_get_length(up->body) == 0) {
+        /* The decoded bytes lie at the block's start, in one piece, with nothing before them. */
+        call_begin(up);
+        up->cbs.on_bytes(up->arg, block, body_len);
+        more = call_end(up) && body_ended(up, rc); /* may free <up> */
+    } else {
+        if (rc >= 0 && body_len > 0)
+            evbuffer_add_reference(up->body, block, body_len, NULL, NULL);
+        more = body_parsed(up, rc); /* may free <up> */
+    }
     block_lent = false;
 #ifdef AGW_POISON_BORROWED
     /* The block was lent for the callbacks only (what they left was copied): a pointer that anyone
@@ -1015,8 +1031,12 @@ static void linger_error(void *arg, enum agw_up_failure kind, const char *detail
 
 void agw_upstream_release(struct agw_upstream *up)
 {
-    static const struct agw_upstream_callbacks linger_cbs = {linger_head, linger_body, linger_done,
-                                                             linger_error};
+    static const struct agw_upstream_callbacks linger_cbs = {
+        .on_head = linger_head,
+        .on_body = linger_body,
+        .on_done = linger_done,
+        .on_error = linger_error,
+    };
 
     if (up == NULL || up->closing)
         return;

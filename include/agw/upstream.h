@@ -68,6 +68,11 @@ struct agw_upstream_callbacks {
      * The bytes may be the read buffer itself, valid only during the call: what is left in <body>
      * is copied afterwards, so that it waits for the next call safely. */
     void (*on_body)(void *arg, struct evbuffer *body);
+    /* Optional: decoded body bytes as plain memory, valid only during the call, all of which the
+     * callee consumes (it keeps what it needs of them). Given instead of on_body() where the bytes
+     * lie in one piece and nothing waits before them: every body read of a plain TCP connection.
+     * Spares an evbuffer reference, a peek and a drain per read. */
+    void (*on_bytes)(void *arg, const char *p, size_t n);
     /* The body ended cleanly. */
     void (*on_done)(void *arg);
     /* The exchange failed; <kind> is one of the exchange's own kinds (AGW_UP_CONNECT …

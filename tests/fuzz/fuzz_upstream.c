@@ -24,6 +24,9 @@
  *           on_head >= 500), bit 6: max_header_bytes 64 (else 16 KiB), bit 7: close from outside
  *           the callbacks after k loop iterations.
  *
+ * Without "drains half" the callbacks take plain bytes too (on_bytes, the relay's way), so both
+ * ways of handing the body over run.
+ *
  * Checks: nothing is delivered after on_done/on_error or after the callee closed; a head equals
  * what a standalone agw_http1 parser makes of the script; the body bytes delivered are a prefix of
  * what it decodes (all of them when on_done comes); a "protocol" error means the parser refuses
@@ -242,6 +245,27 @@ static void on_body(void *arg, struct evbuffer *body)
         act(e, e->t->body_act);
 }
 
+/* The bytes in one piece (the relay's way, src/relay.c): all of them are taken, as the relay does;
+ * they are valid during the call only. Given when the test drains everything (not "half"). */
+static void on_bytes(void *arg, const char *p, size_t n)
+{
+    struct exchange *e = arg;
+    const struct reference *ref = &e->t->ref;
+
+    check_alive(e);
+    if (!e->got_head)
+        fatal("on_bytes before on_head");
+    if (n == 0)
+        fatal("on_bytes without bytes");
+    e->body = agw_xrealloc(e->body, e->body_len + n + 1);
+    memcpy(e->body + e->body_len, p, n);
+    e->body_len += n;
+    if (e->body_len > ref->body_len || memcmp(e->body, ref->body, e->body_len) != 0)
+        fatal("the body differs from what the parser decodes from the script");
+    if (++e->bodies == e->t->k)
+        act(e, e->t->body_act);
+}
+
 static void on_done(void *arg)
 {
     struct exchange *e = arg;
@@ -281,7 +305,13 @@ static void on_error(void *arg, enum agw_up_failure kind, const char *detail)
     drop(e, e->t->release); /* the relay's reply_error() or fail_stream() → finish() */
 }
 
-static const struct agw_upstream_callbacks cbs = {on_head, on_body, on_done, on_error};
+static const struct agw_upstream_callbacks cbs = {
+    .on_head = on_head, .on_body = on_body, .on_done = on_done, .on_error = on_error};
+static const struct agw_upstream_callbacks cbs_bytes = {.on_head = on_head,
+                                                        .on_body = on_body,
+                                                        .on_bytes = on_bytes,
+                                                        .on_done = on_done,
+                                                        .on_error = on_error};
 
 static void start_exchange(struct test *t)
 {
@@ -290,7 +320,7 @@ static void start_exchange(struct test *t)
 
     e->t = t;
     t->ex[t->n_ex++] = e;
-    e->up = agw_upstream_start(t->pool, hdrs, 1, "{}", 2, &cbs, e);
+    e->up = agw_upstream_start(t->pool, hdrs, 1, "{}", 2, t->half ? &cbs : &cbs_bytes, e);
 }
 
 /* ---- the backend ---------------------------------------------------------------------------- */

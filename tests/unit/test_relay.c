@@ -497,8 +497,7 @@ Test(relay, deferred_head)
     struct agw_upstream *up;
     struct opts o = {0};
 
-    up = agw_upstream_start(&pools[0], NULL, 0, "", 0,
-                            &(struct agw_upstream_callbacks){NULL, NULL, NULL, NULL}, NULL);
+    up = agw_upstream_start(&pools[0], NULL, 0, "", 0, &(struct agw_upstream_callbacks){0}, NULL);
     p = params(req, &o);
     agw_relay_adopt(set, &p, up, &resp);
     cr_assert_eq(req->status, 0, "no 200 before an event");
@@ -515,8 +514,7 @@ Test(relay, deferred_head)
     fake_req_free(req);
 
     req = fake_req_new();
-    up = agw_upstream_start(&pools[0], NULL, 0, "", 0,
-                            &(struct agw_upstream_callbacks){NULL, NULL, NULL, NULL}, NULL);
+    up = agw_upstream_start(&pools[0], NULL, 0, "", 0, &(struct agw_upstream_callbacks){0}, NULL);
     p = params(req, &o);
     agw_relay_adopt(set, &p, up, &resp);
     fake_up_body(up, "data: [DONE]\n\n");
@@ -529,8 +527,7 @@ Test(relay, deferred_head)
     fake_req_free(req);
 
     req = fake_req_new();
-    up = agw_upstream_start(&pools[0], NULL, 0, "", 0,
-                            &(struct agw_upstream_callbacks){NULL, NULL, NULL, NULL}, NULL);
+    up = agw_upstream_start(&pools[0], NULL, 0, "", 0, &(struct agw_upstream_callbacks){0}, NULL);
     p = params(req, &o);
     agw_relay_adopt(set, &p, up, &resp);
     fake_up_error(up, AGW_UP_CLOSED);
