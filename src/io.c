@@ -42,7 +42,7 @@ ssize_t agw_io_read_into(struct evbuffer *in, int fd, size_t max)
  * reserve <max> bytes, a new chain of 16 or 64 KiB whenever its last chain lacked the room (each
  * request's first read, each response head's), for a few hundred bytes: jemalloc's large sizes,
  * 1,500 instructions a read in the allocator alone. Copying what came is cheaper. */
-static _Thread_local char scratch[AGW_IO_READ_MAX];
+static _Thread_local char scratch[64 * 1024];
 
 ssize_t agw_io_read_append(struct evbuffer *in, int fd, size_t max)
 {

@@ -627,14 +627,22 @@ static int frame_cb(void *arg, const struct agw_sse_frame *f)
  * passes unchanged are appended to <out> straight from the segment, in one piece per run of them
  * (see relay_emit()), before the segment is drained. Returns what agw_sse_parse_bytes() returned
  * last (< 0 stops). */
+/* Body bytes <p>, <n> parsed where they lie: nothing of them is referred to after the call. */
+static int parse_bytes(struct agw_relay *r, const char *p, size_t n)
+{
+    int rc = agw_sse_parse_bytes(r->sse, p, n, frame_cb, r);
+
+    flush_run(r);
+    return rc;
+}
+
 static int parse_body(struct agw_relay *r, struct evbuffer *body)
 {
     struct evbuffer_iovec v;
     int rc = 0;
 
     while (rc >= 0 && evbuffer_peek(body, -1, NULL, &v, 1) > 0) {
-        rc = agw_sse_parse_bytes(r->sse, v.iov_base, v.iov_len, frame_cb, r);
-        flush_run(r);
+        rc = parse_bytes(r, v.iov_base, v.iov_len);
         evbuffer_drain(body, v.iov_len);
     }
     evbuffer_drain(body, evbuffer_get_length(body));
@@ -692,14 +700,11 @@ static void up_on_body(void *arg, struct evbuffer *body)
 static void up_on_bytes(void *arg, const char *p, size_t n)
 {
     struct agw_relay *r = arg;
-    int rc;
 
     enter(r);
     if (IN(r, READING)) {
         evbuffer_expand(r->out, n + 256);
-        rc = agw_sse_parse_bytes(r->sse, p, n, frame_cb, r);
-        flush_run(r);
-        after_body(r, rc);
+        after_body(r, parse_bytes(r, p, n));
     }
     leave(r);
 }

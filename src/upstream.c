@@ -432,11 +432,11 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+static bool body_ended(struct agw_upstream *up, int rc);
+
 /* After a body parse that returned <rc>: hands over the decoded bytes in up->body, then reports the
  * end or the failure. Returns false when the exchange is over (DONE, FAILED) or was closed by a
  * callback. */
-static bool body_ended(struct agw_upstream *up, int rc);
-
 static bool body_parsed(struct agw_upstream *up, int rc)
 {
     if (rc < 0) {

@@ -30,14 +30,11 @@ ssize_t agw_io_read(int fd, char *buf, size_t len);
  * socket failed. One recv(MSG_PEEK) that reads nothing out. */
 int agw_io_idle_state(int fd);
 
-/* The most agw_io_read_append() reads at once (a larger <max> reads this much). */
-#define AGW_IO_READ_MAX (64 * 1024)
-
 /* One read() of at most <max> bytes appended to <in>, a bufferevent's input (whose end the
  * bufferevent keeps frozen outside its reads). Returns what read() returned. */
 ssize_t agw_io_read_into(struct evbuffer *in, int fd, size_t max);
 
-/* The same for a buffer of one's own (not frozen). */
+/* The same for a buffer of one's own (not frozen). Either reads at most 64 KiB at once. */
 ssize_t agw_io_read_append(struct evbuffer *in, int fd, size_t max);
 
 /* One writev() of, in order: what <out> holds (queued earlier), <pre> (<npre> small pieces), every
