@@ -240,6 +240,59 @@ Test(capture, ids_are_compared_by_their_bytes)
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'d'}");
 }
 
+/* The open event's id is compared from a copy in the capture when it is short, from the buffer
+ * when it is not: ids of 38 and 39 characters (the copy holds 40 bytes, quotes included) that
+ * differ only in their last character, or only in their first, each end the open event; the same
+ * id given again, from another buffer, continues it. */
+Test(capture, ids_at_the_length_of_the_kept_copy_are_compared_whole)
+{
+    for (size_t n = 36; n <= 41; n++) {
+        struct agw_capture *c = agw_capture_new();
+        char id[64], other_last[64], other_first[64], want[4096];
+        size_t w = 0;
+
+        memset(id, 'a', n);
+        id[n] = '\0';
+        memcpy(other_last, id, n + 1);
+        other_last[n - 1] = 'b';
+        memcpy(other_first, id, n + 1);
+        other_first[0] = 'b';
+        const char *seq[] = {id, id, other_last, other_last, id, other_first, id, id};
+        const char *last = NULL;
+        for (size_t i = 0; i < sizeof(seq) / sizeof(seq[0]); i++) {
+            char ev[256];
+            int len = snprintf(ev, sizeof(ev),
+                               "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"%s\","
+                               "\"delta\":\"%zu\"}",
+                               seq[i], i);
+            char tok[70];
+            int tl = snprintf(tok, sizeof(tok), "\"%s\"", seq[i]);
+            char d[8];
+            int dl = snprintf(d, sizeof(d), "\"%zu\"", i);
+
+            if (i % 2 == 0)
+                feed_raw(c, ev, (size_t)len);
+            else
+                agw_capture_content(c, false, tok, (size_t)tl, d, (size_t)dl);
+            if (last == NULL || strcmp(last, seq[i]) != 0) {
+                if (last != NULL)
+                    w += (size_t)snprintf(want + w, sizeof(want) - w, "\"}\n");
+                w += (size_t)snprintf(want + w, sizeof(want) - w,
+                                      "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"%s\","
+                                      "\"delta\":\"",
+                                      seq[i]);
+            }
+            w += (size_t)snprintf(want + w, sizeof(want) - w, "%zu", i);
+            last = seq[i];
+        }
+        snprintf(want + w, sizeof(want) - w, "\"}\n");
+        char *got = take_str(c);
+        cr_assert_str_eq(got, want, "ids of %zu characters", n);
+        free(got);
+        agw_capture_free(c);
+    }
+}
+
 Test(capture, empty_deltas_coalesce_too)
 {
     EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':''}\n"
