@@ -225,9 +225,8 @@ static void coalesce(struct agw_capture *c, enum kind kind, const struct member 
     static const char text[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":";
     static const char args[] = "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":";
 
-    const char *open_id = id->n <= sizeof(c->id) ? c->id : c->buf + c->id_at;
-
-    if (c->open != kind || c->id_len != id->n || memcmp(open_id, id->p, id->n) != 0) {
+    if (c->open != kind || c->id_len != id->n ||
+        memcmp(id->n <= sizeof(c->id) ? c->id : c->buf + c->id_at, id->p, id->n) != 0) {
         close_open(c);
         if (kind == KIND_TEXT)
             put(c, text, sizeof(text) - 1);
