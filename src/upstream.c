@@ -617,6 +617,8 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
         conn_free(c);
         return;
     }
+    if (up->state == UP_ST_BODY && up->cbs.on_readable != NULL)
+        up->cbs.on_readable(up->arg); /* before the input is looked at: one miss less to wait on */
     in = bufferevent_get_input(c->bev);
     if (up->state == UP_ST_BODY && evbuffer_get_length(in) == 0) {
         got = agw_io_read(fd, block, sizeof(block));

@@ -73,6 +73,10 @@ struct agw_upstream_callbacks {
      * lie in one piece and nothing waits before them: every body read of a plain TCP connection.
      * Spares an evbuffer reference, a peek and a drain per read. */
     void (*on_bytes)(void *arg, const char *p, size_t n);
+    /* Optional: body bytes are about to be read (a plain TCP connection, before its read()). A
+     * hint, which must change nothing: the callee may ask the CPU for the memory the bytes will
+     * touch, so that it arrives while the kernel copies them. */
+    void (*on_readable)(void *arg);
     /* The body ended cleanly. */
     void (*on_done)(void *arg);
     /* The exchange failed; <kind> is one of the exchange's own kinds (AGW_UP_CONNECT …

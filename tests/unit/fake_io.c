@@ -12,6 +12,7 @@ struct agw_upstream *fake_ups[FAKE_MAX_UPSTREAMS];
 int fake_n_ups;
 int fake_in_upstream_cb;
 int fake_in_nested_close;
+int fake_prefetches;
 
 /* ---- the server side ---------------------------------------------------------------------- */
 
@@ -110,6 +111,20 @@ void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
     cr_assert(!req->gone && req->streaming && !req->finished, "a write after the end");
     evbuffer_add_buffer(req->body, buf);
     written(req);
+}
+
+/* The hints read the request (agw_req_prefetch_output() its output's address): a relay must give
+ * them only a request it still holds. */
+void agw_req_prefetch(const struct agw_req *req)
+{
+    cr_assert(!req->gone, "a hint for a request that is gone");
+    fake_prefetches++;
+}
+
+void agw_req_prefetch_output(const struct agw_req *req)
+{
+    cr_assert(!req->gone, "a hint for a request that is gone");
+    fake_prefetches++;
 }
 
 void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf)
@@ -258,6 +273,8 @@ void fake_up_body(struct agw_upstream *up, const char *bytes)
     if (!live(up)) /* the real exchange reads no more once closed */
         return;
     fake_in_upstream_cb++;
+    if (up->cbs.on_readable != NULL) /* as a plain TCP connection's read does */
+        up->cbs.on_readable(up->arg);
     if (up->cbs.on_bytes != NULL && turn++ % 2 == 0) {
         size_t n = strlen(bytes);
         char *copy = malloc(n + 1); /* valid during the call only: poisoned after it */

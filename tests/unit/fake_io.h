@@ -47,6 +47,8 @@ extern int fake_in_upstream_cb;
 /* Depth of a client close the fake server runs from inside one of the relay's calls (a write that
  * finds the client gone): the relay must not be freed there, only as its own callback unwinds. */
 extern int fake_in_nested_close;
+/* Hints the relay gave about its request (agw_req_prefetch(), agw_req_prefetch_output()). */
+extern int fake_prefetches;
 
 struct agw_req *fake_req_new(void);
 void fake_req_free(struct agw_req *req);

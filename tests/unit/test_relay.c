@@ -176,7 +176,9 @@ Test(relay, a_whole_run)
     fake_up_head(last_up(), 200, SSE);
     cr_assert_eq(req->status, 200);
     cr_assert_eq(agw_runs_count(runs), 1, "registered while streaming");
+    fake_prefetches = 0;
     fake_up_body(last_up(), START TSTART TCONT);
+    cr_assert_gt(fake_prefetches, 0, "the read's hints name the request");
     cr_assert(!req->finished);
     fake_up_body(last_up(), TEND FIN);
     cr_assert(req->finished);
@@ -430,8 +432,10 @@ Test(relay, detach_while_streaming)
     cr_assert_eq(ended.calls, 0, "the run goes on");
     cr_assert(!last_up()->paused, "resumed: nobody to wait for");
     cr_assert_eq(agw_runs_count(runs), 1, "still registered: decisions reach it");
+    fake_prefetches = 0;
     fake_up_body(last_up(), TCONT TEND);
     fake_up_body(last_up(), FIN);
+    cr_assert_eq(fake_prefetches, 0, "no hint about a request it no longer holds");
     cr_assert_eq(ended.calls, 1, "freed when its stream ended (after the callback returned)");
     cr_assert(ended.detached);
     cr_assert_str_eq(ended.outcome, "RUN_FINISHED");
