@@ -19,8 +19,6 @@ enum kind {
     KIND_ARGS, /* TOOL_CALL_ARGS: coalesced by toolCallId */
 };
 
-/* A cache line (x86-64 and most ARM cores). */
-#define CAPTURE_LINE 64
 /* Ids of open coalesced events up to this length (quotes included) are kept in the capture
  * itself: UUIDs are 38; the struct stays in jemalloc's 112-byte class. */
 #define CAPTURE_ID_COPY 40
@@ -244,9 +242,9 @@ static void coalesce(struct agw_capture *c, enum kind kind, const struct member 
     /* The next delta of a stream goes right after this one, an event later: the lines it will
      * take are asked for now, so that it is not a write into memory the CPU must first read (on a
      * paced stream half the capture's cost was those misses). A hint: nothing is read. */
-    if (c->cap - c->len >= 2 * CAPTURE_LINE) { /* the two lines after the one written last */
-        __builtin_prefetch(c->buf + c->len + CAPTURE_LINE - 1, 1);
-        __builtin_prefetch(c->buf + c->len + 2 * CAPTURE_LINE - 1, 1);
+    if (c->cap - c->len >= 2 * AGW_CACHE_LINE) { /* the two lines after the one written last */
+        __builtin_prefetch(c->buf + c->len + AGW_CACHE_LINE - 1, 1);
+        __builtin_prefetch(c->buf + c->len + 2 * AGW_CACHE_LINE - 1, 1);
     }
 }
 

@@ -590,7 +590,7 @@ static bool write_chunk_now(struct evbuffer *out, evutil_socket_t fd, struct evb
 
 void agw_req_prefetch(const struct agw_req *req)
 {
-    for (size_t at = 0; at < sizeof(*req); at += 64)
+    for (size_t at = 0; at < sizeof(*req); at += AGW_CACHE_LINE)
         __builtin_prefetch((const char *)req + at);
 }
 

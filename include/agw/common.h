@@ -30,6 +30,8 @@ enum {
 enum { AGW_PRIO_NEW = 1, AGW_PRIO_FLOWING = 2, AGW_N_PRIORITIES = 3 };
 
 #define AGW_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* A CPU cache line (x86-64 and most ARM cores), for prefetch hints. */
+#define AGW_CACHE_LINE 64
 
 #if defined(__GNUC__)
 #define AGW_PRINTF(f, a) __attribute__((format(printf, f, a)))

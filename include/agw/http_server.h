@@ -123,8 +123,8 @@ void agw_req_stream_start(struct agw_req *req, int status, const char *fields, s
 /* Moves every byte of <buf> to the client as one chunk (no-op when <buf> is empty). */
 void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf);
 /* Hints before a stream's next chunk, which change nothing: the CPU is asked for the request's
- * memory (agw_req_prefetch()), then, once that has arrived, for the connection's objects the
- * write touches (agw_req_prefetch_output()). */
+ * memory (agw_req_prefetch()), then, once that has arrived, for its connection's output buffer
+ * (agw_req_prefetch_output()). */
 void agw_req_prefetch(const struct agw_req *req);
 void agw_req_prefetch_output(const struct agw_req *req);
 /* Moves every byte of <buf> (maybe none) to the client as a last chunk and ends the chunked body,
