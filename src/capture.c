@@ -310,6 +310,11 @@ void agw_capture_typed(struct agw_capture *c, const char *type, size_t type_len,
     agw_capture_event(c, json, len);
 }
 
+bool agw_capture_keeps_type(const char *type, size_t type_len)
+{
+    return classify(type, type_len) != KIND_DROP;
+}
+
 void agw_capture_content(struct agw_capture *c, bool args, const char *id, size_t id_len,
                          const char *delta, size_t delta_len)
 {

@@ -66,6 +66,7 @@ struct agw_relay_set {
     struct event_base *base;
     TAILQ_HEAD(, agw_relay) relays;
     size_t count;
+    size_t n_captures; /* relays of the set with a capture (agw_relay_set_captures()) */
     /* Relays waiting for the store (store_wait): the timer looks every STORE_WAIT_MS whether it
      * caught up, while any waits. */
     struct event *store_timer;
@@ -147,8 +148,8 @@ struct agw_relay {
     struct agw_runs *runs;
     struct agw_run_entry *entry; /* while registered */
     /* thread history: what the run produced, handed to the store in pieces and at the end */
-    struct agw_store *store;
-    struct agw_capture *capture;
+    struct agw_store *store;     /* NULL: the run is not recorded */
+    struct agw_capture *capture; /* made when an event is to be kept; freed once handed over idle */
     /* Its upstream is paused because the store is behind (agw_store_congested()); the set's timer
      * resumes it. A pause for the client (backpressure) and this one are lifted separately: the
      * upstream is read again when neither holds. */
@@ -260,9 +261,32 @@ static void aging_leave(struct agw_relay *r)
         event_del(r->set->age_timer);
 }
 
+/* The capture of a run that records, made when it first has something to keep: a stream that waits
+ * holds none (see capture_age_cb()). */
+static struct agw_capture *capture_of(struct agw_relay *r)
+{
+    if (r->capture == NULL) {
+        r->capture = agw_capture_new();
+        agw_capture_use_chunks(r->capture, agw_store_chunk, r->store);
+        r->set->n_captures++;
+    }
+    return r->capture;
+}
+
+static void capture_free(struct agw_relay *r)
+{
+    if (r->capture == NULL)
+        return;
+    agw_capture_free(r->capture);
+    r->capture = NULL;
+    r->set->n_captures--;
+}
+
 /* Hands over each capture that held lines at the last tick and still does, so none waits longer
  * than two ticks; lets go of those it finds empty. Walks only the runs that captured something
- * since (an idle stream is not looked at again). */
+ * since (an idle stream is not looked at again). A capture handed over here is freed too: its run
+ * has been quiet for a tick or is slow, and an idle stream keeps no capture (112 bytes) while it
+ * waits; the next event to keep makes a new one. */
 static void capture_age_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct agw_relay_set *set = arg;
@@ -278,6 +302,7 @@ static void capture_age_cb(evutil_socket_t fd, short what, void *arg)
         }
         flush_capture(r); /* (nothing when it is empty) */
         aging_leave(r);
+        capture_free(r); /* empty now: nothing open, nothing held */
     }
 }
 
@@ -350,6 +375,30 @@ static void legacy_frame(void *arg, const char *data, size_t len)
         abort();
 }
 
+/* Captures an event for the thread's history (a run that records). */
+static void record(struct agw_relay *r, const char *json, size_t len)
+{
+    struct agw_agui_content ct;
+    const char *type;
+    size_t type_len, held;
+
+    /* a delta, or a type, the normaliser's fast path read needs no second scan */
+    if (agw_agui_emitting_content(r->agui, &ct)) {
+        agw_capture_content(capture_of(r), ct.args, ct.id, ct.id_len, ct.delta, ct.delta_len);
+    } else if (agw_agui_emitting_type(r->agui, &type, &type_len)) {
+        if (r->capture == NULL && !agw_capture_keeps_type(type, type_len))
+            return; /* dropped, and no capture is open for it to leave as it is */
+        agw_capture_typed(capture_of(r), type, type_len, json, len);
+    } else {
+        agw_capture_event(capture_of(r), json, len);
+    }
+    held = agw_capture_size(r->capture);
+    if (held >= CAPTURE_FLUSH_BYTES)
+        flush_capture(r);
+    else if (held > 0 && !r->in_aging)
+        aging_join(r); /* (an event it dropped leaves nothing to age) */
+}
+
 /* The normaliser's sink: every event for the client. One that passes unchanged, from a frame that
  * sits in the read segment as "data: <data>\n\n", is the client's frame already: it joins the run
  * of such frames when it follows the last one in memory, else starts a new run. Any other event is
@@ -359,24 +408,8 @@ static void relay_emit(void *arg, const char *json, size_t len, bool pass)
 {
     struct agw_relay *r = arg;
 
-    if (r->capture != NULL) {
-        struct agw_agui_content ct;
-        const char *type;
-        size_t type_len, held;
-
-        /* a delta, or a type, the normaliser's fast path read needs no second scan */
-        if (agw_agui_emitting_content(r->agui, &ct))
-            agw_capture_content(r->capture, ct.args, ct.id, ct.id_len, ct.delta, ct.delta_len);
-        else if (agw_agui_emitting_type(r->agui, &type, &type_len))
-            agw_capture_typed(r->capture, type, type_len, json, len);
-        else
-            agw_capture_event(r->capture, json, len);
-        held = agw_capture_size(r->capture);
-        if (held >= CAPTURE_FLUSH_BYTES)
-            flush_capture(r);
-        else if (held > 0 && !r->in_aging)
-            aging_join(r); /* (an event it dropped leaves nothing to age) */
-    }
+    if (r->store != NULL)
+        record(r, json, len);
 
     if (r->legacy_client) { /* the thread's history keeps the AG-UI events, the client its own */
         flush_run(r);
@@ -675,7 +708,7 @@ static void after_body(struct agw_relay *r, int rc)
         agw_req_out_pending(r->req) > r->stream_buffer_bytes)
         agw_upstream_pause(r->up);
     /* The store is behind: no more reading (and recording) until it caught up. */
-    if (r->capture != NULL && r->up != NULL && !r->store_wait &&
+    if (r->store != NULL && r->up != NULL && !r->store_wait &&
         IN(r, TO(RL_ST_STREAMING) | TO(RL_ST_DETACHED)) && agw_store_congested(r->store))
         store_pause(r);
 }
@@ -946,11 +979,7 @@ static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_r
     r->runs = p->runs;
     r->detach = p->detach;
     r->legacy_client = p->legacy_client;
-    r->store = p->store;
-    if (r->store != NULL) {
-        r->capture = agw_capture_new();
-        agw_capture_use_chunks(r->capture, agw_store_chunk, r->store);
-    }
+    r->store = p->store; /* recording: a capture is made when an event is to be kept */
     r->start_ms = agw_now_ms();
     {
         const char *id = agw_req_id(p->req);
@@ -1017,7 +1046,7 @@ static void relay_free(struct agw_relay *r)
 
     flush_capture(r); /* a run that ended without its terminal event */
     aging_leave(r);
-    agw_capture_free(r->capture);
+    capture_free(r);
     if (r->on_end != NULL)
         r->on_end(r->arg, &s);
     TAILQ_REMOVE(&r->set->relays, r, link);
@@ -1079,6 +1108,11 @@ void agw_relay_cancel(struct agw_relay *r)
 size_t agw_relay_set_count(const struct agw_relay_set *set)
 {
     return __atomic_load_n(&set->count, __ATOMIC_RELAXED);
+}
+
+size_t agw_relay_set_captures(const struct agw_relay_set *set)
+{
+    return set->n_captures;
 }
 
 void agw_relay_set_shutdown(struct agw_relay_set *set)

@@ -54,6 +54,10 @@ void agw_capture_content(struct agw_capture *c, bool args, const char *id, size_
 void agw_capture_typed(struct agw_capture *c, const char *type, size_t type_len, const char *json,
                        size_t len);
 
+/* Whether an event of type <type> (<type_len> bytes, unescaped, without its quotes) is kept or
+ * coalesced: false for the types a capture drops, which change nothing in it. */
+bool agw_capture_keeps_type(const char *type, size_t type_len);
+
 /* Bytes held, the open coalesced event included (without the 3 bytes that close it). */
 size_t agw_capture_size(const struct agw_capture *c);
 

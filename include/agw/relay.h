@@ -80,6 +80,9 @@ struct agw_relay_set *agw_relay_set_new(struct event_base *base);
  * going are closed here, their on_end reporting outcome "closed". */
 void agw_relay_set_free(struct agw_relay_set *set);
 size_t agw_relay_set_count(const struct agw_relay_set *set);
+/* Runs of the set holding a capture for thread history (events kept and not yet handed to the
+ * store, or handed over less than a tick of the capture's age timer ago); from the set's loop. */
+size_t agw_relay_set_captures(const struct agw_relay_set *set);
 /* Ends every running stream with RUN_ERROR {code:"SHUTDOWN"} and fails runs still connecting with
  * 503. */
 void agw_relay_set_shutdown(struct agw_relay_set *set);

@@ -293,6 +293,45 @@ Test(capture, ids_at_the_length_of_the_kept_copy_are_compared_whole)
     }
 }
 
+/* agw_capture_keeps_type() says of each type what the capture does with an event of it: a capture
+ * given an event of a type it does not keep holds nothing. */
+Test(capture, keeps_type_says_what_a_capture_does)
+{
+    static const char *const kept[] = {
+        "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "TEXT_MESSAGE_CHUNK",
+        "TOOL_CALL_START",    "TOOL_CALL_ARGS",       "TOOL_CALL_END",    "TOOL_CALL_CHUNK",
+        "TOOL_CALL_RESULT",   "MESSAGES_SNAPSHOT",
+    };
+    static const char *const dropped[] = {
+        "RUN_STARTED",
+        "RUN_FINISHED",
+        "RUN_ERROR",
+        "STEP_STARTED",
+        "STATE_DELTA",
+        "STATE_SNAPSHOT",
+        "CUSTOM",
+        "RAW",
+        "TEXT_MESSAGE",
+        "TEXT_MESSAGE_ENDS",
+        "text_message_start",
+        "REASONING_MESSAGE_CONTENT",
+    };
+
+    for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
+        cr_assert(agw_capture_keeps_type(kept[i], strlen(kept[i])), "%s", kept[i]);
+    for (size_t i = 0; i < sizeof(dropped) / sizeof(dropped[0]); i++) {
+        struct agw_capture *c = agw_capture_new();
+        char ev[160];
+        int n = snprintf(ev, sizeof(ev), "{\"type\":\"%s\",\"messageId\":\"m\",\"delta\":\"x\"}",
+                         dropped[i]);
+
+        cr_assert_not(agw_capture_keeps_type(dropped[i], strlen(dropped[i])), "%s", dropped[i]);
+        agw_capture_typed(c, dropped[i], strlen(dropped[i]), ev, (size_t)n);
+        cr_assert_eq(agw_capture_size(c), 0, "%s kept", dropped[i]);
+        agw_capture_free(c);
+    }
+}
+
 Test(capture, empty_deltas_coalesce_too)
 {
     EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':''}\n"

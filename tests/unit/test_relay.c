@@ -614,6 +614,46 @@ Test(relay, a_store_behind_pauses_recording_runs_until_it_caught_up)
     agw_store_close(st);
 }
 
+/* A run that records makes its capture when an event is to be kept (none for a dropped one), and
+ * lets it go once the age timer handed it over: a stream that waits holds none. The next event to
+ * keep makes another; the run ends with none. */
+Test(relay, a_capture_is_made_for_what_is_kept_and_let_go_while_the_run_waits)
+{
+    struct agw_store_options so = {.kind = AGW_STORE_MEMORY,
+                                   .max_messages = 100,
+                                   .cache_threads = 10,
+                                   .commit_ms = 20,
+                                   .max_queue_bytes = 1u << 30};
+    char err[256] = "";
+    struct agw_store *st = agw_store_open(&so, err, sizeof(err));
+    struct agw_req *req = fake_req_new();
+    struct opts o = {0};
+    struct agw_relay_params p = params(req, &o);
+
+    cr_assert_not_null(st, "%s", err);
+    p.store = st;
+    agw_relay_start(set, &p);
+    fake_up_head(last_up(), 200, SSE);
+    fake_up_body(last_up(), START);
+    cr_assert_eq(agw_relay_set_captures(set), 0, "RUN_STARTED is not kept: no capture");
+    fake_up_body(last_up(), TSTART TCONT);
+    cr_assert_eq(agw_relay_set_captures(set), 1);
+    run_loop_ms(700); /* two ticks of the age timer: handed over, then let go */
+    cr_assert_eq(agw_relay_set_captures(set), 0, "a waiting stream holds no capture");
+    cr_assert_eq(ended.calls, 0, "the run goes on");
+    fake_up_body(last_up(), TCONT);
+    cr_assert_eq(agw_relay_set_captures(set), 1, "the next delta makes a new one");
+    fake_up_body(last_up(), TEND FIN);
+    cr_assert(req->finished);
+    assert_types(req, "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_CONTENT "
+                      "TEXT_MESSAGE_END RUN_FINISHED");
+    fake_req_close(req);
+    fake_req_free(req);
+    cr_assert_eq(ended.calls, 1);
+    cr_assert_eq(agw_relay_set_captures(set), 0);
+    agw_store_close(st);
+}
+
 Test(relay, heartbeats_and_the_probe_of_a_half_closed_client)
 {
     struct agw_req *req = fake_req_new();
