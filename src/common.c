@@ -62,6 +62,17 @@ uint64_t agw_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+uint64_t agw_now_ms_coarse(void)
+{
+#ifdef CLOCK_MONOTONIC_COARSE
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+#else
+    return agw_now_ms();
+#endif
+}
+
 uint64_t agw_now_us(void)
 {
     struct timespec ts;

@@ -474,7 +474,7 @@ static void flush_out(struct agw_relay *r, bool last)
     if (n == 0)
         return;
     agw_req_stream_write(r->req, r->out);
-    r->last_write_ms = agw_now_ms();
+    r->last_write_ms = agw_now_ms_coarse(); /* (on every write: the cheap clock) */
 }
 
 /* The heartbeat timer is lazy: it is armed once per period and, when it fires, writes ": ping" only

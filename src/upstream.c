@@ -623,14 +623,14 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
     if (up->state == UP_ST_BODY && evbuffer_get_length(in) == 0) {
         got = agw_io_read(fd, block, sizeof(block));
         if (got > 0) {
-            up->last_read_ms = agw_now_ms();
-            body_block(up, (size_t)got); /* may free <up> */
+            up->last_read_ms = agw_now_ms_coarse(); /* (on every event: the cheap clock) */
+            body_block(up, (size_t)got);            /* may free <up> */
             return;
         }
     } else {
         got = agw_io_read_into(in, fd, READ_MAX);
         if (got > 0) {
-            up->last_read_ms = agw_now_ms();
+            up->last_read_ms = agw_now_ms_coarse();
             process_input(up); /* may free <up> */
             return;
         }

@@ -56,6 +56,11 @@ uint64_t agw_now_ms(void);
 uint64_t agw_wall_ms(void);
 /* Monotonic clock in microseconds (latency measurements). */
 uint64_t agw_now_us(void);
+/* The monotonic clock in milliseconds as the kernel last ticked it (CLOCK_MONOTONIC_COARSE: a few
+ * milliseconds behind agw_now_ms() at most, never ahead of it, and cheaper to read: no time source
+ * is read). For stamps of activity taken on every event that idle checks compare with
+ * agw_now_ms(): a stamp a tick old makes a stream look idle a tick sooner, never later. */
+uint64_t agw_now_ms_coarse(void);
 
 /* Writes <nbytes_of_randomness> (at most 64) random bytes as lowercase hex plus NUL into <out>
  * (2 * n + 1 bytes): request, trace and message ids. Not for secrets: a fast generator seeded per

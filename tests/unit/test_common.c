@@ -56,6 +56,19 @@ Test(common, clocks_move_forward)
     cr_assert_geq(agw_now_ms(), a);
 }
 
+/* The coarse clock is the same clock as of the kernel's last tick: never ahead of agw_now_ms() read
+ * after it, never far behind (a tick is 1-10 ms; 100 allows for a descheduled test). */
+Test(common, the_coarse_clock_trails_the_monotonic_one_by_a_tick)
+{
+    for (int i = 0; i < 100000; i++) {
+        uint64_t c = agw_now_ms_coarse(), m = agw_now_ms();
+
+        cr_assert_leq(c, m, "coarse %llu ahead of %llu", (unsigned long long)c,
+                      (unsigned long long)m);
+        cr_assert_lt(m - c, 100, "coarse %llu ms behind", (unsigned long long)(m - c));
+    }
+}
+
 Test(common, header_has_token)
 {
     cr_assert(agw_header_has_token("close", "close"));
