@@ -22,7 +22,8 @@ struct evbuffer;
 /* Pieces one writev() takes at most (a chunk header, a body's segments, a trailer). */
 #define AGW_IO_MAX_PIECES 32
 
-/* One read() of at most <len> bytes into <buf>. Returns what read() returned; errno is read()'s. */
+/* One read of at most <len> bytes into <buf> from the socket <fd> (recv()). Returns what recv()
+ * returned; errno is recv()'s. */
 ssize_t agw_io_read(int fd, char *buf, size_t len);
 
 /* Whether an idle connection is still clean: 0 when nothing waits to be read (the peer sent nothing
@@ -30,8 +31,9 @@ ssize_t agw_io_read(int fd, char *buf, size_t len);
  * socket failed. One recv(MSG_PEEK) that reads nothing out. */
 int agw_io_idle_state(int fd);
 
-/* One read() of at most <max> bytes appended to <in>, a bufferevent's input (whose end the
- * bufferevent keeps frozen outside its reads). Returns what read() returned. */
+/* One read (recv()) of at most <max> bytes from the socket <fd> appended to <in>, a bufferevent's
+ * input (whose end the bufferevent keeps frozen outside its reads). Returns what recv() returned.
+ */
 ssize_t agw_io_read_into(struct evbuffer *in, int fd, size_t max);
 
 /* The same for a buffer of one's own (not frozen). Either reads at most 64 KiB at once. */

@@ -256,6 +256,27 @@ Test(io, reads_append_in_place)
     evbuffer_free(in);
 }
 
+/* The reads are socket reads (recv(), which skips read()'s file layer): a pipe is refused. */
+Test(io, reads_are_socket_reads)
+{
+    int p[2];
+    char b[8];
+    struct evbuffer *in = evbuffer_new();
+
+    cr_assert_eq(pipe(p), 0);
+    cr_assert_eq(write(p[1], "ab", 2), 2);
+    errno = 0;
+    cr_assert_eq(agw_io_read(p[0], b, sizeof(b)), -1);
+    cr_assert_eq(errno, ENOTSOCK);
+    errno = 0;
+    cr_assert_eq(agw_io_read_append(in, p[0], 4096), -1);
+    cr_assert_eq(errno, ENOTSOCK);
+    cr_assert_eq(evbuffer_get_length(in), 0);
+    close(p[0]);
+    close(p[1]);
+    evbuffer_free(in);
+}
+
 /* The gate's reads (src/http_server.c) go to a buffer of its own, which must stay open at its end
  * for what the gate appends itself; a bufferevent's input stays frozen at its end, as the
  * bufferevent keeps it outside its reads. */
