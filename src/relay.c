@@ -656,11 +656,9 @@ static int frame_cb(void *arg, const struct agw_sse_frame *f)
     return rc == 1 ? -1 : 0;
 }
 
-/* Parses the body bytes <body> holds, segment by segment, in place: the frames the normaliser
- * passes unchanged are appended to <out> straight from the segment, in one piece per run of them
- * (see relay_emit()), before the segment is drained. Returns what agw_sse_parse_bytes() returned
- * last (< 0 stops). */
-/* Body bytes <p>, <n> parsed where they lie: nothing of them is referred to after the call. */
+/* Body bytes <p>, <n> parsed where they lie: the frames the normaliser passes unchanged are
+ * appended to <out> straight from them, in one piece per run of them (see relay_emit()), so that
+ * nothing of them is referred to after the call. Returns what agw_sse_parse_bytes() returned. */
 static int parse_bytes(struct agw_relay *r, const char *p, size_t n)
 {
     int rc = agw_sse_parse_bytes(r->sse, p, n, frame_cb, r);
@@ -669,6 +667,8 @@ static int parse_bytes(struct agw_relay *r, const char *p, size_t n)
     return rc;
 }
 
+/* The same for what <body> holds, segment by segment, each drained once parsed. Returns what
+ * agw_sse_parse_bytes() returned last (< 0 stops). */
 static int parse_body(struct agw_relay *r, struct evbuffer *body)
 {
     struct evbuffer_iovec v;
