@@ -238,16 +238,27 @@ static void flush_run(struct agw_relay *r)
     r->run_len = 0;
 }
 
-/* Hands what the capture holds to the store. */
+/* Hands what the capture holds to the store: up to AGW_CAPTURE_SMALL_BYTES as a copy (the capture
+ * keeps its buffer, freed or reused on this thread), beyond that the buffer itself. */
 static void flush_capture(struct agw_relay *r)
 {
     size_t len;
     char *lines;
     bool chunk;
 
-    if (r->capture == NULL || (lines = agw_capture_take(r->capture, &len, &chunk)) == NULL)
+    if (r->capture == NULL)
         return;
-    agw_store_run_events(r->store, r->thread_id, r->run_id, lines, len, chunk);
+    if (!agw_capture_in_chunk(r->capture) &&
+        agw_capture_size(r->capture) <= AGW_CAPTURE_SMALL_BYTES) {
+        const char *held = agw_capture_lines(r->capture, &len);
+
+        if (held != NULL)
+            agw_store_run_events_copy(r->store, r->thread_id, r->run_id, held, len);
+        agw_capture_clear(r->capture);
+        return;
+    }
+    if ((lines = agw_capture_take(r->capture, &len, &chunk)) != NULL)
+        agw_store_run_events(r->store, r->thread_id, r->run_id, lines, len, chunk);
 }
 
 static void aging_leave(struct agw_relay *r)

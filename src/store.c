@@ -65,8 +65,9 @@ struct job {
     const char *thread_id, *run_id, *agent_id; /* run_id, agent_id may be NULL */
     char *data;                                /* INPUT: the body (in the block); EVENTS: owned */
     size_t len;
-    size_t cost; /* bytes counted against max_queue_bytes */
-    bool chunk;  /* JOB_EVENTS: <data> is a capture chunk, to be reused (agw_store_chunk()) */
+    size_t cost;   /* bytes counted against max_queue_bytes */
+    bool chunk;    /* JOB_EVENTS: <data> is a capture chunk, to be reused (agw_store_chunk()) */
+    bool in_block; /* JOB_EVENTS: <data> is in the job's block (agw_store_run_events_copy()) */
     /* JOB_READ */
     struct agw_history_query q;
     struct agw_store_inbox *inbox;
@@ -596,7 +597,7 @@ static void job_free(struct agw_store *s, struct job *j)
 {
     if (j->kind == JOB_EVENTS && j->chunk)
         chunk_put(s, j->data);
-    else if (j->kind == JOB_EVENTS)
+    else if (j->kind == JOB_EVENTS && !j->in_block)
         free(j->data);
     free(j->page.body);
     free(j->page.agents);
@@ -877,7 +878,8 @@ static void submit(struct agw_store *s, struct job *j)
     writer_wake(s, wake);
 }
 
-/* A job with copies of its ids (NULL ones stay NULL) and <extra> bytes after them (*<extra_at>). */
+/* A job with copies of its ids (NULL ones stay NULL) and <extra> bytes after them (*<extra_at>),
+ * for the caller to fill. */
 static struct job *job_new(enum job_kind kind, const char *thread_id, const char *run_id,
                            const char *agent_id, size_t extra, char **extra_at)
 {
@@ -892,7 +894,7 @@ static struct job *job_new(enum job_kind kind, const char *thread_id, const char
         size += lens[i];
     }
     j = agw_mem_separate_alloc(size);
-    memset(j, 0, size);
+    memset(j, 0, sizeof(*j)); /* (the ids and the extra bytes are written by the caller) */
     j->kind = kind;
     j->cost = size;
     dst[0] = &j->thread_id;
@@ -932,6 +934,19 @@ void agw_store_run_events(struct agw_store *s, const char *thread_id, const char
     j->len = len;
     j->chunk = chunk;
     j->cost += len;
+    submit(s, j);
+}
+
+void agw_store_run_events_copy(struct agw_store *s, const char *thread_id, const char *run_id,
+                               const char *lines, size_t len)
+{
+    char *at;
+    struct job *j = job_new(JOB_EVENTS, thread_id, run_id, NULL, len, &at);
+
+    memcpy(at, lines, len);
+    j->data = at;
+    j->len = len;
+    j->in_block = true;
     submit(s, j);
 }
 

@@ -68,6 +68,14 @@ size_t agw_capture_size(const struct agw_capture *c);
  * on: a later delta of the same message starts a new coalesced event. */
 char *agw_capture_take(struct agw_capture *c, size_t *len, bool *chunk);
 
+/* What agw_capture_take() would hand over, left in place for the caller to copy: the open
+ * coalesced event closed, *<len> set, NULL when nothing is held. agw_capture_clear() then empties
+ * the capture, which keeps its buffer (the next lines go to memory this thread already holds). */
+const char *agw_capture_lines(struct agw_capture *c, size_t *len);
+void agw_capture_clear(struct agw_capture *c);
+/* Whether the buffer held is a chunk (agw_capture_use_chunks()). */
+bool agw_capture_in_chunk(const struct agw_capture *c);
+
 /* Chunks: the buffers of a long run, recycled by the caller instead of being grown by doubling and
  * freed. A capture starts with a small buffer (a run that waits keeps little); once what it holds
  * passes AGW_CAPTURE_SMALL_BYTES it moves to a chunk of AGW_CAPTURE_CHUNK_BYTES from <get> (one

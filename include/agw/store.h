@@ -57,6 +57,11 @@ void agw_store_run_input(struct agw_store *s, const char *agent_id, const char *
  * reuse when <chunk> says it is a capture chunk (include/agw/capture.h). */
 void agw_store_run_events(struct agw_store *s, const char *thread_id, const char *run_id,
                           char *lines, size_t len, bool chunk);
+/* The same with <lines> copied, not taken over: for a short run's few lines, which so stay in the
+ * memory of the loop that made them (a block freed by the writer goes to the writer's thread cache,
+ * and the loop's cache would refill from the shared arena for every run). */
+void agw_store_run_events_copy(struct agw_store *s, const char *thread_id, const char *run_id,
+                               const char *lines, size_t len);
 /* Whether the writer is behind: more than <congested_bytes> of records handed over and not yet
  * applied, and not yet back under a quarter of that. Runs that record stop reading their upstreams
  * while it is (as they do for a slow client), so that a writer sharing a saturated core with the

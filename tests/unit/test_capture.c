@@ -364,6 +364,33 @@ Test(capture, take_closes_the_open_event_and_the_capture_goes_on)
     agw_capture_free(c);
 }
 
+Test(capture, lines_left_in_place_then_cleared_keep_the_buffer)
+{
+    struct agw_capture *c = agw_capture_new();
+    static const char want[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\","
+                               "\"delta\":\"ab\"}\n";
+    const char *lines, *again;
+    size_t len = 12345;
+
+    cr_assert_null(agw_capture_lines(c, &len), "nothing held: no lines");
+    cr_assert_eq(len, 0);
+    feed(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}");
+    feed(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'b'}");
+    lines = agw_capture_lines(c, &len);
+    cr_assert_not_null(lines);
+    cr_assert_eq(len, strlen(want), "the open event closed, as take() closes it");
+    cr_assert(memcmp(lines, want, len) == 0);
+    cr_assert_not(agw_capture_in_chunk(c));
+    agw_capture_clear(c);
+    cr_assert_eq(agw_capture_size(c), 0);
+    /* the next delta starts a new event, in the same buffer */
+    feed(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}");
+    again = agw_capture_lines(c, &len);
+    cr_assert_eq(again, lines, "the buffer is kept");
+    expect_out(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}\n");
+    agw_capture_free(c);
+}
+
 Test(capture, grows_past_its_first_buffer)
 {
     struct agw_capture *c = agw_capture_new();

@@ -171,6 +171,24 @@ Test(store, memory_records_are_read_back_in_order)
     agw_store_close(s);
 }
 
+Test(store, events_handed_over_as_a_copy_are_applied_as_taken_ones)
+{
+    struct agw_store *s = open_store(AGW_STORE_MEMORY, NULL, 100, 0, 100);
+    char lines[sizeof(RUN1_EVENTS)]; /* on the stack: the store must copy, never free it */
+    struct answer a;
+
+    input(s, "demo", "t1", "r1",
+          "{\"threadId\":\"t\",\"runId\":\"r1\",\"messages\":[{\"id\":\"u1\",\"role\":\"user\","
+          "\"content\":\"Hi\"}]}");
+    memcpy(lines, RUN1_EVENTS, sizeof(RUN1_EVENTS));
+    agw_store_run_events_copy(s, "t1", "r1", lines, sizeof(RUN1_EVENTS) - 1);
+    memset(lines, 'x', sizeof(lines) - 1); /* the caller's bytes are its own again at once */
+    a = read_thread(s, "t1", NULL);
+    expect_run1(&a);
+    json_decref(a.page);
+    agw_store_close(s);
+}
+
 Test(store, capture_chunks_are_reused_once_applied)
 {
     struct agw_store *s = open_store(AGW_STORE_MEMORY, NULL, 100, 0, 100);
