@@ -42,6 +42,11 @@ struct db {
     char *buf; /* a message's pieces put together, read back */
     size_t buf_len, buf_cap;
     int lock_fd; /* <dir>/history.lock, flock()ed while open; -1 = none */
+    /* history.db again, read-only, for posix_fadvise() alone (db_shed()); -1 = none. Closed only
+     * after SQLite's handle: closing a descriptor of the file drops the process's POSIX locks on
+     * it, SQLite's included. */
+    int data_fd;
+    off_t shed_from; /* the file's size after the last commit: what lies past it is new */
 };
 
 /* Schema 3: a row per thread and a row per message piece, keyed by the thread's number, the
@@ -313,6 +318,24 @@ static bool save_thread(struct db *d, const struct agw_store_row *r)
     return ok;
 }
 
+/* Lets the kernel drop the pages a commit appended, now on disk (synchronous=FULL) and clean:
+ * written once and read back rarely (the threads in use are in the writer's cache, and SQLite's own
+ * cache keeps the pages it works on), they would only fill the page cache while each new commit
+ * took fresh pages. Dropped, they are the next commit's pages: on a virtual machine whose free
+ * memory goes back to the host, a fresh page costs a fault in the host (about 8 us per 4 KiB here,
+ * against 0.7 for a page the guest just freed). PostgreSQL advises the same for its WAL. */
+static void db_shed(struct db *d)
+{
+    struct stat st;
+
+    if (d->data_fd < 0 || fstat(d->data_fd, &st) != 0)
+        return;
+    if (st.st_size > d->shed_from)
+        (void)posix_fadvise(d->data_fd, d->shed_from, st.st_size - d->shed_from,
+                            POSIX_FADV_DONTNEED);
+    d->shed_from = st.st_size;
+}
+
 static int db_save(void *self, const struct agw_store_row *rows, size_t n, char *err, size_t errlen)
 {
     struct db *d = self;
@@ -327,6 +350,7 @@ static int db_save(void *self, const struct agw_store_row *rows, size_t n, char 
         sqlite3_exec(d->db, "ROLLBACK", NULL, NULL, NULL);
         return -1;
     }
+    db_shed(d);
     return 0;
 }
 
@@ -359,6 +383,8 @@ static void db_close(void *self)
     sqlite3_finalize(d->st_expire);
     if (d->db != NULL)
         sqlite3_close(d->db);
+    if (d->data_fd >= 0)
+        close(d->data_fd);
     if (d->lock_fd >= 0)
         close(d->lock_fd);
     free(d->buf);
@@ -568,6 +594,12 @@ static int db_open(struct db *d, const char *dir, char *err, size_t errlen)
     }
     if (!exec_ok(d, "COMMIT"))
         return db_fail(d, file, "cannot write to it", err, errlen);
+    d->data_fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (d->data_fd >= 0) {
+        struct stat st;
+
+        d->shed_from = fstat(d->data_fd, &st) == 0 ? st.st_size : 0;
+    }
     if (sqlite3_prepare_v2(d->db,
                            "SELECT key, agents, updated, dropped, n_messages FROM threads"
                            " WHERE id = ?1",
@@ -633,6 +665,7 @@ int agw_store_sqlite_open(const char *dir, struct agw_store_backend *b, char *er
 
     pthread_once(&config_once, config_sqlite);
     d->lock_fd = -1;
+    d->data_fd = -1;
     if ((rc = db_open(d, dir, err, errlen)) != 0) {
         db_close(d);
         return rc;
