@@ -8,11 +8,14 @@
  * returned. */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -85,6 +88,9 @@ struct agw_upstream_pool {
     size_t head_len;
     char *fixed; /* the fixed header lines (opts.fixed_headers), or "" */
     size_t fixed_len;
+    /* The host as an address, when it is one (literal_address()); addr_len 0: a name */
+    struct sockaddr_storage addr;
+    socklen_t addr_len;
 };
 
 enum up_state {
@@ -144,6 +150,27 @@ static void url_copy(struct agw_url *dst, const struct agw_url *src)
     dst->authority = agw_xstrdup(src->authority);
 }
 
+/* A host written as an IPv4 or IPv6 address is read once, here: a plain TCP connection to it then
+ * skips libevent's resolver path, which for every connection formats the port with snprintf(),
+ * reads the address back with sscanf(), allocates the result, and asks the kernel once connected
+ * for the peer it connected to (getpeername()). A name, or an address inet_pton() does not take
+ * (a zone index, "127.1"), is left to the resolver, per connection, as before. */
+static void literal_address(struct agw_upstream_pool *pool)
+{
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&pool->addr;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&pool->addr;
+
+    if (inet_pton(AF_INET, pool->url.host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons(pool->url.port);
+        pool->addr_len = sizeof(*v4);
+    } else if (inet_pton(AF_INET6, pool->url.host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons(pool->url.port);
+        pool->addr_len = sizeof(*v6);
+    }
+}
+
 struct agw_upstream_pool *agw_upstream_pool_new(struct event_base *base, struct evdns_base *dns,
                                                 const struct agw_url *url,
                                                 const struct agw_upstream_pool_options *opts)
@@ -166,6 +193,7 @@ struct agw_upstream_pool *agw_upstream_pool_new(struct event_base *base, struct 
     pool->fixed = agw_xstrdup(opts->fixed_headers != NULL ? opts->fixed_headers : "");
     pool->fixed_len = strlen(pool->fixed);
     pool->opts.fixed_headers = NULL; /* the copy above is the pool's */
+    literal_address(pool);
     return pool;
 }
 
@@ -804,19 +832,43 @@ static int connect_fresh(struct agw_upstream *up)
          */
         bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
     } else {
-        bev =
-            bufferevent_socket_new(pool->base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-        if (bev == NULL)
+        evutil_socket_t fd = -1;
+
+        /* To an address: our socket, so that a failure to make one is told now (libevent's
+         * connect reports none when it cannot make its own). */
+        if (pool->addr_len > 0 &&
+            (fd = socket(pool->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
             return -AGW_EIO;
+        bev =
+            bufferevent_socket_new(pool->base, fd, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+        if (bev == NULL) {
+            if (fd >= 0)
+                close(fd);
+            return -AGW_EIO;
+        }
     }
     up->conn = conn_new(pool, bev, up);
     /* Over TLS the bufferevent reads (plain TCP reads through rd_cb once connected). */
     bufferevent_set_max_single_read(bev, READ_MAX);
     bufferevent_setcb(bev, up_read_cb, NULL, up_event_cb, up);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
-    /* The request waits in the output buffer until the connection is up. */
-    evbuffer_add_buffer_reference(bufferevent_get_output(bev), up->request);
     set_state(up, UP_ST_CONNECTING);
+    if (!pool->url.tls && pool->addr_len > 0) {
+        /* Connected first, then enabled: libevent sets the socket again when it connects (its
+         * events taken off and put back), so events enabled before would cost four epoll_ctl()
+         * more. A failed connect is reported by the event callback (deferred): nothing is enabled
+         * then, so no other callback can come before it. */
+        if (bufferevent_socket_connect(bev, (struct sockaddr *)&pool->addr, (int)pool->addr_len) !=
+            0) {
+            agw_log_debug("upstream %s: connect failed at once", pool->url.authority);
+            return 0;
+        }
+        bufferevent_enable(bev, EV_READ | EV_WRITE);
+        /* The request waits in the output buffer until the connection is up. */
+        evbuffer_add_buffer_reference(bufferevent_get_output(bev), up->request);
+        return 0;
+    }
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    evbuffer_add_buffer_reference(bufferevent_get_output(bev), up->request);
     if (bufferevent_socket_connect_hostname(bev, pool->dns, AF_UNSPEC, pool->url.host,
                                             pool->url.port) != 0) {
         /* The event callback reports the reason (deferred); nothing more to do here. */

@@ -3,9 +3,10 @@
  * its heap blocks hold (the allocator's malloc_usable_size() of every live block), and the calls
  * of the system-call wrappers a relayed run goes through (epoll_ctl: libevent arming or disarming
  * an event; ioctl: libevent's FIONREAD before a bufferevent's read; read, readv, writev, recv,
- * epoll_wait), and writes them to stderr on SIGUSR2: "ALLOCATIONS <calls> LIVE <bytes> SEPARATE
+ * epoll_wait), and getpeername() apart (libevent's resolver path asks it of each connection it
+ * connects), and writes them to stderr on SIGUSR2: "ALLOCATIONS <calls> LIVE <bytes> SEPARATE
  * <mallocx calls> EPOLL_CTL <calls> IOCTL <calls> SYSCALLS <all seven> BYTES <the usable sizes of
- * every block handed out, summed>" (only the daemon's separate
+ * every block handed out, summed> GETPEERNAME <calls>" (only the daemon's separate
  * heap calls mallocx(), src/mem.c). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -237,13 +238,26 @@ int epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout)
     return real(epfd, evs, max, timeout);
 }
 
+static unsigned long n_getpeername;
+
+int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    static __typeof__(getpeername) *real;
+
+    if (real == NULL)
+        real = (__typeof__(getpeername) *)dlsym(RTLD_NEXT, "getpeername");
+    __atomic_fetch_add(&n_getpeername, 1, __ATOMIC_RELAXED);
+    return real(fd, addr, len);
+}
+
 static void dump(int sig)
 {
-    char b[200];
+    char b[240];
     int k = snprintf(b, sizeof(b),
                      "ALLOCATIONS %lu LIVE %ld SEPARATE %lu EPOLL_CTL %lu IOCTL %lu SYSCALLS %lu "
-                     "BYTES %lu\n",
-                     n_alloc, live_bytes, n_separate, n_epoll_ctl, n_ioctl, n_syscalls, n_bytes);
+                     "BYTES %lu GETPEERNAME %lu\n",
+                     n_alloc, live_bytes, n_separate, n_epoll_ctl, n_ioctl, n_syscalls, n_bytes,
+                     n_getpeername);
 
     (void)sig;
     if (write(2, b, (size_t)k) < 0)

@@ -26,7 +26,8 @@ cat >"$T/gw.json" <<JSON
     $(agent slowfirst "?first_byte_delay_ms=3000"),
     $(agent close "?framing=close"),
     $(agent big "?events=20000&size=1000"),
-    "refused": { "upstreams": ["http://127.0.0.1:9/agent"] }
+    "refused": { "upstreams": ["http://127.0.0.1:9/agent"] },
+    "byname": { "upstreams": ["http://localhost:$DEMO_PORT/agent"] }
   },
   "timeouts": { "first_byte": "1s", "idle": "1500ms", "heartbeat": "300ms" },
   "limits": { "stream_buffer_bytes": "64KiB" },
@@ -119,6 +120,12 @@ http POST $U/json/runs -H 'Content-Type: application/json' -d "$BODY_OK"
 check_eq "upstream answers JSON, not SSE" 502 "$STATUS"
 http POST $U/refused/runs -H 'Content-Type: application/json' -d "$BODY_OK"
 check_eq "connection refused" 502 "$STATUS"
+check_contains "502 names the address refused" "cannot connect to 127.0.0.1:9" "$BODY"
+# An upstream written as an address is connected to without the resolver (src/upstream.c); one
+# written as a name goes through it, for each connection (here through /etc/hosts).
+run byname
+check_eq "an upstream named, not written as an address: the run streams" "RUN_STARTED" "$(first)"
+check_eq "an upstream named: the run ends" "RUN_FINISHED" "$(last)"
 http POST $U/slowfirst/runs -H 'Content-Type: application/json' -d "$BODY_OK"
 check_eq "first-byte timeout" 504 "$STATUS"
 check_contains "504 is a JSON error" '"error":"gateway timeout' "$BODY"
