@@ -291,12 +291,16 @@ static bool rate_limit_pass(struct agw_worker *w, struct agw_req *req, const cha
     const struct agw_rate_limit *lim = key != NULL ? &key->rate_limit : &w->wc->cfg->rate_limit;
     char msg[AGW_ID_MAX + 200], who[AGW_ID_MAX + 48], retry[16];
     uint32_t retry_s;
+    enum agw_rl_verdict rl =
+        agw_ratelimit_acquire(w->gw->ratelimit, id, agw_now_ms(), &retry_s, slot);
 
+    if (rl == AGW_RL_OK)
+        return true; /* (no printf on the way of a run that starts) */
     if (key != NULL)
         snprintf(who, sizeof(who), "key '%.64s'", id);
     else
         snprintf(who, sizeof(who), "this gateway's clients (auth is off)");
-    switch (agw_ratelimit_acquire(w->gw->ratelimit, id, agw_now_ms(), &retry_s, slot)) {
+    switch (rl) {
     case AGW_RL_OK:
         return true;
     case AGW_RL_RATE:

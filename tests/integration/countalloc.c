@@ -3,12 +3,14 @@
  * its heap blocks hold (the allocator's malloc_usable_size() of every live block), and the calls
  * of the system-call wrappers a relayed run goes through (epoll_ctl: libevent arming or disarming
  * an event; ioctl: libevent's FIONREAD before a bufferevent's read; read, readv, writev, recv,
- * epoll_wait), and getpeername() apart (libevent's resolver path asks it of each connection it
- * connects), and writes them to stderr on SIGUSR2: "ALLOCATIONS <calls> LIVE <bytes> SEPARATE
- * <mallocx calls> EPOLL_CTL <calls> IOCTL <calls> SYSCALLS <all seven> BYTES <the usable sizes of
- * every block handed out, summed> GETPEERNAME <calls>" (only the daemon's separate
- * heap calls mallocx(), src/mem.c). */
+ * epoll_wait), and apart getpeername() (libevent's resolver path asks it of each connection it
+ * connects) and the printf family with inet_ntop() (FORMAT), and writes them to stderr on SIGUSR2:
+ * "ALLOCATIONS <calls> LIVE <bytes> SEPARATE <mallocx calls> EPOLL_CTL <calls> IOCTL <calls>
+ * SYSCALLS <all seven> BYTES <the usable sizes of every block handed out, summed> GETPEERNAME
+ * <calls> FORMAT <calls, this report's own included>" (only the daemon's separate heap calls
+ * mallocx(), src/mem.c). */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <signal.h>
@@ -238,7 +240,74 @@ int epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout)
     return real(epfd, evs, max, timeout);
 }
 
-static unsigned long n_getpeername;
+static unsigned long n_getpeername, n_format;
+
+/* The printf family, as the daemon and its libraries call it (through the PLT: glibc's own
+ * calls inside itself are not seen), and inet_ntop(), which formats with it. */
+#define FORMAT_WRAPPER(name, ...)                                                                  \
+    {                                                                                              \
+        static __typeof__(name) *real;                                                             \
+        if (real == NULL)                                                                          \
+            real = (__typeof__(name) *)dlsym(RTLD_NEXT, #name);                                    \
+        __atomic_fetch_add(&n_format, 1, __ATOMIC_RELAXED);                                        \
+        return real(__VA_ARGS__);                                                                  \
+    }
+
+int vsnprintf(char *s, size_t n, const char *fmt, va_list ap)
+    FORMAT_WRAPPER(vsnprintf, s, n, fmt, ap) int __vsnprintf_chk(char *s, size_t n, int flag,
+                                                                 size_t slen, const char *fmt,
+                                                                 va_list ap)
+        FORMAT_WRAPPER(__vsnprintf_chk, s, n, flag, slen, fmt,
+                       ap) int vsprintf(char *s, const char *fmt, va_list ap)
+            FORMAT_WRAPPER(vsprintf, s, fmt, ap) int __vsprintf_chk(char *s, int flag, size_t slen,
+                                                                    const char *fmt, va_list ap)
+                FORMAT_WRAPPER(__vsprintf_chk, s, flag, slen, fmt, ap) const
+    char *inet_ntop(int af, const void *src, char *dst, socklen_t size)
+        FORMAT_WRAPPER(inet_ntop, af, src, dst, size)
+
+            int snprintf(char *s, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    int r;
+
+    va_start(ap, fmt);
+    r = vsnprintf(s, n, fmt, ap); /* counted there */
+    va_end(ap);
+    return r;
+}
+
+int __snprintf_chk(char *s, size_t n, int flag, size_t slen, const char *fmt, ...)
+{
+    va_list ap;
+    int r;
+
+    va_start(ap, fmt);
+    r = __vsnprintf_chk(s, n, flag, slen, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+int sprintf(char *s, const char *fmt, ...)
+{
+    va_list ap;
+    int r;
+
+    va_start(ap, fmt);
+    r = vsprintf(s, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+int __sprintf_chk(char *s, int flag, size_t slen, const char *fmt, ...)
+{
+    va_list ap;
+    int r;
+
+    va_start(ap, fmt);
+    r = __vsprintf_chk(s, flag, slen, fmt, ap);
+    va_end(ap);
+    return r;
+}
 
 int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
 {
@@ -255,9 +324,9 @@ static void dump(int sig)
     char b[240];
     int k = snprintf(b, sizeof(b),
                      "ALLOCATIONS %lu LIVE %ld SEPARATE %lu EPOLL_CTL %lu IOCTL %lu SYSCALLS %lu "
-                     "BYTES %lu GETPEERNAME %lu\n",
+                     "BYTES %lu GETPEERNAME %lu FORMAT %lu\n",
                      n_alloc, live_bytes, n_separate, n_epoll_ctl, n_ioctl, n_syscalls, n_bytes,
-                     n_getpeername);
+                     n_getpeername, n_format);
 
     (void)sig;
     if (write(2, b, (size_t)k) < 0)

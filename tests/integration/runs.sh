@@ -101,6 +101,8 @@ http GET $V/threads/t1/messages -H 'Authorization: Bearer nope'
 check_eq "thread history with an unknown token" 401 "$STATUS"
 
 check_contains "access log names the key id" '"key":"web"' "$(cat "$T/access.log")"
+# the client's address, made text only when a line is written (src/http_server.c, peer_of())
+check_contains "access log names the client's address and port" '"client":"127.0.0.1:' "$(cat "$T/access.log")"
 check_not_contains "access log never holds a token" 'web-token' "$(cat "$T/access.log" "$GW_LOG")"
 stop_pid "$GW_PID" >/dev/null
 st=$STOP_STATUS
