@@ -55,6 +55,15 @@ LOAD=$AGW_BUILDDIR/bench/agw-load
 # <LOAD_FLAGS>); at most MAX allocations per run, BYTES_PER_RUN_MAX bytes allocated per run, and the
 # system-call bounds EPOLL_CTL_MAX, IOCTL_MAX, GETPEERNAME_MAX and SYSCALLS_PER_RUN_X10 as they are
 # set when it is called.
+# at_most WHAT VALUE MAX: one check, VALUE <= MAX.
+at_most() {
+    CHECKS=$((CHECKS + 1))
+    if [ "$2" -le "$3" ]; then
+        ok "$1: $2 (at most $3)"
+    else
+        fail "$1: $2, more than $3"
+    fi
+}
 measure() {
     cat >"$T/gw.json" <<JSON
 {
@@ -68,7 +77,7 @@ measure() {
 }
 JSON
     LD_PRELOAD="$T/countalloc.so" start_gateway "$T/gw.json" || exit 1
-    local u=http://127.0.0.1:$GW_PORT/v1/ag-ui/agents/short/runs a0 a1 per_run ok_runs
+    local u=http://127.0.0.1:$GW_PORT/v1/ag-ui/agents/short/runs a0 a1 ok_runs
     count() {
         kill -USR2 "$GW_PID"
         for _ in $(seq 50); do
@@ -90,43 +99,12 @@ JSON
     check_eq "$1: 1,000 runs, none failed" "1000 0" "$ok_runs"
     read -r a0 e0 i0 s0 b0 g0 f0 <<<"$a0"
     read -r a1 e1 i1 s1 b1 g1 f1 <<<"$a1"
-    per_run=$(( (a1 - a0) / 1000 ))
-    CHECKS=$((CHECKS + 1))
-    if [ "$per_run" -le "$3" ]; then
-        ok "$1: allocations per run: $per_run (at most $3)"
-    else
-        fail "$1: allocations per run: $per_run, more than $3"
-    fi
-    CHECKS=$((CHECKS + 1))
-    if [ $(( (b1 - b0) / 1000 )) -le "$BYTES_PER_RUN_MAX" ]; then
-        ok "$1: bytes allocated per run: $(( (b1 - b0) / 1000 )) (at most $BYTES_PER_RUN_MAX)"
-    else
-        fail "$1: bytes allocated per run: $(( (b1 - b0) / 1000 )), more than $BYTES_PER_RUN_MAX"
-    fi
-    CHECKS=$((CHECKS + 1))
-    if [ $((e1 - e0)) -le "$EPOLL_CTL_MAX" ]; then
-        ok "$1: epoll_ctl() calls over 1,000 runs: $((e1 - e0)) (at most $EPOLL_CTL_MAX)"
-    else
-        fail "$1: epoll_ctl() calls over 1,000 runs: $((e1 - e0)), more than $EPOLL_CTL_MAX"
-    fi
-    CHECKS=$((CHECKS + 1))
-    if [ $((i1 - i0)) -le "$IOCTL_MAX" ]; then
-        ok "$1: ioctl() calls over 1,000 runs: $((i1 - i0)) (at most $IOCTL_MAX)"
-    else
-        fail "$1: ioctl() calls over 1,000 runs: $((i1 - i0)), more than $IOCTL_MAX"
-    fi
-    CHECKS=$((CHECKS + 1))
-    if [ $((g1 - g0)) -le "$GETPEERNAME_MAX" ]; then
-        ok "$1: getpeername() calls over 1,000 runs: $((g1 - g0)) (at most $GETPEERNAME_MAX)"
-    else
-        fail "$1: getpeername() calls over 1,000 runs: $((g1 - g0)), more than $GETPEERNAME_MAX"
-    fi
-    CHECKS=$((CHECKS + 1))
-    if [ $((f1 - f0)) -le "$FORMAT_MAX" ]; then
-        ok "$1: printf-family and inet_ntop() calls over 1,000 runs: $((f1 - f0)) (at most $FORMAT_MAX)"
-    else
-        fail "$1: printf-family and inet_ntop() calls over 1,000 runs: $((f1 - f0)), more than $FORMAT_MAX"
-    fi
+    at_most "$1: allocations per run" $(((a1 - a0) / 1000)) "$3"
+    at_most "$1: bytes allocated per run" $(((b1 - b0) / 1000)) "$BYTES_PER_RUN_MAX"
+    at_most "$1: epoll_ctl() calls over 1,000 runs" $((e1 - e0)) "$EPOLL_CTL_MAX"
+    at_most "$1: ioctl() calls over 1,000 runs" $((i1 - i0)) "$IOCTL_MAX"
+    at_most "$1: getpeername() calls over 1,000 runs" $((g1 - g0)) "$GETPEERNAME_MAX"
+    at_most "$1: printf-family and inet_ntop() calls over 1,000 runs" $((f1 - f0)) "$FORMAT_MAX"
     CHECKS=$((CHECKS + 1))
     local sys_x10=$(( (s1 - s0) / 100 ))
     local sys_max="$((SYSCALLS_PER_RUN_X10 / 10)).$((SYSCALLS_PER_RUN_X10 % 10))"
