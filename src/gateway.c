@@ -265,8 +265,8 @@ bool agw_gw_authorize(struct agw_worker *w, struct agw_req *req, const char *age
     const char *counted =
         agent_id != NULL && agw_config_find_agent(w->wc->cfg, agent_id) != NULL ? agent_id : NULL;
 
-    switch (
-        agw_auth_check(&w->wc->cfg->auth, agw_req_header(req, "Authorization"), agent_id, key)) {
+    switch (agw_auth_check(&w->wc->cfg->auth, agw_req_known_header(req, AGW_HDR_AUTHORIZATION),
+                           agent_id, key)) {
     case AGW_AUTH_OK:
         return true;
     case AGW_AUTH_FORBIDDEN:
@@ -338,7 +338,7 @@ static const struct agw_agent_config *run_gate(struct agw_worker *w, struct agw_
         agw_gw_reply_error(w, req, NULL, 404, msg);
         return NULL;
     }
-    if (!agw_input_content_type_ok(agw_req_header(req, "Content-Type"))) {
+    if (!agw_input_content_type_ok(agw_req_known_header(req, AGW_HDR_CONTENT_TYPE))) {
         agw_gw_reply_error(w, req, agent->id, 415,
                            "unsupported media type: Content-Type must be application/json");
         return NULL;
@@ -377,7 +377,7 @@ static void start_run(struct agw_worker *w, struct agw_req *req,
     struct agw_upstream_header h[AGW_MAX_UPSTREAM_HEADERS];
     size_t n = 0;
     char traceparent[64], trace_id[33], span_id[17];
-    const char *tp = agw_req_header(req, "traceparent");
+    const char *tp = agw_req_known_header(req, AGW_HDR_TRACEPARENT);
     /* Content-Type, Accept and the agent's upstream_headers are the pools' fixed header fields
      * (built at start); what depends on the request comes here. */
     h[n++] = (struct agw_upstream_header){"X-Request-Id", agw_req_id(req)};
@@ -765,8 +765,8 @@ static void answer_preflight(struct agw_worker *w, struct agw_req *req, const ch
         agw_gw_reply_error(w, req, NULL, 403, msg);
         return;
     }
-    if (agw_cors_check_preflight(cors, agw_req_header(req, "Access-Control-Request-Method"),
-                                 agw_req_header(req, "Access-Control-Request-Headers"), why,
+    if (agw_cors_check_preflight(cors, agw_req_known_header(req, AGW_HDR_AC_REQUEST_METHOD),
+                                 agw_req_known_header(req, AGW_HDR_AC_REQUEST_HEADERS), why,
                                  sizeof(why)) != 0) {
         snprintf(msg, sizeof(msg), "forbidden: %s", why);
         agw_gw_reply_error(w, req, NULL, 403, msg);
@@ -782,14 +782,14 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
     struct agw_worker *w = arg;
     struct agw_route route;
     char msg[AGW_ID_MAX + 160];
-    const char *origin = admin ? NULL : agw_req_header(req, "Origin");
+    const char *origin = admin ? NULL : agw_req_known_header(req, AGW_HDR_ORIGIN);
     enum agw_cors_origin cors = agw_cors_check_origin(&w->wc->cfg->cors, origin);
     int rc;
 
     /* Every answer to an allowed origin carries the CORS fields, errors and streams included (a
      * preflight gets its own). */
     if (cors == AGW_CORS_ALLOWED && !(agw_req_method(req) == AGW_METHOD_OPTIONS &&
-                                      agw_req_header(req, "Access-Control-Request-Method") != NULL))
+                                      agw_req_known_header(req, AGW_HDR_AC_REQUEST_METHOD) != NULL))
         agw_cors_headers(&w->wc->cfg->cors, origin, false, add_header, req);
 
     rc = agw_router_match(agw_req_path(req), agw_req_method(req), &route);
@@ -819,7 +819,7 @@ static void handle_request(struct agw_req *req, void *arg, bool admin)
         return;
     }
     if (agw_req_method(req) == AGW_METHOD_OPTIONS) {
-        if (cors != AGW_CORS_NONE && agw_req_header(req, "Access-Control-Request-Method") != NULL) {
+        if (cors != AGW_CORS_NONE && agw_req_known_header(req, AGW_HDR_AC_REQUEST_METHOD) != NULL) {
             answer_preflight(w, req, origin, cors);
             return;
         }

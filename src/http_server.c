@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <pthread.h>
 #include <unistd.h>
 #include <sys/queue.h>
@@ -755,6 +756,75 @@ const char *agw_req_header(const struct agw_req *req, const char *name)
     return req->r != NULL ? evhtp_header_find(req->r->headers_in, name) : NULL;
 }
 
+/* agw_req_known_header(): the fields of the last request asked about on this thread. Forgotten
+ * when that request is released or freed (forget_known()), so a new request at the same address
+ * never sees them. */
+static _Thread_local struct {
+    const struct agw_req *req; /* whose fields <v> holds; NULL: none */
+    const char *v[AGW_N_KNOWN_HEADERS];
+} known;
+
+/* Which known field a name of <len> bytes could be (by its length, then its first letter), or
+ * AGW_N_KNOWN_HEADERS; the caller compares the whole name. */
+static enum agw_known_header known_candidate(const char *key, size_t len)
+{
+    switch (len) {
+    case 6:
+        return AGW_HDR_ORIGIN;
+    case 11:
+        return AGW_HDR_TRACEPARENT;
+    case 12:
+        return (key[0] | 0x20) == 'x' ? AGW_HDR_X_REQUEST_ID : AGW_HDR_CONTENT_TYPE;
+    case 13:
+        return AGW_HDR_AUTHORIZATION;
+    case 29:
+        return AGW_HDR_AC_REQUEST_METHOD;
+    case 30:
+        return AGW_HDR_AC_REQUEST_HEADERS;
+    default:
+        return AGW_N_KNOWN_HEADERS;
+    }
+}
+
+static const char *const known_names[AGW_N_KNOWN_HEADERS] = {
+    [AGW_HDR_AUTHORIZATION] = "Authorization",
+    [AGW_HDR_CONTENT_TYPE] = "Content-Type",
+    [AGW_HDR_TRACEPARENT] = "traceparent",
+    [AGW_HDR_ORIGIN] = "Origin",
+    [AGW_HDR_AC_REQUEST_METHOD] = "Access-Control-Request-Method",
+    [AGW_HDR_AC_REQUEST_HEADERS] = "Access-Control-Request-Headers",
+    [AGW_HDR_X_REQUEST_ID] = "X-Request-Id",
+};
+
+static int known_cb(evhtp_kv_t *kv, void *arg)
+{
+    enum agw_known_header h = known_candidate(kv->key, kv->klen);
+
+    (void)arg;
+    if (h != AGW_N_KNOWN_HEADERS && known.v[h] == NULL &&
+        strncasecmp(kv->key, known_names[h], kv->klen) == 0)
+        known.v[h] = kv->val; /* the first of the name, as evhtp_header_find() finds it */
+    return 0;
+}
+
+const char *agw_req_known_header(const struct agw_req *req, enum agw_known_header h)
+{
+    if (req->r == NULL || (unsigned)h >= AGW_N_KNOWN_HEADERS)
+        return NULL;
+    if (known.req != req) {
+        memset(known.v, 0, sizeof(known.v));
+        evhtp_kvs_for_each(req->r->headers_in, known_cb, NULL);
+        known.req = req;
+    }
+    return known.v[h];
+}
+
+static void forget_known(const struct agw_req *req)
+{
+    if (known.req == req)
+        known.req = NULL;
+}
+
 struct foreach_ctx {
     agw_header_fn *fn;
     void *arg;
@@ -1186,6 +1256,7 @@ static void end_request(struct conn_ctx *cc, struct agw_req *req)
         fn(req, req->cb_arg);
     }
     cc->srv->active--;
+    forget_known(req);
     free(req);
 }
 
@@ -1222,9 +1293,9 @@ static evhtp_res on_headers(evhtp_request_t *r, evhtp_headers_t *hdrs, void *arg
      */
     r->cb = request_complete_cb;
     r->cbarg = cc;
-    v = evhtp_header_find(r->headers_in, "X-Request-Id");
-    if (v != NULL && request_id_ok(v))
-        snprintf(req->id, sizeof(req->id), "%s", v);
+    v = agw_req_known_header(req, AGW_HDR_X_REQUEST_ID); /* (and the others, in the same pass) */
+    if (v != NULL && request_id_ok(v))                   /* (at most REQUEST_ID_MAX bytes) */
+        memcpy(req->id, v, strlen(v) + 1);
     else
         new_request_id(req->id, sizeof(req->id));
     return EVHTP_RES_OK;
@@ -1383,6 +1454,7 @@ static bool release(struct conn_ctx *cc)
     cc->conn = NULL;
     cc->owned = true;
     req->r = NULL;
+    forget_known(req);
     bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
     /* Reading goes back to the bufferevent (registered before the gate's event goes, so that the
      * socket stays registered with epoll): no request follows, and an idle stream keeps one event

@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <stdarg.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
@@ -319,14 +320,38 @@ int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
     return real(fd, addr, len);
 }
 
+static unsigned long n_strcasecmp;
+
+/* Header names compared (libevhtp's evhtp_kv_find() calls strcasecmp() on every field it passes).
+ */
+int strcasecmp(const char *a, const char *b)
+{
+    static __typeof__(strcasecmp) *real;
+
+    if (real == NULL)
+        real = (__typeof__(strcasecmp) *)dlsym(RTLD_NEXT, "strcasecmp");
+    __atomic_fetch_add(&n_strcasecmp, 1, __ATOMIC_RELAXED);
+    return real(a, b);
+}
+
+int strncasecmp(const char *a, const char *b, size_t n)
+{
+    static __typeof__(strncasecmp) *real;
+
+    if (real == NULL)
+        real = (__typeof__(strncasecmp) *)dlsym(RTLD_NEXT, "strncasecmp");
+    __atomic_fetch_add(&n_strcasecmp, 1, __ATOMIC_RELAXED);
+    return real(a, b, n);
+}
+
 static void dump(int sig)
 {
     char b[240];
     int k = snprintf(b, sizeof(b),
                      "ALLOCATIONS %lu LIVE %ld SEPARATE %lu EPOLL_CTL %lu IOCTL %lu SYSCALLS %lu "
-                     "BYTES %lu GETPEERNAME %lu FORMAT %lu\n",
+                     "BYTES %lu GETPEERNAME %lu FORMAT %lu STRCASECMP %lu\n",
                      n_alloc, live_bytes, n_separate, n_epoll_ctl, n_ioctl, n_syscalls, n_bytes,
-                     n_getpeername, n_format);
+                     n_getpeername, n_format, n_strcasecmp);
 
     (void)sig;
     if (write(2, b, (size_t)k) < 0)
