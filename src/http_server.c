@@ -751,11 +751,6 @@ const char *agw_req_query(const struct agw_req *req)
     return (const char *)req->r->uri->query_raw;
 }
 
-const char *agw_req_header(const struct agw_req *req, const char *name)
-{
-    return req->r != NULL ? evhtp_header_find(req->r->headers_in, name) : NULL;
-}
-
 /* agw_req_known_header(): the fields of the last request asked about on this thread. Forgotten
  * when that request is released or freed (forget_known()), so a new request at the same address
  * never sees them. */

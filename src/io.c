@@ -49,7 +49,7 @@ static _Thread_local char scratch[64 * 1024];
 
 ssize_t agw_io_read_append(struct evbuffer *in, int fd, size_t max)
 {
-    ssize_t got = recv(fd, scratch, max < sizeof(scratch) ? max : sizeof(scratch), 0);
+    ssize_t got = agw_io_read(fd, scratch, max < sizeof(scratch) ? max : sizeof(scratch));
 
     if (got > 0 && evbuffer_add(in, scratch, (size_t)got) != 0) {
         errno = ENOMEM;

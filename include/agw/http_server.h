@@ -83,12 +83,10 @@ enum agw_method agw_req_method(const struct agw_req *req);
 const char *agw_req_method_name(const struct agw_req *req);
 const char *agw_req_path(const struct agw_req *req);  /* without the query, still percent-encoded */
 const char *agw_req_query(const struct agw_req *req); /* raw query string or NULL */
-const char *agw_req_header(const struct agw_req *req,
-                           const char *name); /* case-insensitive; NULL if absent */
 /* The header fields the gateway itself reads, found together in one pass over the request's fields
  * on the first ask: each lookup by name walks every field with strcasecmp() (five lookups a run
- * were about 1,300 instructions). The value is the first field of the name, as agw_req_header()
- * would return it; NULL if absent. One request at a time per thread: valid while its handler
+ * were about 1,300 instructions). The value is the first field of the name (the names compared
+ * case-insensitively); NULL if absent. One request at a time per thread: valid while its handler
  * runs. */
 enum agw_known_header {
     AGW_HDR_AUTHORIZATION,
