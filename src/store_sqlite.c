@@ -47,6 +47,7 @@ struct db {
      * it, SQLite's included. */
     int data_fd;
     off_t shed_from; /* the file's size after the last commit: what lies past it is new */
+    off_t shed_prev; /* the size before the last commit: the pages it appended lie past it */
 };
 
 /* Schema 3: a row per thread and a row per message piece, keyed by the thread's number, the
@@ -323,16 +324,20 @@ static bool save_thread(struct db *d, const struct agw_store_row *r)
  * cache keeps the pages it works on), they would only fill the page cache while each new commit
  * took fresh pages. Dropped, they are the next commit's pages: on a virtual machine whose free
  * memory goes back to the host, a fresh page costs a fault in the host (about 8 us per 4 KiB here,
- * against 0.7 for a page the guest just freed). PostgreSQL advises the same for its WAL. */
+ * against 0.7 for a page the guest just freed). PostgreSQL advises the same for its WAL. The range
+ * starts where the previous commit began appending: this commit rewrote in place the B-trees' last
+ * leaves, which that one appended (below it, they would stay cached for good: a 64 KiB page for
+ * every commit). */
 static void db_shed(struct db *d)
 {
     struct stat st;
 
     if (d->data_fd < 0 || fstat(d->data_fd, &st) != 0)
         return;
-    if (st.st_size > d->shed_from)
-        (void)posix_fadvise(d->data_fd, d->shed_from, st.st_size - d->shed_from,
+    if (st.st_size > d->shed_prev)
+        (void)posix_fadvise(d->data_fd, d->shed_prev, st.st_size - d->shed_prev,
                             POSIX_FADV_DONTNEED);
+    d->shed_prev = d->shed_from;
     d->shed_from = st.st_size;
 }
 
@@ -599,6 +604,7 @@ static int db_open(struct db *d, const char *dir, char *err, size_t errlen)
         struct stat st;
 
         d->shed_from = fstat(d->data_fd, &st) == 0 ? st.st_size : 0;
+        d->shed_prev = d->shed_from;
     }
     if (sqlite3_prepare_v2(d->db,
                            "SELECT key, agents, updated, dropped, n_messages FROM threads"

@@ -18,7 +18,7 @@ cat >"$T/gw.json" <<JSON
     "keep": { "upstreams": ["$D/agent?events=3"] },
     "hidle": { "upstreams": ["$D/agent?events=3&hangup=idle"] },
     "hnext": { "upstreams": ["$D/agent?events=3&hangup=next"] },
-    "slow": { "upstreams": ["$D/agent?events=3&delay_ms=300"] }
+    "slow": { "upstreams": ["$D/agent?events=3&delay_ms=1000"] }
   }
 }
 JSON
@@ -67,6 +67,8 @@ check_eq "and share one upstream connection" $((a0 + 1)) "$UP"
 
 # Waves of runs at once: each run of the first wave needs its own connection; those all go back to
 # the pool (limits.upstream_idle_connections, 256 by default), and the second wave takes them again.
+# A slow run lasts about 3 s: on a loaded machine, starting 80 curl processes can take longer than a
+# second, and runs that ended before the last ones began would leave their connections to them.
 wave() {
     local i
     for i in $(seq 80); do
