@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <pthread.h>
 #include <unistd.h>
 #include <sys/queue.h>
@@ -797,7 +796,7 @@ static int known_cb(evhtp_kv_t *kv, void *arg)
 
     (void)arg;
     if (h != AGW_N_KNOWN_HEADERS && known.v[h] == NULL &&
-        strncasecmp(kv->key, known_names[h], kv->klen) == 0)
+        agw_strieq_n(kv->key, kv->klen, known_names[h]))
         known.v[h] = kv->val; /* the first of the name, as evhtp_header_find() finds it */
     return 0;
 }
