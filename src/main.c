@@ -149,7 +149,7 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     const char *config_path = NULL, *port_file = NULL;
-    bool check = false;
+    bool check = false, bg_purge;
     char err[AGW_CONFIG_ERR_MAX];
     struct agw_config *cfg = NULL;
     struct agw_gateway *gw = NULL;
@@ -219,6 +219,7 @@ int main(int argc, char **argv)
      */
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
+    bg_purge = agw_mem_purge_in_background();
 
     struct agw_gateway_options go = {.config_path = config_path, .workers = (int)workers};
     agw_auth_prepare();
@@ -233,7 +234,8 @@ int main(int argc, char **argv)
         agw_log_error("--port-file %s: %s", port_file, strerror(errno));
         goto out;
     }
-    agw_log_info("agui-gateway %s ready (malloc: %s)", PACKAGE_VERSION, agw_mem_allocator());
+    agw_log_info("agui-gateway %s ready (malloc: %s%s)", PACKAGE_VERSION, agw_mem_allocator(),
+                 bg_purge ? ", purging in background threads" : "");
     agw_gateway_run(gw);
     status = 0;
 out:

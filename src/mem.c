@@ -5,6 +5,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #ifdef HAVE_MALLOC_H
 #include <malloc.h>
 #endif
@@ -205,6 +208,39 @@ void agw_mem_release(void)
     mallctl(name, NULL, NULL, NULL, 0);
 }
 
+/* jemalloc gives freed pages back to the system (madvise()) in the thread that frees, whenever
+ * its decay is due: a loop that freed the last blocks of a page run could spend milliseconds in
+ * the kernel, once caught at 6 to 8 ms under a relaying load with thread history on (a watchdog
+ * thread reading the loop's kernel stack). Its background threads do that work instead. They are
+ * started from a thread of ours at nice 19 (threads inherit their creator's nice value, and a
+ * process may not raise its own priority again): purging yields to the event loops as the store's
+ * writer does. */
+static void *bg_starter(void *arg)
+{
+    bool *on = arg;
+    bool yes = true;
+
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    *on = mallctl("background_thread", NULL, NULL, &yes, sizeof(yes)) == 0;
+    return NULL;
+}
+
+bool agw_mem_purge_in_background(void)
+{
+    pthread_t t;
+    bool on = false, now = false;
+    size_t len = sizeof(now);
+
+#ifdef HAVE_VALGRIND_VALGRIND_H
+    if (RUNNING_ON_VALGRIND) /* valgrind's malloc() is not jemalloc's: nothing to purge */
+        return false;
+#endif
+    if (pthread_create(&t, NULL, bg_starter, &on) != 0)
+        return false;
+    pthread_join(t, NULL);
+    return on && mallctl("background_thread", &now, &len, NULL, 0) == 0 && now;
+}
+
 static char version[96];
 static pthread_once_t version_once = PTHREAD_ONCE_INIT;
 
@@ -278,6 +314,11 @@ void agw_mem_release(void)
 #ifdef HAVE_MALLOC_TRIM
     malloc_trim(0);
 #endif
+}
+
+bool agw_mem_purge_in_background(void)
+{
+    return false;
 }
 
 const char *agw_mem_allocator(void)

@@ -61,6 +61,13 @@ void agw_mem_separate_resume(unsigned saved);
  * never per request. */
 void agw_mem_release(void);
 
+/* Moves the heap's return of freed pages to the system off the calling threads, at start, before
+ * the event loops run: with jemalloc, its background threads (at nice 19) purge what decayed, and
+ * no thread of ours calls madvise() for it any more (agw_mem_release() still purges at once, on
+ * the thread that calls it). Returns whether they run: false with the C library's malloc, under
+ * valgrind, or when jemalloc cannot start them. Call it once. */
+bool agw_mem_purge_in_background(void);
+
 /* The allocator, for logs and metrics: "jemalloc 5.3.0-…" or "libc". Static storage. */
 const char *agw_mem_allocator(void);
 
