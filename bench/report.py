@@ -356,6 +356,12 @@ def stall(run, out):
     row("the same less the loop's waits for a CPU: idle, ms (per round)", lambda rs: per_round(rs, own_idle, 2))
     row("the same less the loop's waits for a CPU: idle and under load, ms (per round)",
         lambda rs: per_round(rs, own, 2))
+    # of that own part, the most the loop can have spent running (its time on a CPU since the expiry
+    # it served before): its callbacks; the rest it slept (woken late in epoll_wait() or a nap, a
+    # lock, a disk wait: the loop's storage I/O below tells the last apart)
+    busy = m("agw_event_loop_busy_lag_seconds_max", 1e3)
+    row("of that, the loop running its own work (an upper bound), ms (per round)",
+        lambda rs: per_round(rs, busy, 2))
     row("when it grew under load: s into the load → ms (per round)",
         lambda rs: "; ".join(" ".join(f"{t:.1f}→{v * 1e3:.1f}" for t, v in r.get("lag_steps", [])) or "—"
                              for r in rs))
@@ -398,6 +404,12 @@ def stall(run, out):
                        f"the writer's or another process's turn, the machine's noise): history on "
                        f"{max(own_on):.2f} ms, off {fmt(max(own_off), 2) + ' ms' if own_off else 'n/a'} "
                        f"({'under' if max(own_on) < STALL_GOAL_MS else 'NOT under'} {STALL_GOAL_MS:.0f} ms)")
+        busy_on = [x for x in (busy(r) for r in recs("gateway")) if x is not None]
+        busy_off = [x for x in (busy(r) for r in recs("gateway-nohist")) if x is not None]
+        if busy_on:
+            out.append(f"- of that own part, the loop running its own work (at most; the rest it slept): "
+                       f"history on {max(busy_on):.2f} ms, off {fmt(max(busy_off), 2) + ' ms' if busy_off else 'n/a'} "
+                       f"({'under' if max(busy_on) < STALL_GOAL_MS else 'NOT under'} {STALL_GOAL_MS:.0f} ms)")
         loop_io = [sio("loop", i)(r) for r in recs("gateway") for i in (0, 1)]
         if loop_io and None not in loop_io:
             out.append(f"- the event loop's own storage I/O under that load (kernel accounting, all "

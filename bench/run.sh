@@ -537,7 +537,8 @@ warm_up() { # TARGET: short runs, not recorded
 # stall_one TARGET ROUND: a fresh gateway (history on for gateway, off for gateway-nohist) with the
 # loop probe every 1 ms, idle for S seconds (the machine's own timer lateness), then the short and the
 # throughput load at once; the probe's maximum (it only grows) is read every 0.25 s. Appends one JSON
-# line (scenario "stall") with the maximum when idle, its steps under load, the agw_history_*
+# line (scenario "stall") with the maximum when idle, its steps under load, its parts (less the
+# waits for a CPU; of that, the most the loop can have run: agw_event_loop_busy_lag_seconds_max), the agw_history_*
 # series at the end, and what each thread read from and wrote to storage during the load, to $RAW.
 #
 # thread_io PID -> JSON {"loop": [read_bytes, write_bytes], "others": [...]}: the kernel's storage
@@ -594,7 +595,7 @@ stall_one() {
     LOAD_PID="" LOAD2_PID=""
     history_settle "$port"
     io1=$(thread_io "$STALL_PID")
-    m=$(curl -s -m 5 "http://127.0.0.1:$port/metrics" | grep -E '^agw_(event_loop_(self_)?lag|history_)')
+    m=$(curl -s -m 5 "http://127.0.0.1:$port/metrics" | grep -E '^agw_(event_loop_((self|busy)_)?lag|history_)')
     stop "$STALL_PID"
     STALL_PID=""
     [ "$rc1" = 0 ] || echo "bench/run.sh: stall/$tgt round $round: throughput load exit $rc1: $(head -c 300 "$T/stall-tp.err")" >&2
@@ -627,10 +628,11 @@ PY
         "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); m=r["metrics"]; a=r["load"]; b=r["load_short"]
 lag, idle = m.get("agw_event_loop_lag_seconds_max"), r["lag_idle_s"]
 own, own_idle = m.get("agw_event_loop_self_lag_seconds_max"), r.get("lag_self_idle_s")
+busy = m.get("agw_event_loop_busy_lag_seconds_max")
 ms = lambda v: "%.2f" % (v * 1e3) if v is not None else "n/a"
-print("events %s + %s, runs failed %s + %s, loop lag max idle %s ms, under load %s ms (less its waits for a CPU: idle %s, under load %s) (steps %s), history records %s, dropped %s, commits %s, commit max %s ms"
+print("events %s + %s, runs failed %s + %s, loop lag max idle %s ms, under load %s ms (less its waits for a CPU: idle %s, under load %s; of that running %s) (steps %s), history records %s, dropped %s, commits %s, commit max %s ms"
       % (a.get("events"), b.get("events"), a.get("runs_failed"), b.get("runs_failed"),
-         ms(idle), ms(lag), ms(own_idle), ms(own),
+         ms(idle), ms(lag), ms(own_idle), ms(own), ms(busy),
          " ".join("%.2fs:%.2fms" % (t, v * 1e3) for t, v in r["lag_steps"]),
          m.get("agw_history_records_total", "n/a"), m.get("agw_history_dropped_total", "n/a"),
          m.get("agw_history_commits_total", "n/a"),

@@ -73,6 +73,7 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
         .n_refusals = AGW_SERVER_N_REFUSALS,
         .loop_lag_max_us = -1,
         .loop_lag_self_max_us = -1,
+        .loop_lag_busy_max_us = -1,
     };
     struct agw_store_stats hs;
     if (gw->store != NULL) {
@@ -83,11 +84,15 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
         struct agw_worker *o = &gw->workers[k];
         int64_t lag = (int64_t)__atomic_load_n(&o->lag_max_us, __ATOMIC_RELAXED);
         int64_t self = (int64_t)__atomic_load_n(&o->lag_self_max_us, __ATOMIC_RELAXED);
+        int64_t busy = (int64_t)__atomic_load_n(&o->lag_busy_max_us, __ATOMIC_RELAXED);
         if (o->lag_probe != NULL && lag > g.loop_lag_max_us)
             g.loop_lag_max_us = lag;
         if (__atomic_load_n(&o->lag_sched_fd, __ATOMIC_ACQUIRE) >= 0 &&
             self > g.loop_lag_self_max_us)
             g.loop_lag_self_max_us = self;
+        if (__atomic_load_n(&o->lag_sched_fd, __ATOMIC_ACQUIRE) >= 0 &&
+            busy > g.loop_lag_busy_max_us)
+            g.loop_lag_busy_max_us = busy;
         g.loop_turns += __atomic_load_n(&o->loop_stats.turns, __ATOMIC_RELAXED);
         g.loop_naps += __atomic_load_n(&o->loop_stats.naps, __ATOMIC_RELAXED);
     }
@@ -1339,25 +1344,28 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
  * for a CPU (another thread or process had it: the store's writer, the machine's noise), and the
  * rest, the loop's own callbacks or a sleep in a system call (a disk wait would be here). The
  * second is the lateness less the growth of the thread's run-queue wait over the same period
- * (/proc/thread-self/schedstat, its second field, in ns), a lower bound of the loop's own part. */
-static uint64_t sched_wait_ns(int fd)
+ * (/proc/thread-self/schedstat, its second field, in ns), a lower bound of the loop's own part.
+ * That part is itself two: the loop ran (its callbacks: at most the growth of its time on a CPU,
+ * the file's first field, since the last expiry it served, which came before this one was due),
+ * or it slept (in epoll_wait() or a nap, woken late; a lock; a disk wait). */
+static void sched_times(int fd, uint64_t *run_ns, uint64_t *wait_ns)
 {
-    char buf[96];
+    char buf[96], *p;
     ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-    const char *p;
 
+    *run_ns = *wait_ns = 0;
     if (n <= 0)
-        return 0;
+        return;
     buf[n] = '\0';
-    p = strchr(buf, ' ');
-    return p != NULL ? strtoull(p + 1, NULL, 10) : 0;
+    *run_ns = strtoull(buf, &p, 10);
+    *wait_ns = strtoull(p, NULL, 10);
 }
 
 static void lag_probe_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct agw_worker *w = arg;
     struct timespec ts;
-    uint64_t now_us, expired = 0, due, late, wait_ns, waited_us, self;
+    uint64_t now_us, expired = 0, due, late, run_ns, wait_ns, waited_us, ran_us, self, busy;
 
     (void)what;
     if (read(fd, &expired, sizeof(expired)) != (ssize_t)sizeof(expired) || expired == 0)
@@ -1371,12 +1379,17 @@ static void lag_probe_cb(evutil_socket_t fd, short what, void *arg)
         __atomic_store_n(&w->lag_max_us, late, __ATOMIC_RELAXED);
     if (w->lag_sched_fd < 0)
         return;
-    wait_ns = sched_wait_ns(w->lag_sched_fd);
+    sched_times(w->lag_sched_fd, &run_ns, &wait_ns);
     waited_us = (wait_ns - w->lag_wait_ns) / 1000u; /* in the run queue since the last expiry */
+    ran_us = (run_ns - w->lag_run_ns) / 1000u;      /* on a CPU since then */
     self = late > waited_us ? late - waited_us : 0;
+    busy = self < ran_us ? self : ran_us;
     w->lag_wait_ns = wait_ns;
+    w->lag_run_ns = run_ns;
     if (self > __atomic_load_n(&w->lag_self_max_us, __ATOMIC_RELAXED))
         __atomic_store_n(&w->lag_self_max_us, self, __ATOMIC_RELAXED);
+    if (busy > __atomic_load_n(&w->lag_busy_max_us, __ATOMIC_RELAXED))
+        __atomic_store_n(&w->lag_busy_max_us, busy, __ATOMIC_RELAXED);
 }
 
 /* Arms the probe's timer once the loop runs (a start-up before it is not the loop's lateness). */
@@ -1398,7 +1411,7 @@ static void arm_lag_probe(evutil_socket_t fd, short what, void *arg)
     /* Opened here, on the loop's thread: "thread-self" is the thread that opens it. */
     sfd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
     if (sfd >= 0)
-        w->lag_wait_ns = sched_wait_ns(sfd);
+        sched_times(sfd, &w->lag_run_ns, &w->lag_wait_ns);
     __atomic_store_n(&w->lag_sched_fd, sfd, __ATOMIC_RELEASE);
     timerfd_settime(event_get_fd(w->lag_probe), 0, &its, NULL);
 }

@@ -295,4 +295,11 @@ void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g
         evbuffer_add_printf(out, "agw_event_loop_self_lag_seconds_max %.6f\n",
                             (double)g->loop_lag_self_max_us / 1e6);
     }
+    if (g->loop_lag_busy_max_us >= 0) {
+        header(out, "agw_event_loop_busy_lag_seconds_max", "gauge",
+               "The longest time a loop ran its own work while late for its probe timer (an upper "
+               "bound); the rest of its own lateness it slept.");
+        evbuffer_add_printf(out, "agw_event_loop_busy_lag_seconds_max %.6f\n",
+                            (double)g->loop_lag_busy_max_us / 1e6);
+    }
 }

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The loop probe (AGW_LOOP_PROBE_MS, the benchmarks' stall measure) tells a loop that waited for a CPU
 # from a loop that did not run for any other reason: agw_event_loop_lag_seconds_max counts both,
-# agw_event_loop_self_lag_seconds_max only the second (what a loop blocked on a disk would show).
+# agw_event_loop_self_lag_seconds_max only the second (what a loop blocked on a disk would show), and
+# agw_event_loop_busy_lag_seconds_max the part of that the loop spent running (its own callbacks).
 #   1. the gateway's CPU taken by a busy real-time process for 0.3 s: the loop is late by its wait in
 #      the run queue, and its own part stays well under that lateness;
-#   2. the gateway stopped (SIGSTOP) for 0.4 s: not a wait for a CPU, both figures see it.
+#   2. the gateway stopped (SIGSTOP) for 0.4 s: not a wait for a CPU, both figures see it; the loop
+#      did not run, so its busy part stays small;
+#   3. a request body of 600,000 messages (30 MB, under a raised limits.max_body_bytes), validated in
+#      one callback: the loop runs for a long time, and the busy part sees it.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 if ! command -v taskset >/dev/null 2>&1 || ! command -v chrt >/dev/null 2>&1; then
@@ -13,6 +17,7 @@ if ! command -v taskset >/dev/null 2>&1 || ! command -v chrt >/dev/null 2>&1; th
 fi
 cat >"$T/gw.json" <<JSON
 { "listen": [ { "address": "127.0.0.1", "port": 0 } ], "history": { "enabled": false }, "auth": { "mode": "none" },
+  "limits": { "max_body_bytes": 67108864 },
   "agents": { "a": { "upstreams": ["http://127.0.0.1:9/agent"] } } }
 JSON
 AGW_LOOP_PROBE_MS=1 start_gateway "$T/gw.json" || exit 1
@@ -23,6 +28,7 @@ ms() { awk -v s="$1" 'BEGIN { printf "%d", s * 1000 }'; }
 sleep 0.5
 check_contains "the probe's lateness is exposed" "." "$(metric agw_event_loop_lag_seconds_max)"
 check_contains "and its part not spent waiting for a CPU" "." "$(metric agw_event_loop_self_lag_seconds_max)"
+check_contains "and of that, its part spent running" "." "$(metric agw_event_loop_busy_lag_seconds_max)"
 
 # 1. Every thread of the gateway on the CPU this shell may use first; a busy process of real-time
 #    priority there for 0.3 s (its timeout one step higher, so that it ends it): the loop is runnable
@@ -55,11 +61,37 @@ kill -CONT "$GW_PID"
 sleep 0.1
 lag=$(ms "$(metric agw_event_loop_lag_seconds_max)")
 own=$(ms "$(metric agw_event_loop_self_lag_seconds_max)")
+busy=$(ms "$(metric agw_event_loop_busy_lag_seconds_max)")
 CHECKS=$((CHECKS + 1))
 if [ "$lag" -ge 350 ] && [ "$own" -ge 350 ]; then
     ok "a loop that could not run for 0.4 s: late ${lag} ms, all of it its own (${own} ms)"
 else
     fail "a gateway stopped for 0.4 s: expected both figures at 350 ms or more, got ${lag} and ${own} ms"
+fi
+CHECKS=$((CHECKS + 1))
+if [ "$busy" -lt 100 ]; then
+    ok "it did not run meanwhile: its busy part stays small (${busy} ms)"
+else
+    fail "a gateway stopped for 0.4 s: expected a busy part under 100 ms, got ${busy} ms"
+fi
+
+# 3. A loop that runs its own work for long: one request of 600,000 messages, validated at once.
+python3 -c '
+import json
+m = [{"id": "m%d" % i, "role": "user", "content": "hi"} for i in range(600000)]
+print(json.dumps({"threadId": "t", "runId": "r", "messages": m, "tools": [], "context": [],
+                  "state": {}, "forwardedProps": {}}))' >"$T/big.json"
+code=$(curl -sS -m 60 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+    --data-binary @"$T/big.json" "http://127.0.0.1:$GW_PORT/v1/ag-ui/agents/a/runs")
+check_eq "the large request is validated and routed (its upstream refuses: 502)" 502 "$code"
+own=$(ms "$(metric agw_event_loop_self_lag_seconds_max)")
+busy=$(ms "$(metric agw_event_loop_busy_lag_seconds_max)")
+echo "a 30 MB request validated: own part ${own} ms, of which running ${busy} ms"
+CHECKS=$((CHECKS + 1))
+if [ "$busy" -ge 100 ] && [ "$busy" -le "$own" ]; then
+    ok "a loop busy with one callback: its busy part sees it (${busy} ms of ${own} ms)"
+else
+    fail "a request of 600,000 messages: expected a busy part of 100 ms or more, within the own part; got ${busy} of ${own} ms"
 fi
 stop_pid "$GW_PID" >/dev/null
 check_eq "the gateway stops cleanly" 0 "$STOP_STATUS"
