@@ -360,7 +360,10 @@ def stall(run, out):
     # it served before): its callbacks; the rest it slept (woken late in epoll_wait() or a nap, a
     # lock, a disk wait: the loop's storage I/O below tells the last apart)
     busy = m("agw_event_loop_busy_lag_seconds_max", 1e3)
-    row("of that, the loop running its own work (an upper bound), ms (per round)",
+    busy_idle = lambda r: r["lag_busy_idle_s"] * 1e3 if r.get("lag_busy_idle_s") is not None else None
+    row("of that, the loop running its own work (an upper bound): idle, ms (per round)",
+        lambda rs: per_round(rs, busy_idle, 2))
+    row("of that, the loop running its own work (an upper bound): idle and under load, ms (per round)",
         lambda rs: per_round(rs, busy, 2))
     row("when it grew under load: s into the load → ms (per round)",
         lambda rs: "; ".join(" ".join(f"{t:.1f}→{v * 1e3:.1f}" for t, v in r.get("lag_steps", [])) or "—"

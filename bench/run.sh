@@ -563,7 +563,7 @@ PY
 }
 
 stall_one() {
-    local tgt=$1 round=$2 name=stall hist=on port base bound rc1 rc2 m idle idle_self t0 series="" io0 io1
+    local tgt=$1 round=$2 name=stall hist=on port base bound rc1 rc2 m idle idle_self idle_busy t0 series="" io0 io1
     [ "$tgt" = gateway-nohist ] && name=stalln hist=off
     launch_gateway "$name" "$hist" AGW_LOOP_PROBE_MS=1
     STALL_PID=$LAUNCHED_PID port=$LAUNCHED_PORT
@@ -572,6 +572,7 @@ stall_one() {
     sleep "$SECS"
     idle=$(metric "$port" agw_event_loop_lag_seconds_max)
     idle_self=$(metric "$port" agw_event_loop_self_lag_seconds_max)
+    idle_busy=$(metric "$port" agw_event_loop_busy_lag_seconds_max)
     io0=$(thread_io "$STALL_PID")
     t0=$(date +%s.%N)
     # shellcheck disable=SC2046
@@ -601,10 +602,10 @@ stall_one() {
     [ "$rc1" = 0 ] || echo "bench/run.sh: stall/$tgt round $round: throughput load exit $rc1: $(head -c 300 "$T/stall-tp.err")" >&2
     [ "$rc2" = 0 ] || echo "bench/run.sh: stall/$tgt round $round: short load exit $rc2: $(head -c 300 "$T/stall-short.err")" >&2
     python3 - "$tgt" "$round" "$rc1" "$rc2" "$(head -n1 "$T/stall-tp.out")" \
-        "$(head -n1 "$T/stall-short.out")" "$m" "${idle:-}" "$series" "$io0" "$io1" "${idle_self:-}" \
+        "$(head -n1 "$T/stall-short.out")" "$m" "${idle:-}" "$series" "$io0" "$io1" "${idle_self:-}" "${idle_busy:-}" \
         >>"$RAW" <<'PY'
 import json, sys
-tgt, rnd, rc1, rc2, tp, short, m, idle, series, io0, io1, idle_self = sys.argv[1:]
+tgt, rnd, rc1, rc2, tp, short, m, idle, series, io0, io1, idle_self, idle_busy = sys.argv[1:]
 io0, io1 = json.loads(io0 or "{}"), json.loads(io1 or "{}")
 io = {k: [b - a for a, b in zip(io0[k], io1[k])] for k in io1 if k in io0}
 metrics = {}
@@ -622,17 +623,18 @@ print(json.dumps({"scenario": "stall", "target": tgt, "round": int(rnd),
                   "load_short": json.loads(short or "{}"), "metrics": metrics,
                   "lag_idle_s": float(idle) if idle else None, "lag_steps": steps,
                   "lag_self_idle_s": float(idle_self) if idle_self else None,
+                  "lag_busy_idle_s": float(idle_busy) if idle_busy else None,
                   "storage_io": io}))
 PY
     printf '  %-10s %-14s round %s: exit %s/%s, %s\n' stall "$tgt" "$round" "$rc1" "$rc2" \
         "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); m=r["metrics"]; a=r["load"]; b=r["load_short"]
 lag, idle = m.get("agw_event_loop_lag_seconds_max"), r["lag_idle_s"]
 own, own_idle = m.get("agw_event_loop_self_lag_seconds_max"), r.get("lag_self_idle_s")
-busy = m.get("agw_event_loop_busy_lag_seconds_max")
+busy, busy_idle = m.get("agw_event_loop_busy_lag_seconds_max"), r.get("lag_busy_idle_s")
 ms = lambda v: "%.2f" % (v * 1e3) if v is not None else "n/a"
-print("events %s + %s, runs failed %s + %s, loop lag max idle %s ms, under load %s ms (less its waits for a CPU: idle %s, under load %s; of that running %s) (steps %s), history records %s, dropped %s, commits %s, commit max %s ms"
+print("events %s + %s, runs failed %s + %s, loop lag max idle %s ms, under load %s ms (less its waits for a CPU: idle %s, under load %s; of that running: idle %s, under load %s) (steps %s), history records %s, dropped %s, commits %s, commit max %s ms"
       % (a.get("events"), b.get("events"), a.get("runs_failed"), b.get("runs_failed"),
-         ms(idle), ms(lag), ms(own_idle), ms(own), ms(busy),
+         ms(idle), ms(lag), ms(own_idle), ms(own), ms(busy_idle), ms(busy),
          " ".join("%.2fs:%.2fms" % (t, v * 1e3) for t, v in r["lag_steps"]),
          m.get("agw_history_records_total", "n/a"), m.get("agw_history_dropped_total", "n/a"),
          m.get("agw_history_commits_total", "n/a"),
