@@ -87,12 +87,12 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
         int64_t busy = (int64_t)__atomic_load_n(&o->lag_busy_max_us, __ATOMIC_RELAXED);
         if (o->lag_probe != NULL && lag > g.loop_lag_max_us)
             g.loop_lag_max_us = lag;
-        if (__atomic_load_n(&o->lag_sched_fd, __ATOMIC_ACQUIRE) >= 0 &&
-            self > g.loop_lag_self_max_us)
-            g.loop_lag_self_max_us = self;
-        if (__atomic_load_n(&o->lag_sched_fd, __ATOMIC_ACQUIRE) >= 0 &&
-            busy > g.loop_lag_busy_max_us)
-            g.loop_lag_busy_max_us = busy;
+        if (__atomic_load_n(&o->lag_sched_fd, __ATOMIC_ACQUIRE) >= 0) {
+            if (self > g.loop_lag_self_max_us)
+                g.loop_lag_self_max_us = self;
+            if (busy > g.loop_lag_busy_max_us)
+                g.loop_lag_busy_max_us = busy;
+        }
         g.loop_turns += __atomic_load_n(&o->loop_stats.turns, __ATOMIC_RELAXED);
         g.loop_naps += __atomic_load_n(&o->loop_stats.naps, __ATOMIC_RELAXED);
     }
