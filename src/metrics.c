@@ -273,6 +273,13 @@ void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g
         header(out, "agw_history_congestions_total", "counter",
                "Times the store fell behind and runs that record stopped reading their upstreams.");
         evbuffer_add_printf(out, "agw_history_congestions_total %" PRIu64 "\n", h->congestions);
+        header(out, "agw_history_thread_reads_total", "counter",
+               "Threads not in memory looked up in the store's database.");
+        evbuffer_add_printf(out, "agw_history_thread_reads_total %" PRIu64 "\n", h->thread_reads);
+        header(out, "agw_history_thread_reads_spared_total", "counter",
+               "Look-ups of threads new to the store's database that read nothing.");
+        evbuffer_add_printf(out, "agw_history_thread_reads_spared_total %" PRIu64 "\n",
+                            h->reads_spared);
         header(out, "agw_history_cached_threads", "gauge", "Threads held in memory.");
         evbuffer_add_printf(out, "agw_history_cached_threads %zu\n", h->cached);
     }

@@ -144,7 +144,7 @@ struct agw_store {
     bool failing; /* the last commit failed (logged once per streak) */
     /* statistics (atomics: read from any thread) */
     uint64_t records, dropped, commits, commit_errors, expired, malformed, max_commit_us,
-        congestions;
+        congestions, thread_reads, reads_spared;
     size_t cached;
 };
 
@@ -317,9 +317,17 @@ static struct thread *lookup_ex(struct agw_store *s, const char *id, bool *absen
     }
     if (s->be.self == NULL)
         return NULL;
+    /* A thread new to the database (clients draw their ids at random): nothing to read. */
+    if (s->be.may_hold != NULL && !s->be.may_hold(s->be.self, id)) {
+        stat_add(&s->reads_spared, 1);
+        if (absent != NULL)
+            *absent = true;
+        return NULL;
+    }
     struct agw_store_row row;
     struct restoring r = {.s = s};
     int rc = s->be.load(s->be.self, id, s->o.max_messages, &row, restore_one, &r);
+    stat_add(&s->thread_reads, 1);
     if (absent != NULL)
         *absent = rc == 0;
     if (rc == 1 && !r.bad && expired(s, row.updated_s)) {
@@ -1128,5 +1136,7 @@ void agw_store_get_stats(struct agw_store *s, struct agw_store_stats *st)
     st->max_commit_us = __atomic_load_n(&s->max_commit_us, __ATOMIC_RELAXED);
     st->cached = __atomic_load_n(&s->cached, __ATOMIC_RELAXED);
     st->congestions = __atomic_load_n(&s->congestions, __ATOMIC_RELAXED);
+    st->thread_reads = __atomic_load_n(&s->thread_reads, __ATOMIC_RELAXED);
+    st->reads_spared = __atomic_load_n(&s->reads_spared, __ATOMIC_RELAXED);
     st->queued_bytes = __atomic_load_n(&s->pending_bytes, __ATOMIC_RELAXED);
 }

@@ -47,6 +47,9 @@ typedef void agw_store_msg_fn(void *arg, const struct agw_store_msg *m);
 
 struct agw_store_backend {
     void *self; /* NULL: no backend (the memory kind) */
+    /* false when the database certainly holds no thread <id> (load would return 0 without
+     * reading anything); true when it may. NULL: always true. */
+    bool (*may_hold)(void *self, const char *id);
     /* Thread <id>: fills <row> (its strings valid until the next call; msgs unused) and gives <fn>
      * its newest <max> messages, oldest first, each with its pieces put together; returns 1; 0 when
      * unknown, -1 when it cannot be read (logged). */

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agw/bloom.h"
 #include "agw/history.h"
 #include "agw/log.h"
 #include "store_backend.h"
@@ -38,7 +39,13 @@ struct db {
     sqlite3 *db;
     sqlite3_stmt *st_thread, *st_messages, *st_message, *st_thread_key, *st_update_thread,
         *st_insert_thread, *st_drop_before, *st_drop_from, *st_save_message, *st_drop_parts,
-        *st_expire;
+        *st_expire, *st_max_key, *st_scan_ids;
+    /* Threads new to the database (doc/internals/store.md): once <known> is set, every id in the
+     * threads table is in it, so a look-up of an id it has never seen reads nothing. <building>
+     * is filled by a scan of the table in steps (known_step(), after each commit) and replaces
+     * <known> when the scan ends; both take every id inserted meanwhile. */
+    struct agw_bloom *known, *building;
+    sqlite3_int64 scan_key; /* the scan has added the ids of the keys up to this one */
     char *buf; /* a message's pieces put together, read back */
     size_t buf_len, buf_cap;
     int lock_fd; /* <dir>/history.lock, flock()ed while open; -1 = none */
@@ -252,6 +259,88 @@ static bool step_done(sqlite3_stmt *st)
     return ok;
 }
 
+/* ---- threads new to the database ----------------------------------------------------------- */
+
+/* The filter's size: twice the threads the table may hold (its largest key bounds their number),
+ * at least KNOWN_MIN, at most KNOWN_MAX members (8 MiB of bits; past that it answers "perhaps"
+ * more often, about 2 % of new ids at twice the threads, and those are looked up as before). The
+ * scan reads KNOWN_STEP ids after each commit: a few milliseconds of the writer's. */
+#define KNOWN_MIN 16384
+#define KNOWN_MAX (4u << 20)
+#define KNOWN_STEP 16384
+
+static bool known_start(struct db *d)
+{
+    sqlite3_int64 max_key = 0;
+    size_t cap;
+
+    if (sqlite3_step(d->st_max_key) == SQLITE_ROW)
+        max_key = sqlite3_column_int64(d->st_max_key, 0);
+    sqlite3_reset(d->st_max_key);
+    cap = max_key > KNOWN_MAX / 2 ? KNOWN_MAX : 2 * (size_t)max_key;
+    if (d->known != NULL && cap < 2 * agw_bloom_capacity(d->known))
+        cap = 2 * agw_bloom_capacity(d->known);
+    cap = cap < KNOWN_MIN ? KNOWN_MIN : cap > KNOWN_MAX ? KNOWN_MAX : cap;
+    if (d->known != NULL && cap <= agw_bloom_capacity(d->known))
+        return false; /* at its largest already */
+    d->building = agw_bloom_new(cap);
+    d->scan_key = 0;
+    return true;
+}
+
+/* Adds the next KNOWN_STEP ids to <building>; at the table's end, it becomes <known>. A failed read
+ * leaves the scan where it was, to go on after the next commit. */
+static void known_step(struct db *d)
+{
+    int rc, n = 0;
+
+    sqlite3_bind_int64(d->st_scan_ids, 1, d->scan_key);
+    sqlite3_bind_int(d->st_scan_ids, 2, KNOWN_STEP);
+    while ((rc = sqlite3_step(d->st_scan_ids)) == SQLITE_ROW) {
+        const char *id = (const char *)sqlite3_column_text(d->st_scan_ids, 1);
+        if (id != NULL)
+            agw_bloom_add(d->building, id, (size_t)sqlite3_column_bytes(d->st_scan_ids, 1));
+        d->scan_key = sqlite3_column_int64(d->st_scan_ids, 0);
+        n++;
+    }
+    sqlite3_reset(d->st_scan_ids);
+    if (rc != SQLITE_DONE || n == KNOWN_STEP)
+        return;
+    agw_bloom_free(d->known);
+    d->known = d->building;
+    d->building = NULL;
+    agw_log_debug("thread history: the %zu thread ids in the database are known (%zu KiB)",
+                  agw_bloom_count(d->known), agw_bloom_bytes(d->known) / 1024);
+}
+
+/* After each commit: the scan goes on, or a filter past its capacity starts its successor. */
+static void known_after_commit(struct db *d)
+{
+    if (d->building == NULL && d->known != NULL &&
+        agw_bloom_count(d->known) > agw_bloom_capacity(d->known) &&
+        agw_bloom_capacity(d->known) < KNOWN_MAX)
+        known_start(d);
+    if (d->building != NULL)
+        known_step(d);
+}
+
+static void known_add(struct db *d, const char *id)
+{
+    size_t len = strlen(id);
+
+    if (d->known != NULL)
+        agw_bloom_add(d->known, id, len);
+    if (d->building != NULL)
+        agw_bloom_add(d->building, id, len);
+}
+
+static bool db_may_hold(void *self, const char *id)
+{
+    struct db *d = self;
+
+    return d->known == NULL || agw_bloom_may_hold(d->known, id, strlen(id));
+}
+
 /* Writes one thread's row, deletes its messages outside [first, first + count), writes <msgs>. */
 static bool save_thread(struct db *d, const struct agw_store_row *r)
 {
@@ -285,6 +374,8 @@ static bool save_thread(struct db *d, const struct agw_store_row *r)
         sqlite3_bind_int64(st, 3, r->updated_s);
         sqlite3_bind_int64(st, 4, (sqlite3_int64)r->first);
         sqlite3_bind_int64(st, 5, (sqlite3_int64)r->count);
+        if (!known)
+            known_add(d, r->id); /* before the insert: a filter may say "perhaps", never "no" */
         ok = step_done(st);
         if (!known)
             key = sqlite3_last_insert_rowid(d->db);
@@ -356,6 +447,7 @@ static int db_save(void *self, const struct agw_store_row *rows, size_t n, char 
         return -1;
     }
     db_shed(d);
+    known_after_commit(d);
     return 0;
 }
 
@@ -386,6 +478,10 @@ static void db_close(void *self)
     sqlite3_finalize(d->st_save_message);
     sqlite3_finalize(d->st_drop_parts);
     sqlite3_finalize(d->st_expire);
+    sqlite3_finalize(d->st_max_key);
+    sqlite3_finalize(d->st_scan_ids);
+    agw_bloom_free(d->known);
+    agw_bloom_free(d->building);
     if (d->db != NULL)
         sqlite3_close(d->db);
     if (d->data_fd >= 0)
@@ -645,8 +741,17 @@ static int db_open(struct db *d, const char *dir, char *err, size_t errlen)
         sqlite3_prepare_v2(d->db,
                            "DELETE FROM threads WHERE key IN"
                            " (SELECT key FROM threads WHERE updated < ?1 LIMIT ?2)",
-                           -1, &d->st_expire, NULL) != SQLITE_OK)
+                           -1, &d->st_expire, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db, "SELECT max(key) FROM threads", -1, &d->st_max_key, NULL) !=
+            SQLITE_OK ||
+        sqlite3_prepare_v2(d->db,
+                           "SELECT key, id FROM threads WHERE key > ?1 ORDER BY key LIMIT ?2", -1,
+                           &d->st_scan_ids, NULL) != SQLITE_OK)
         return db_fail(d, file, "cannot prepare its statements", err, errlen);
+    /* the first step now: a table of fewer than KNOWN_STEP threads is known before the first
+     * look-up */
+    known_start(d);
+    known_step(d);
     agw_log_info("thread history: %s (SQLite %s)", file, sqlite3_libversion());
     return 0;
 }
@@ -677,6 +782,7 @@ int agw_store_sqlite_open(const char *dir, struct agw_store_backend *b, char *er
         return rc;
     }
     *b = (struct agw_store_backend){.self = d,
+                                    .may_hold = db_may_hold,
                                     .load = db_load,
                                     .load_message = db_load_message,
                                     .save = db_save,

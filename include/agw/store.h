@@ -115,6 +115,8 @@ struct agw_store_stats {
     size_t cached;          /* threads in memory */
     size_t queued_bytes;    /* records waiting */
     uint64_t congestions;   /* times the store became congested (agw_store_congested()) */
+    uint64_t thread_reads;  /* threads not in memory looked up in the database */
+    uint64_t reads_spared;  /* look-ups of threads new to the database that read nothing */
 };
 void agw_store_get_stats(struct agw_store *s, struct agw_store_stats *st);
 

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1133,4 +1134,153 @@ Test(store, a_newer_schema_is_a_clear_error)
     cr_assert_null(agw_store_open(&o, err, sizeof(err)));
     cr_assert(strstr(err, "schema version 4") != NULL, "%s", err);
     cr_assert(strstr(err, "history.db") != NULL, "%s", err);
+}
+
+/* ---- threads new to the database (a filter of the ids it holds) ---------------------------- */
+
+static struct agw_store_stats stats_of(struct agw_store *s)
+{
+    struct agw_store_stats st;
+
+    agw_store_get_stats(s, &st);
+    return st;
+}
+
+/* A thread's first record reads nothing from the database, nor does a read of a thread it never
+ * held, while every thread it holds is still read back: across evictions from the cache and across
+ * a restart (the filter is made again from the table at start). */
+Test(store, threads_new_to_the_database_are_not_read_from_it)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 2);
+    struct agw_store_stats st;
+    char t[16];
+
+    for (int i = 0; i < 20; i++) {
+        snprintf(t, sizeof(t), "t%d", i);
+        write_run1(s, t);
+    }
+    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL); /* committed, then evicted */
+    st = stats_of(s);
+    cr_assert_eq(st.reads_spared, 20, "spared %" PRIu64, st.reads_spared);
+    cr_assert_eq(st.thread_reads, 0, "read %" PRIu64, st.thread_reads);
+    for (int i = 0; i < 20; i++) {
+        struct answer a;
+        snprintf(t, sizeof(t), "t%d", i);
+        a = read_thread(s, t, NULL);
+        expect_run1(&a);
+        json_decref(a.page);
+    }
+    st = stats_of(s);
+    cr_assert_geq(st.thread_reads, 18, "threads evicted from a cache of 2 are read back");
+    for (int i = 0; i < 20; i++) {
+        snprintf(t, sizeof(t), "n%d", i);
+        cr_assert_eq(read_thread(s, t, NULL).status, 404);
+    }
+    cr_assert_eq(stats_of(s).reads_spared, 40);
+    cr_assert_eq(stats_of(s).thread_reads, st.thread_reads, "an unknown thread reads nothing");
+    agw_store_close(s);
+
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 2);
+    for (int i = 0; i < 20; i++) {
+        struct answer a;
+        snprintf(t, sizeof(t), "t%d", i);
+        a = read_thread(s, t, NULL);
+        expect_run1(&a);
+        json_decref(a.page);
+    }
+    cr_assert_eq(read_thread(s, "n1", NULL).status, 404);
+    st = stats_of(s);
+    cr_assert_eq(st.thread_reads, 20);
+    cr_assert_eq(st.reads_spared, 1);
+    agw_store_close(s);
+}
+
+/* A database of more threads than one step of the scan (16,384 ids) is known only after a few
+ * commits: until then every look-up reads the table, as it must (a thread of the part not yet
+ * scanned is found), then threads new to it read nothing again. */
+Test(store, a_large_database_is_scanned_in_steps_and_read_meanwhile)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    struct agw_store_stats st;
+    struct answer a;
+    sqlite3 *db;
+    char sql[256];
+
+    write_run1(s, "t0");
+    agw_store_close(s);
+    db = db_file();
+    exec_sql(db, "BEGIN");
+    for (int i = 0; i < 40000; i++) {
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO threads (id, agents, updated, dropped, n_messages)"
+                 " VALUES ('bulk-%d', ',demo,', %lld, 0, 0)",
+                 i, (long long)time(NULL));
+        exec_sql(db, sql);
+    }
+    exec_sql(db, "COMMIT");
+    sqlite3_close(db);
+
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    a = read_thread(s, "bulk-39999", NULL); /* past the first step */
+    cr_assert_eq(a.status, 200);
+    json_decref(a.page);
+    write_run1(s, "new-1");
+    committed();
+    st = stats_of(s);
+    cr_assert_eq(st.reads_spared, 0, "not known yet: looked up");
+    cr_assert_eq(st.thread_reads, 2);
+    /* each commit scans a step: two more, and the 40,001 are known */
+    write_run1(s, "new-2");
+    committed();
+    write_run1(s, "new-3");
+    committed();
+    write_run1(s, "new-4");
+    committed();
+    st = stats_of(s);
+    cr_assert_geq(st.reads_spared, 1, "new threads read nothing once the scan is done");
+    a = read_thread(s, "bulk-20000", NULL);
+    cr_assert_eq(a.status, 200, "a scanned thread is found");
+    json_decref(a.page);
+    a = read_thread(s, "t0", NULL);
+    expect_run1(&a);
+    json_decref(a.page);
+    cr_assert_eq(read_thread(s, "nope", NULL).status, 404);
+    cr_assert_eq(stats_of(s).reads_spared, st.reads_spared + 1);
+    agw_store_close(s);
+}
+
+/* Past its capacity (16,384 threads for a new database) the filter is made again, twice as large,
+ * from the table, while the full one goes on answering: no thread is lost on the way. */
+Test(store, the_filter_grows_past_its_capacity_without_losing_a_thread)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    char t[32], body[128];
+
+    for (int i = 0; i < 20000; i++) {
+        snprintf(t, sizeof(t), "g-%d", i);
+        snprintf(body, sizeof(body),
+                 "{\"messages\":[{\"id\":\"u%d\",\"role\":\"user\",\"content\":\"Hi\"}]}", i);
+        input(s, "demo", t, "r1", body);
+        if (i % 2000 == 1999)
+            committed();
+    }
+    for (int i = 0; i < 4; i++) { /* commits, each a step of the new filter's scan */
+        snprintf(t, sizeof(t), "late-%d", i);
+        write_run1(s, t);
+        committed();
+    }
+    uint64_t reads = stats_of(s).thread_reads;
+    for (int i = 0; i < 20000; i += 499) {
+        char ids[64], want[16];
+        snprintf(t, sizeof(t), "g-%d", i);
+        snprintf(want, sizeof(want), "u%d", i);
+        cr_assert_str_eq(ids_of(s, t, ids, sizeof(ids)), want, "thread %s", t);
+    }
+    cr_assert_gt(stats_of(s).thread_reads, reads, "evicted threads were read back");
+    write_run1(s, "after");
+    committed();
+    uint64_t spared = stats_of(s).reads_spared;
+    cr_assert_eq(read_thread(s, "never", NULL).status, 404);
+    cr_assert_eq(stats_of(s).reads_spared, spared + 1);
+    agw_store_close(s);
 }
