@@ -8,20 +8,12 @@
 
 uint64_t agw_balance_weight(const char *thread_id, const char *key)
 {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a over thread, a separator, key */
+    /* FNV-1a over thread, a separator, key; the final avalanche because FNV alone leaves related
+     * keys' weights correlated */
+    uint64_t h = agw_fnv1a(AGW_FNV_INIT, thread_id, strlen(thread_id));
 
-    for (const char *a = thread_id; *a; a++)
-        h = (h ^ (unsigned char)*a) * 1099511628211ULL;
-    h = (h ^ 0xff) * 1099511628211ULL;
-    for (const char *b = key; *b; b++)
-        h = (h ^ (unsigned char)*b) * 1099511628211ULL;
-    /* final avalanche (splitmix64): FNV alone leaves related keys' weights correlated */
-    h ^= h >> 30;
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebULL;
-    h ^= h >> 31;
-    return h;
+    h = agw_fnv1a(h, "\xff", 1);
+    return agw_hash_mix(agw_fnv1a(h, key, strlen(key)));
 }
 
 void agw_balance_order(enum agw_balance mode, const char *const *keys, size_t n,

@@ -21,20 +21,11 @@ struct agw_bloom {
     size_t count;
 };
 
-/* FNV-1a, then MurmurHash3's finalizer: FNV alone leaves the high bits of short strings poorly
- * mixed, and both the block and the bits within it come from the hash. */
+/* FNV-1a alone leaves the high bits of short strings poorly mixed, and both the block and the bits
+ * within it come from the hash. */
 static uint64_t hash(const char *s, size_t len)
 {
-    uint64_t h = 1469598103934665603ULL;
-
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
+    return agw_hash_mix(agw_fnv1a(AGW_FNV_INIT, s, len));
 }
 
 struct agw_bloom *agw_bloom_new(size_t capacity)

@@ -154,10 +154,8 @@ static const char *msg_id(const json_t *m)
 
 static uint64_t hash_bytes(const char *s, size_t n)
 {
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = agw_fnv1a(AGW_FNV_INIT, s, n);
 
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
     return h ^ (h >> 29);
 }
 

@@ -23,13 +23,10 @@ struct agw_runs {
 static uint64_t hash_fields(const char *a, const char *b, const char *c)
 {
     const char *parts[3] = {a, b, c};
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = AGW_FNV_INIT;
 
-    for (size_t i = 0; i < 3 && parts[i] != NULL; i++) {
-        for (const char *p = parts[i]; *p; p++)
-            h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-        h = (h ^ 0xffu) * 1099511628211ULL;
-    }
+    for (size_t i = 0; i < 3 && parts[i] != NULL; i++)
+        h = agw_fnv1a(agw_fnv1a(h, parts[i], strlen(parts[i])), "\xff", 1);
     return h ^ (h >> 29);
 }
 

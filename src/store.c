@@ -150,10 +150,8 @@ struct agw_store {
 
 static uint64_t hash_id(const char *s)
 {
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = agw_fnv1a(AGW_FNV_INIT, s, strlen(s));
 
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
     return h ^ (h >> 29);
 }
 

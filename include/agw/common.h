@@ -102,6 +102,30 @@ static inline bool agw_streq_n(const char *a, size_t alen, const char *b)
     return alen == strlen(b) && memcmp(a, b, alen) == 0;
 }
 
+/* FNV-1a: <h> (AGW_FNV_INIT to start) carried over the <len> bytes at <p>. Cheap and well spread in
+ * its low bits; short inputs leave the high bits poorly mixed: finish with agw_hash_mix() where
+ * they count. Not for keys an attacker may choose to collide where that would cost more than a
+ * longer chain. Inline: it runs per request and per look-up. */
+#define AGW_FNV_INIT 1469598103934665603ULL
+static inline uint64_t agw_fnv1a(uint64_t h, const void *p, size_t len)
+{
+    const unsigned char *b = p;
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ b[i]) * 1099511628211ULL;
+    return h;
+}
+/* splitmix64's finalizer: every bit of <h> changes about half of the result's. */
+static inline uint64_t agw_hash_mix(uint64_t h)
+{
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+    return h;
+}
+
 /* True when the Content-Type value <content_type> (may be NULL) is text/event-stream, with or
  * without parameters. */
 bool agw_is_event_stream(const char *content_type);

@@ -158,6 +158,19 @@ static void expect_run1(const struct answer *a)
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(m, 1), "role")), "assistant");
 }
 
+/* Threads t0 .. t<n - 1> each read back as write_run1() wrote them. */
+static void expect_run1_in_threads(struct agw_store *s, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char t[16];
+        struct answer a;
+        snprintf(t, sizeof(t), "t%d", i);
+        a = read_thread(s, t, NULL);
+        expect_run1(&a);
+        json_decref(a.page);
+    }
+}
+
 Test(store, memory_records_are_read_back_in_order)
 {
     struct agw_store *s = open_store(AGW_STORE_MEMORY, NULL, 100, 0, 100);
@@ -440,14 +453,7 @@ Test(store, embedded_cache_smaller_than_the_threads_reloads_from_disk)
     agw_store_get_stats(s, &st);
     cr_assert_leq(st.cached, 2, "cached %zu", st.cached);
     cr_assert_gt(st.commits, 0);
-    for (int i = 0; i < 20; i++) {
-        char t[16];
-        struct answer a;
-        snprintf(t, sizeof(t), "t%d", i);
-        a = read_thread(s, t, NULL);
-        expect_run1(&a);
-        json_decref(a.page);
-    }
+    expect_run1_in_threads(s, 20);
     agw_store_close(s);
 }
 
@@ -1163,13 +1169,7 @@ Test(store, threads_new_to_the_database_are_not_read_from_it)
     st = stats_of(s);
     cr_assert_eq(st.reads_spared, 20, "spared %" PRIu64, st.reads_spared);
     cr_assert_eq(st.thread_reads, 0, "read %" PRIu64, st.thread_reads);
-    for (int i = 0; i < 20; i++) {
-        struct answer a;
-        snprintf(t, sizeof(t), "t%d", i);
-        a = read_thread(s, t, NULL);
-        expect_run1(&a);
-        json_decref(a.page);
-    }
+    expect_run1_in_threads(s, 20);
     st = stats_of(s);
     cr_assert_geq(st.thread_reads, 18, "threads evicted from a cache of 2 are read back");
     for (int i = 0; i < 20; i++) {
@@ -1181,13 +1181,7 @@ Test(store, threads_new_to_the_database_are_not_read_from_it)
     agw_store_close(s);
 
     s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 2);
-    for (int i = 0; i < 20; i++) {
-        struct answer a;
-        snprintf(t, sizeof(t), "t%d", i);
-        a = read_thread(s, t, NULL);
-        expect_run1(&a);
-        json_decref(a.page);
-    }
+    expect_run1_in_threads(s, 20);
     cr_assert_eq(read_thread(s, "n1", NULL).status, 404);
     st = stats_of(s);
     cr_assert_eq(st.thread_reads, 20);
