@@ -11,8 +11,8 @@
 #include "agw/bloom.h"
 
 #define BITS_PER_MEMBER 16
-#define BLOCK_WORDS 8 /* 512 bits, a cache line */
-#define PROBES 4
+#define BLOCK_WORDS     8 /* 512 bits, a cache line */
+#define PROBES          4
 
 struct agw_bloom {
     uint64_t *words;

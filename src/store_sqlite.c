@@ -46,7 +46,7 @@ struct db {
      * <known> when the scan ends; both take every id inserted meanwhile. */
     struct agw_bloom *known, *building;
     sqlite3_int64 scan_key; /* the scan has added the ids of the keys up to this one */
-    char *buf; /* a message's pieces put together, read back */
+    char *buf;              /* a message's pieces put together, read back */
     size_t buf_len, buf_cap;
     int lock_fd; /* <dir>/history.lock, flock()ed while open; -1 = none */
     /* history.db again, read-only, for posix_fadvise() alone (db_shed()); -1 = none. Closed only
@@ -265,8 +265,8 @@ static bool step_done(sqlite3_stmt *st)
  * at least KNOWN_MIN, at most KNOWN_MAX members (8 MiB of bits; past that it answers "perhaps"
  * more often, about 2 % of new ids at twice the threads, and those are looked up as before). The
  * scan reads KNOWN_STEP ids after each commit: a few milliseconds of the writer's. */
-#define KNOWN_MIN 16384
-#define KNOWN_MAX (4u << 20)
+#define KNOWN_MIN  16384
+#define KNOWN_MAX  (4u << 20)
 #define KNOWN_STEP 16384
 
 static bool known_start(struct db *d)
