@@ -263,7 +263,7 @@ static bool step_done(sqlite3_stmt *st)
 
 /* The filter's size: twice the threads the table may hold (its largest key bounds their number),
  * at least KNOWN_MIN, at most KNOWN_MAX members (8 MiB of bits; past that it answers "perhaps"
- * more often, about 2 % of new ids at twice the threads, and those are looked up as before). The
+ * more often, about 2.5 % of new ids at twice the threads, and those are looked up as before). The
  * scan reads KNOWN_STEP ids after each commit: a few milliseconds of the writer's. */
 #define KNOWN_MIN  16384
 #define KNOWN_MAX  (4u << 20)

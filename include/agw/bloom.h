@@ -1,8 +1,9 @@
 /* A Bloom filter over strings: a set that answers "certainly not in it" or "perhaps in it", in a
  * fixed number of bits and without the strings (doc/internals/store.md, "Threads new to the
  * database"). No false negatives: a string added is always "perhaps in it". A string never added
- * is "perhaps" with a probability that grows as the filter fills: about 0.2 % at its capacity
- * (16 bits and 4 probes per member), about 2 % at twice it. Nothing is ever removed.
+ * is "perhaps" with a probability that grows as the filter fills: about 0.3 % at its capacity
+ * (16 bits and 4 probes per member), about 2.5 % at twice it, 8 % at three times. Nothing is ever
+ * removed.
  *
  * Not thread-safe: one owner. */
 #ifndef AGW_BLOOM_H
