@@ -104,8 +104,8 @@ static inline bool agw_streq_n(const char *a, size_t alen, const char *b)
 
 /* FNV-1a: <h> (AGW_FNV_INIT to start) carried over the <len> bytes at <p>. Cheap and well spread in
  * its low bits; short inputs leave the high bits poorly mixed: finish with agw_hash_mix() where
- * they count. Not for keys an attacker may choose to collide where that would cost more than a
- * longer chain. Inline: it runs per request and per look-up. */
+ * they count. Not a keyed hash: whoever chooses the keys can make them collide. Inline: it runs
+ * per request and per look-up. */
 #define AGW_FNV_INIT 1469598103934665603ULL
 static inline uint64_t agw_fnv1a(uint64_t h, const void *p, size_t len)
 {
