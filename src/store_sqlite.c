@@ -269,23 +269,20 @@ static bool step_done(sqlite3_stmt *st)
 #define KNOWN_MAX  (4u << 20)
 #define KNOWN_STEP 16384
 
-static bool known_start(struct db *d)
+/* Starts <building>, sized for twice the threads the table may hold or twice <known>'s capacity,
+ * whichever is more, within [KNOWN_MIN, KNOWN_MAX] (the caller starts none for a <known> at
+ * KNOWN_MAX). */
+static void known_start(struct db *d)
 {
-    sqlite3_int64 max_key = 0;
-    size_t cap;
+    size_t want = d->known != NULL ? agw_bloom_capacity(d->known) : 0;
 
-    if (sqlite3_step(d->st_max_key) == SQLITE_ROW)
-        max_key = sqlite3_column_int64(d->st_max_key, 0);
+    if (sqlite3_step(d->st_max_key) == SQLITE_ROW &&
+        (size_t)sqlite3_column_int64(d->st_max_key, 0) > want)
+        want = (size_t)sqlite3_column_int64(d->st_max_key, 0);
     sqlite3_reset(d->st_max_key);
-    cap = max_key > KNOWN_MAX / 2 ? KNOWN_MAX : 2 * (size_t)max_key;
-    if (d->known != NULL && cap < 2 * agw_bloom_capacity(d->known))
-        cap = 2 * agw_bloom_capacity(d->known);
-    cap = cap < KNOWN_MIN ? KNOWN_MIN : cap > KNOWN_MAX ? KNOWN_MAX : cap;
-    if (d->known != NULL && cap <= agw_bloom_capacity(d->known))
-        return false; /* at its largest already */
-    d->building = agw_bloom_new(cap);
+    want = want > KNOWN_MAX / 2 ? KNOWN_MAX : 2 * want;
+    d->building = agw_bloom_new(want < KNOWN_MIN ? KNOWN_MIN : want);
     d->scan_key = 0;
-    return true;
 }
 
 /* Adds the next KNOWN_STEP ids to <building>; at the table's end, it becomes <known>. A failed read
