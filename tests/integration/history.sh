@@ -274,23 +274,33 @@ check_contains "says history is off" "history.enabled" "$BODY"
 stop_pid "$GW_PID" >/dev/null
 
 # ---- a store on a read-only path stops the start ----
-if [ "$(id -u)" != 0 ]; then
-    mkdir -p "$T/ro" && chmod 500 "$T/ro"
-    STORE=$T/ro/store
-    config "$T/ro.json"
-    "$AGW_GATEWAY" -c "$T/ro.json" >"$T/ro.log" 2>&1
-    check_eq "read-only store path: exit 1" 1 "$?"
-    check_contains "names the path" "$T/ro/store" "$(cat "$T/ro.log")"
-    chmod 700 "$T/ro"
-else
-    # root writes anywhere: a file where the directory should be makes the same error path fail.
-    : >"$T/ro-file"
-    STORE=$T/ro-file/store
-    config "$T/ro.json"
-    "$AGW_GATEWAY" -c "$T/ro.json" >"$T/ro.log" 2>&1
-    check_eq "unusable store path: exit 1" 1 "$?"
-    check_contains "names the path" "$T/ro-file" "$(cat "$T/ro.log")"
-fi
+# As root (as CI runs) permission bits bind only without CAP_DAC_OVERRIDE: the gateway is then started
+# without it (and without CAP_DAC_READ_SEARCH), as a user would be.
+AS_USER=()
+[ "$(id -u)" = 0 ] && AS_USER=(setpriv --inh-caps=-dac_override,-dac_read_search
+    --bounding-set=-dac_override,-dac_read_search --)
+mkdir -p "$T/ro" && chmod 500 "$T/ro"
+STORE=$T/ro/store
+config "$T/ro.json"
+"${AS_USER[@]}" "$AGW_GATEWAY" -c "$T/ro.json" >"$T/ro.log" 2>&1
+check_eq "read-only store path: exit 1" 1 "$?"
+check_contains "names the path" "$T/ro/store" "$(cat "$T/ro.log")"
+check_contains "says why" "Permission denied" "$(cat "$T/ro.log")"
+chmod 700 "$T/ro"
+# The same path made, but read-only: the gateway cannot make its files there.
+mkdir -p "$T/ro/store" && chmod 500 "$T/ro/store"
+"${AS_USER[@]}" "$AGW_GATEWAY" -c "$T/ro.json" >"$T/ro2.log" 2>&1
+check_eq "read-only store directory: exit 1" 1 "$?"
+check_contains "names the directory" "$T/ro/store/" "$(cat "$T/ro2.log")"
+check_contains "says why" "Permission denied" "$(cat "$T/ro2.log")"
+chmod 700 "$T/ro/store"
+# A file where the directory should be.
+: >"$T/ro-file"
+STORE=$T/ro-file/store
+config "$T/ro.json"
+"$AGW_GATEWAY" -c "$T/ro.json" >"$T/ro.log" 2>&1
+check_eq "unusable store path: exit 1" 1 "$?"
+check_contains "names the path" "$T/ro-file" "$(cat "$T/ro.log")"
 printf 'not a database, just text\n%.0s' $(seq 100) >"$T/bad.db.txt"
 mkdir -p "$T/bad" && cp "$T/bad.db.txt" "$T/bad/history.db"
 STORE=$T/bad
