@@ -218,6 +218,9 @@ int main(int argc, char **argv)
     /* A client that disconnects mid-write must not kill the process (libevent writes with writev).
      */
     signal(SIGPIPE, SIG_IGN);
+    /* A file-size limit (ulimit -f) reached by the store's database is a write that fails (the
+     * commit is retried, doc/internals/store.md), not a signal that kills the relay. */
+    signal(SIGXFSZ, SIG_IGN);
     raise_fd_limit();
     bg_purge = agw_mem_purge_in_background();
 

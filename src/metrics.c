@@ -259,6 +259,10 @@ void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g
         header(out, "agw_history_commit_errors_total", "counter",
                "Store transactions that failed (retried).");
         evbuffer_add_printf(out, "agw_history_commit_errors_total %" PRIu64 "\n", h->commit_errors);
+        header(out, "agw_history_threads_unsaved_total", "counter",
+               "Threads let go with changes unwritten: the store refused commits and "
+               "history.cache_threads threads waited for it.");
+        evbuffer_add_printf(out, "agw_history_threads_unsaved_total %" PRIu64 "\n", h->unsaved);
         header(out, "agw_history_expired_total", "counter", "Threads deleted by history.ttl.");
         evbuffer_add_printf(out, "agw_history_expired_total %" PRIu64 "\n", h->expired);
         header(out, "agw_history_malformed_total", "counter",

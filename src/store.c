@@ -141,10 +141,11 @@ struct agw_store {
     struct agw_store_backend be; /* be.self NULL: the memory kind */
     struct agw_store_msg *msgs;  /* a commit's messages, kept from one commit to the next */
     size_t msgs_cap;
-    bool failing; /* the last commit failed (logged once per streak) */
+    bool failing;        /* the last commit failed (logged once per streak) */
+    bool unsaved_logged; /* dirty threads were evicted in this streak (logged once) */
     /* statistics (atomics: read from any thread) */
     uint64_t records, dropped, commits, commit_errors, expired, malformed, max_commit_us,
-        congestions, thread_reads, reads_spared;
+        congestions, thread_reads, reads_spared, unsaved;
     size_t cached;
 };
 
@@ -248,7 +249,11 @@ static void cache_remove(struct agw_store *s, struct thread *t)
 }
 
 /* Drops the least recently used clean threads while the cache holds more than it may. The memory
- * kind has nowhere else to keep them: they are forgotten, dirty or not. */
+ * kind has nowhere else to keep them: they are forgotten, dirty or not. While the database refuses
+ * commits (a full disk), dirty threads go too once no clean one is left, giving up their changes
+ * since their last commit (counted, logged once per streak): the cache stays within
+ * history.cache_threads whatever the disk does, instead of holding every thread changed since the
+ * disk filled. */
 static void evict(struct agw_store *s)
 {
     struct thread *t = TAILQ_LAST(&s->lru, thread_list), *prev;
@@ -257,6 +262,19 @@ static void evict(struct agw_store *s)
         prev = TAILQ_PREV(t, thread_list, lru);
         if (t->dirty && s->be.self != NULL)
             continue;
+        cache_remove(s, t);
+    }
+    if (!s->failing)
+        return;
+    for (t = TAILQ_LAST(&s->lru, thread_list); t != NULL && s->n_threads > s->o.cache_threads;
+         t = prev) {
+        prev = TAILQ_PREV(t, thread_list, lru);
+        if (!s->unsaved_logged)
+            agw_log_error("thread history: the store refuses writes and history.cache_threads "
+                          "threads wait for it: the least recently used give up their unsaved "
+                          "changes (agw_history_threads_unsaved_total)");
+        s->unsaved_logged = true;
+        stat_add(&s->unsaved, 1);
         cache_remove(s, t);
     }
 }
@@ -476,6 +494,7 @@ static void commit(struct agw_store *s)
     if (s->failing)
         agw_log_info("thread history: commits succeed again");
     s->failing = false;
+    s->unsaved_logged = false;
     stat_add(&s->commits, 1);
 }
 
@@ -1136,5 +1155,6 @@ void agw_store_get_stats(struct agw_store *s, struct agw_store_stats *st)
     st->congestions = __atomic_load_n(&s->congestions, __ATOMIC_RELAXED);
     st->thread_reads = __atomic_load_n(&s->thread_reads, __ATOMIC_RELAXED);
     st->reads_spared = __atomic_load_n(&s->reads_spared, __ATOMIC_RELAXED);
+    st->unsaved = __atomic_load_n(&s->unsaved, __ATOMIC_RELAXED);
     st->queued_bytes = __atomic_load_n(&s->pending_bytes, __ATOMIC_RELAXED);
 }

@@ -5,8 +5,9 @@
 # store survives a restart, a kill -9 during a load of 1,000 runs loses no run that ended more than a
 # second before the kill (and the event loops do no storage I/O meanwhile), nor what a run still streaming
 # relayed more than a second before it, a detached run is recorded to
-# its end, history.enabled false turns it all off,
-# and a store on a read-only path stops the start with a clear message.
+# its end, a disk that refuses writes stops no run and the commits resume once it has room,
+# history.enabled false turns it all off, and a store on a read-only path stops the start with a
+# clear message.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 start_demo demo --log-level warn || exit 1
@@ -261,6 +262,41 @@ start_gateway "$T/gw.json" || exit 1
 "$AGW_GATEWAY" -c "$T/gw.json" >"$T/second.log" 2>&1
 check_eq "a second gateway on the same store: exit 1" 1 "$?"
 check_contains "says the store is in use" "is in use by another gateway" "$(cat "$T/second.log")"
+stop_pid "$GW_PID" >/dev/null
+
+# ---- a disk that refuses writes: runs go on, the commits are retried, and resume ----
+# The gateway's file-size limit is lowered under it (prlimit), which fails the store's writes as a
+# full disk does (and would kill a process that did not ignore SIGXFSZ).
+metric() { curl -sS -m 5 "http://127.0.0.1:$GW_PORT/metrics" | awk -v n="$1" '$1 == n { print $2 }'; }
+start_gateway "$T/gw.json" || exit 1
+G=http://127.0.0.1:$GW_PORT/v1/ag-ui
+prlimit --pid "$GW_PID" --fsize=4096:
+for i in 1 2 3; do
+    run demo "{\"threadId\":\"full$i\",\"runId\":\"r1\",\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hello\"}]}"
+    check_contains "disk full: run $i streams to its end" "RUN_FINISHED" "$(cat "$T/stream")"
+done
+errors=0
+for _ in $(seq 50); do
+    errors=$(metric agw_history_commit_errors_total)
+    [ "${errors:-0}" -ge 2 ] && break
+    sleep 0.1
+done
+check_eq "disk full: commits fail and are retried" yes "$([ "${errors:-0}" -ge 2 ] && echo yes || echo "no: $errors")"
+check_eq "disk full: the gateway is alive" 0 "$(kill -0 "$GW_PID"; echo $?)"
+msgs full3
+check_eq "disk full: the thread is served from memory" "u1 msg_2" "$(field '" ".join(m["id"] for m in d["messages"])')"
+check_contains "disk full: logged" "commit failed" "$(cat "$GW_LOG")"
+commits=$(metric agw_history_commits_total)
+prlimit --pid "$GW_PID" --fsize=unlimited:
+wait_grep "$GW_LOG" "commits succeed again"
+check_eq "room again: commits resume" yes "$([ "$(metric agw_history_commits_total)" -gt "$commits" ] && echo yes || echo no)"
+check_eq "no thread gave up its changes" 0 "$(metric agw_history_threads_unsaved_total)"
+stop_pid "$GW_PID" >/dev/null
+check_eq "room again: a clean stop" 0 "$STOP_STATUS"
+start_gateway "$T/gw.json" || exit 1
+G=http://127.0.0.1:$GW_PORT/v1/ag-ui
+msgs full1
+check_eq "after the restart: what waited for the disk was written" "200 u1 msg_2" "$STATUS $(field '" ".join(m["id"] for m in d["messages"])')"
 stop_pid "$GW_PID" >/dev/null
 
 # ---- history off ----

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1314,5 +1315,78 @@ Test(store, the_filter_grows_past_its_capacity_without_losing_a_thread)
     uint64_t spared = stats_of(s).reads_spared;
     cr_assert_eq(read_thread(s, "never", NULL).status, 404);
     cr_assert_eq(stats_of(s).reads_spared, spared + 1);
+    agw_store_close(s);
+}
+
+/* ---- a disk that refuses writes ------------------------------------------------------------ */
+
+/* A disk that refuses the store's writes (here a file-size limit below the database's size, which
+ * fails its writes as a full disk does): commits fail, are counted and retried; the writer's
+ * memory stays within history.cache_threads, the least recently used threads giving up their
+ * unwritten changes (counted); once the disk takes writes again, the commits resume, and a restart
+ * finds what was committed: the thread written before, the threads kept in memory meanwhile, the
+ * threads written after, and none of those given up. */
+Test(store, a_full_disk_keeps_the_cache_bounded_and_commits_resume)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 4);
+    struct agw_store_stats st;
+    struct rlimit was, full;
+    uint64_t errors, commits;
+    int readable = 0;
+    char t[16];
+
+    write_run1(s, "t0");
+    settled(s, 4);
+    cr_assert_eq(signal(SIGXFSZ, SIG_IGN) == SIG_ERR, false);
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &was), 0);
+    full = (struct rlimit){.rlim_cur = 4096, .rlim_max = was.rlim_max};
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &full), 0);
+    for (int i = 0; i < 20; i++) {
+        snprintf(t, sizeof(t), "f%d", i);
+        write_run1(s, t);
+    }
+    for (int i = 0; i < 500; i++) {
+        st = stats_of(s);
+        if (st.queued_bytes == 0 && st.commit_errors >= 2 && st.cached <= 4)
+            break;
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    cr_assert_geq(st.commit_errors, 2, "commits failed and were retried: %" PRIu64,
+                  st.commit_errors);
+    cr_assert_leq(st.cached, 4, "the cache stays within its bound: %zu threads", st.cached);
+    cr_assert_geq(st.unsaved, 16, "threads gave up their changes: %" PRIu64, st.unsaved);
+    cr_assert_leq(st.unsaved, 20, "%" PRIu64, st.unsaved);
+
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &was), 0); /* the disk has room again */
+    errors = st.commit_errors;
+    commits = st.commits;
+    for (int i = 0; i < 4; i++) {
+        snprintf(t, sizeof(t), "t%d", i + 1);
+        write_run1(s, t);
+    }
+    for (int i = 0; i < 500 && stats_of(s).commits == commits; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    settled(s, 4);
+    st = stats_of(s);
+    cr_assert_gt(st.commits, commits, "commits resumed");
+    cr_assert_leq(st.commit_errors, errors + 1, "%" PRIu64 " errors", st.commit_errors);
+    agw_store_close(s);
+
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    expect_run1_in_threads(s, 5); /* t0 before, t1 .. t4 after */
+    for (int i = 0; i < 20; i++) {
+        struct answer a;
+        snprintf(t, sizeof(t), "f%d", i);
+        a = read_thread(s, t, NULL);
+        if (a.status == 200) {
+            expect_run1(&a);
+            readable++;
+        } else {
+            cr_assert_eq(a.status, 404, "%s: %d", t, a.status);
+        }
+        json_decref(a.page);
+    }
+    cr_assert_eq(readable, 20 - (int)st.unsaved, "%d threads kept, %" PRIu64 " given up", readable,
+                 st.unsaved);
     agw_store_close(s);
 }
