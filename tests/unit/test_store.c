@@ -126,6 +126,8 @@ static struct answer read_thread(struct agw_store *s, const char *id, const char
     return a;
 }
 
+static struct agw_store_stats stats_of(struct agw_store *s);
+
 static void input(struct agw_store *s, const char *agent, const char *thread, const char *run,
                   const char *body)
 {
@@ -263,6 +265,46 @@ Test(store, congested_while_records_wait_and_until_a_quarter_is_left)
     cr_assert_not(agw_store_congested(s), "all applied");
     agw_store_get_stats(s, &st);
     cr_assert_eq(st.congestions, 1);
+    agw_store_close(s);
+}
+
+/* A record that would take the queue past max_queue_bytes (the disk far behind) is dropped, counted
+ * and freed (the sanitized build checks the free), the records before and after it applied: a
+ * loop never waits, and the queue never grows past its bound. */
+Test(store, a_record_past_the_queue_bound_is_dropped_and_counted)
+{
+    struct agw_store_options o = options(AGW_STORE_MEMORY, NULL, 100, 0, 100);
+    char err[512] = "", *lines = malloc(9000);
+    struct agw_store *s;
+    struct answer a;
+    int k;
+
+    o.max_queue_bytes = 4096;
+    s = agw_store_open(&o, err, sizeof(err));
+    cr_assert_not_null(s, "%s", err);
+    write_run1(s, "t1");
+    k = snprintf(lines, 9000,
+                 "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\",\"role\":\"assistant\"}\n"
+                 "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a2\",\"delta\":\"");
+    memset(lines + k, 'x', 8192);
+    k += 8192;
+    k += snprintf(lines + k, 9000 - (size_t)k, "\"}\n");
+    agw_store_run_events(s, "t1", "r2", lines, (size_t)k, false); /* 8 KiB: over the bound */
+    events(s, "t1", "r3",
+           "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a3\",\"role\":\"assistant\"}\n"
+           "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a3\",\"delta\":\"after\"}\n");
+    a = read_thread(s, "t1", NULL);
+    cr_assert_eq(a.status, 200);
+    {
+        json_t *m = json_object_get(a.page, "messages");
+        cr_assert_eq(json_array_size(m), 3, "u1, a1, a3: a2 dropped");
+        cr_assert_str_eq(json_string_value(json_object_get(json_array_get(m, 2), "id")), "a3");
+        cr_assert_str_eq(json_string_value(json_object_get(json_array_get(m, 2), "content")),
+                         "after");
+    }
+    json_decref(a.page);
+    cr_assert_eq(stats_of(s).dropped, 1);
+    cr_assert_eq(stats_of(s).queued_bytes, 0);
     agw_store_close(s);
 }
 
