@@ -36,6 +36,10 @@
 #define TTL_BATCH       500   /* threads deleted per transaction by the ttl */
 #define WRITER_NICE     19    /* the writer thread's nice value (the loops keep 0) */
 #define WRITER_SLICE_US 100   /* the writer's time slice (EEVDF custom slices, Linux 6.12+) */
+/* A failed commit is tried again after the commit interval, doubled at each failure in a row up to
+ * this: a disk that stays full costs an attempt every few seconds, not five a second (each builds
+ * the rows of every dirty thread). */
+#define COMMIT_RETRY_MAX_MS 5000
 /* Records wait in the queue until the oldest is BATCH_MS old (or the commit interval, if shorter),
  * BATCH_BYTES wait, or a read comes: the writer wakes once per batch, not once per record. */
 #define BATCH_MS    20
@@ -141,8 +145,9 @@ struct agw_store {
     struct agw_store_backend be; /* be.self NULL: the memory kind */
     struct agw_store_msg *msgs;  /* a commit's messages, kept from one commit to the next */
     size_t msgs_cap;
-    bool failing;        /* the last commit failed (logged once per streak) */
-    bool unsaved_logged; /* dirty threads were evicted in this streak (logged once) */
+    bool failing;         /* the last commit failed (logged once per streak) */
+    unsigned fail_streak; /* commits failed in a row */
+    bool unsaved_logged;  /* dirty threads were evicted in this streak (logged once) */
     /* statistics (atomics: read from any thread) */
     uint64_t records, dropped, commits, commit_errors, expired, malformed, max_commit_us,
         congestions, thread_reads, reads_spared, unsaved;
@@ -473,7 +478,14 @@ static void commit(struct agw_store *s)
             agw_log_error("thread history: commit failed: %s (retried until it succeeds)", err);
         s->failing = true;
         stat_add(&s->commit_errors, 1);
-        s->first_dirty_ms = agw_now_ms();
+        {
+            uint64_t delay = (uint64_t)s->o.commit_ms
+                             << (s->fail_streak < 12 ? s->fail_streak : 12);
+            if (delay > COMMIT_RETRY_MAX_MS)
+                delay = s->o.commit_ms > COMMIT_RETRY_MAX_MS ? s->o.commit_ms : COMMIT_RETRY_MAX_MS;
+            s->fail_streak++;
+            s->first_dirty_ms = agw_now_ms() + delay - s->o.commit_ms; /* due after <delay> */
+        }
         return;
     }
     while ((t = TAILQ_FIRST(&s->dirty)) != NULL) {
@@ -494,6 +506,7 @@ static void commit(struct agw_store *s)
     if (s->failing)
         agw_log_info("thread history: commits succeed again");
     s->failing = false;
+    s->fail_streak = 0;
     s->unsaved_logged = false;
     stat_add(&s->commits, 1);
 }

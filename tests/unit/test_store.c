@@ -1363,11 +1363,11 @@ Test(store, the_filter_grows_past_its_capacity_without_losing_a_thread)
 /* ---- a disk that refuses writes ------------------------------------------------------------ */
 
 /* A disk that refuses the store's writes (here a file-size limit below the database's size, which
- * fails its writes as a full disk does): commits fail, are counted and retried; the writer's
- * memory stays within history.cache_threads, the least recently used threads giving up their
- * unwritten changes (counted); once the disk takes writes again, the commits resume, and a restart
- * finds what was committed: the thread written before, the threads kept in memory meanwhile, the
- * threads written after, and none of those given up. */
+ * fails its writes as a full disk does): commits fail, are counted and retried, less and less
+ * often; the writer's memory stays within history.cache_threads, the least recently used threads
+ * giving up their unwritten changes (counted); once the disk takes writes again, the commits
+ * resume, and a restart finds what was committed: the thread written before, the threads kept in
+ * memory meanwhile, the threads written after, and none of those given up. */
 Test(store, a_full_disk_keeps_the_cache_bounded_and_commits_resume)
 {
     struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 4);
@@ -1398,6 +1398,12 @@ Test(store, a_full_disk_keeps_the_cache_bounded_and_commits_resume)
     cr_assert_leq(st.cached, 4, "the cache stays within its bound: %zu threads", st.cached);
     cr_assert_geq(st.unsaved, 16, "threads gave up their changes: %" PRIu64, st.unsaved);
     cr_assert_leq(st.unsaved, 20, "%" PRIu64, st.unsaved);
+    errors = st.commit_errors;
+    nanosleep(&(struct timespec){1, 0}, NULL);
+    st = stats_of(s);
+    cr_assert_leq(st.commit_errors - errors, 10,
+                  "the attempts back off: %" PRIu64 " in 1 s (every 20 ms, 50 would be made)",
+                  st.commit_errors - errors);
 
     cr_assert_eq(setrlimit(RLIMIT_FSIZE, &was), 0); /* the disk has room again */
     errors = st.commit_errors;
@@ -1406,7 +1412,7 @@ Test(store, a_full_disk_keeps_the_cache_bounded_and_commits_resume)
         snprintf(t, sizeof(t), "t%d", i + 1);
         write_run1(s, t);
     }
-    for (int i = 0; i < 500 && stats_of(s).commits == commits; i++)
+    for (int i = 0; i < 1000 && stats_of(s).commits == commits; i++) /* the attempt due */
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     settled(s, 4);
     st = stats_of(s);
