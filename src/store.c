@@ -145,8 +145,7 @@ struct agw_store {
     struct agw_store_backend be; /* be.self NULL: the memory kind */
     struct agw_store_msg *msgs;  /* a commit's messages, kept from one commit to the next */
     size_t msgs_cap;
-    bool failing;         /* the last commit failed (logged once per streak) */
-    unsigned fail_streak; /* commits failed in a row */
+    unsigned fail_streak; /* commits failed in a row (0: the last one succeeded) */
     bool unsaved_logged;  /* dirty threads were evicted in this streak (logged once) */
     /* statistics (atomics: read from any thread) */
     uint64_t records, dropped, commits, commit_errors, expired, malformed, max_commit_us,
@@ -269,7 +268,7 @@ static void evict(struct agw_store *s)
             continue;
         cache_remove(s, t);
     }
-    if (!s->failing)
+    if (s->fail_streak == 0)
         return;
     for (t = TAILQ_LAST(&s->lru, thread_list); t != NULL && s->n_threads > s->o.cache_threads;
          t = prev) {
@@ -442,6 +441,16 @@ static size_t changes(struct thread *t, struct agw_store_row *row, struct agw_st
     return k - at;
 }
 
+/* How long after a failed commit the next is tried: the commit interval, doubled at each failure
+ * in a row, up to COMMIT_RETRY_MAX_MS (or the interval, if longer). */
+static uint64_t retry_delay_ms(const struct agw_store *s)
+{
+    uint64_t cap = s->o.commit_ms > COMMIT_RETRY_MAX_MS ? s->o.commit_ms : COMMIT_RETRY_MAX_MS;
+    uint64_t delay = (uint64_t)s->o.commit_ms << (s->fail_streak < 12 ? s->fail_streak : 12);
+
+    return delay < cap ? delay : cap;
+}
+
 /* Writes every dirty thread's changes in one transaction. */
 static void commit(struct agw_store *s)
 {
@@ -474,18 +483,11 @@ static void commit(struct agw_store *s)
     free(rows);
     if (rc != 0) {
         /* The threads stay dirty: the next commit tries them again. */
-        if (!s->failing)
+        if (s->fail_streak == 0)
             agw_log_error("thread history: commit failed: %s (retried until it succeeds)", err);
-        s->failing = true;
         stat_add(&s->commit_errors, 1);
-        {
-            uint64_t delay = (uint64_t)s->o.commit_ms
-                             << (s->fail_streak < 12 ? s->fail_streak : 12);
-            if (delay > COMMIT_RETRY_MAX_MS)
-                delay = s->o.commit_ms > COMMIT_RETRY_MAX_MS ? s->o.commit_ms : COMMIT_RETRY_MAX_MS;
-            s->fail_streak++;
-            s->first_dirty_ms = agw_now_ms() + delay - s->o.commit_ms; /* due after <delay> */
-        }
+        s->first_dirty_ms = agw_now_ms() + retry_delay_ms(s) - s->o.commit_ms; /* due then */
+        s->fail_streak++;
         return;
     }
     while ((t = TAILQ_FIRST(&s->dirty)) != NULL) {
@@ -503,9 +505,8 @@ static void commit(struct agw_store *s)
         if (us > __atomic_load_n(&s->max_commit_us, __ATOMIC_RELAXED))
             __atomic_store_n(&s->max_commit_us, us, __ATOMIC_RELAXED);
     }
-    if (s->failing)
+    if (s->fail_streak > 0)
         agw_log_info("thread history: commits succeed again");
-    s->failing = false;
     s->fail_streak = 0;
     s->unsaved_logged = false;
     stat_add(&s->commits, 1);
