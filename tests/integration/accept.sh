@@ -11,7 +11,6 @@ cat >"$T/gw.json" <<JSON
   "agents": { "a": { "upstreams": ["http://127.0.0.1:9/agent"] } } }
 JSON
 start_gateway "$T/gw.json" || exit 1
-metric() { curl -sS -m 5 "http://127.0.0.1:$GW_PORT/metrics" | awk -v n="$1" '$1 == n { print $2 }'; }
 
 check_eq "no yield before the burst" 0 "$(metric agw_accept_yields_total)"
 # The client: one connection opened first, then (on a line from the test) 300 more that the stopped

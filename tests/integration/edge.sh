@@ -346,13 +346,12 @@ if [ -z "${AGW_SANITIZED:-}" ]; then
 fi
 http GET "http://127.0.0.1:$GW_PORT/healthz"
 check_eq "never-reading client: the daemon still answers" 200 "$STATUS"
-metric() { curl -s -m 5 "http://127.0.0.1:$ADMIN_PORT/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
-check_eq "never-reading client: its run is open meanwhile" 1 "$(metric agw_open_relays)"
+check_eq "never-reading client: its run is open meanwhile" 1 "$(metric agw_open_relays "$ADMIN_PORT")"
 kill "$noread" 2>/dev/null
 wait "$noread" 2>/dev/null
 relays=x
 for _ in $(seq 50); do
-    relays=$(metric agw_open_relays)
+    relays=$(metric agw_open_relays "$ADMIN_PORT")
     [ "$relays" = 0 ] && break
     sleep 0.1
 done

@@ -267,7 +267,6 @@ stop_pid "$GW_PID" >/dev/null
 # ---- a disk that refuses writes: runs go on, the commits are retried, and resume ----
 # The gateway's file-size limit is lowered under it (prlimit), which fails the store's writes as a
 # full disk does (and would kill a process that did not ignore SIGXFSZ).
-metric() { curl -sS -m 5 "http://127.0.0.1:$GW_PORT/metrics" | awk -v n="$1" '$1 == n { print $2 }'; }
 start_gateway "$T/gw.json" || exit 1
 G=http://127.0.0.1:$GW_PORT/v1/ag-ui
 prlimit --pid "$GW_PID" --fsize=4096:

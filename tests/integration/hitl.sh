@@ -64,8 +64,7 @@ stream() {
     eval "$1_PID=$!"
 }
 types() { grep -o '"type":"[A-Z_]*"' "$1" | cut -d'"' -f4 | tr '\n' ' '; }
-metric() { curl -s -m 5 "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
-# wait_metric PORT NAME VALUE: up to 5 s for the metric to reach VALUE; prints its last value.
+# wait_metric NAME PORT VALUE: up to 5 s for the metric to reach VALUE; prints its last value.
 wait_metric() {
     local v
     for _ in $(seq 50); do
@@ -76,7 +75,7 @@ wait_metric() {
     echo "$v"
 }
 stat() { curl -s -m 5 "$D/_demo/stats" | grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
-registry_empty() { check_eq "registry empty after $1" 0 "$(wait_metric "$2" agw_active_runs 0)"; }
+registry_empty() { check_eq "registry empty after $1" 0 "$(wait_metric agw_active_runs "$2" 0)"; }
 decide() { # decide PORT AGENT BODY [curl args]: POSTs a decision; sets STATUS and BODY
     local port=$1 agent=$2 body=$3
     shift 3
@@ -86,7 +85,7 @@ decide() { # decide PORT AGENT BODY [curl args]: POSTs a decision; sets STATUS a
 # ---- 1. the 202 path: the decision reaches the waiting run, whose own stream shows its effect ----
 stream s1 "$A_PORT" hitl "$(run_body t1 r1)"
 wait_grep "$T/s1.s" TOOL_CALL_END || fail "the waiting run did not call its tool"
-check_eq "a waiting run is registered" 1 "$(wait_metric "$A_PORT" agw_active_runs 1)"
+check_eq "a waiting run is registered" 1 "$(wait_metric agw_active_runs "$A_PORT" 1)"
 check_not_contains "the run waits (no RUN_FINISHED yet)" RUN_FINISHED "$(cat "$T/s1.s")"
 DEC=$(decision_body t1 r1 "$APPROVE")
 decide "$A_PORT" hitl "$DEC"
@@ -97,7 +96,7 @@ check_eq "the backend got the same body, byte for byte" "$DEC" "$last_body"
 wait_done "$s1_PID" || fail "the original stream did not end after the decision"
 check_contains "the original stream shows the decision's effect" "Successfully deleted 15 temporary files." "$(cat "$T/s1.s")"
 check_eq "one run: RUN_STARTED … RUN_FINISHED" "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END TOOL_CALL_START TOOL_CALL_ARGS TOOL_CALL_END TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED " "$(types "$T/s1.s")"
-check_eq "decisions forwarded counted" 1 "$(metric "$A_PORT" agw_decisions_forwarded_total)"
+check_eq "decisions forwarded counted" 1 "$(metric agw_decisions_forwarded_total "$A_PORT")"
 registry_empty "a decided run" "$A_PORT"
 
 # ---- 2. a decision for a run that just finished: no_active_run "new_run" starts a new run ----
@@ -108,7 +107,7 @@ decide "$A_PORT" plain "$(decision_body t2 r2 "$APPROVE")"
 check_eq "late decision, new_run: a new stream" 200 "$STATUS"
 check_contains "the new run answers the decision" "Successfully deleted 15 temporary files." "$BODY"
 check_contains "the new run ends" RUN_FINISHED "$BODY"
-check_eq "nothing forwarded" 1 "$(metric "$A_PORT" agw_decisions_forwarded_total)"
+check_eq "nothing forwarded" 1 "$(metric agw_decisions_forwarded_total "$A_PORT")"
 registry_empty "a new run from a decision" "$A_PORT"
 
 # ---- 3. no_active_run "reject", and match "run" is the exact key ----
@@ -116,10 +115,10 @@ decide "$R_PORT" hitl "$(decision_body t3 r3 "$APPROVE")"
 check_eq "late decision, reject: 400" 400 "$STATUS"
 check_eq "the exact message of doc/protocol.md#decisions" \
     '{"error":"bad request: no active run found for thread '"'"'t3'"'"', runId: r3; cannot apply decisions"}' "$BODY"
-check_eq "rejections counted" 1 "$(metric "$R_PORT" agw_decisions_rejected_total)"
+check_eq "rejections counted" 1 "$(metric agw_decisions_rejected_total "$R_PORT")"
 stream s3 "$R_PORT" hitl "$(run_body t3 r3)"
 wait_grep "$T/s3.s" TOOL_CALL_END || fail "run t3 did not reach its tool call"
-wait_metric "$R_PORT" agw_active_runs 1 >/dev/null
+wait_metric agw_active_runs "$R_PORT" 1 >/dev/null
 decide "$R_PORT" hitl "$(decision_body t3 r3-other "$APPROVE")"
 check_eq "match run: another runId of the thread does not match" 400 "$STATUS"
 decide "$R_PORT" hitl "$(decision_body t3 r3 "$APPROVE")"
@@ -133,7 +132,7 @@ check_eq "reject: a decision for the run that just finished gets 400" 400 "$STAT
 # ---- 4. match "thread": the latest active run of the thread, whatever the runId ----
 stream s4 "$TH_PORT" hitl "$(run_body t4 r4)"
 wait_grep "$T/s4.s" TOOL_CALL_END || fail "run t4 did not reach its tool call"
-wait_metric "$TH_PORT" agw_active_runs 1 >/dev/null
+wait_metric agw_active_runs "$TH_PORT" 1 >/dev/null
 decide "$TH_PORT" hitl "$(decision_body t4 r4-next "$DENY")"
 check_eq "match thread: 202" 202 "$STATUS"
 check_eq "match thread: the 202 names the active run" '{"status":"decision_forwarded","threadId":"t4","runId":"r4"}' "$BODY"
@@ -145,7 +144,7 @@ registry_empty "match thread" "$TH_PORT"
 stream s5a "$A_PORT" hitl "$(run_body t5a r5a)"
 stream s5b "$A_PORT" hitl "$(run_body t5b r5b)"
 wait_grep "$T/s5a.s" TOOL_CALL_END && wait_grep "$T/s5b.s" TOOL_CALL_END || fail "the two runs did not both wait"
-check_eq "two runs registered" 2 "$(wait_metric "$A_PORT" agw_active_runs 2)"
+check_eq "two runs registered" 2 "$(wait_metric agw_active_runs "$A_PORT" 2)"
 decide "$A_PORT" hitl "$(decision_body t5b r5b "$DENY")"
 check_eq "decision for t5b" 202 "$STATUS"
 decide "$A_PORT" hitl "$(decision_body t5a r5a "$APPROVE")"
@@ -160,11 +159,11 @@ registry_empty "two concurrent runs" "$A_PORT"
 # ---- 6. the backend refuses a decision: 502, and the run is untouched ----
 stream s6 "$A_PORT" refuse "$(run_body t6 r6)"
 wait_grep "$T/s6.s" TOOL_CALL_END || fail "run t6 did not reach its tool call"
-wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+wait_metric agw_active_runs "$A_PORT" 1 >/dev/null
 decide "$A_PORT" refuse "$(decision_body t6 r6 "$APPROVE")" -H 'X-Demo-Status: 500'
 check_eq "a refused decision: 502" 502 "$STATUS"
 check_contains "502 names the backend's status" "the backend refused the decision with HTTP 500" "$BODY"
-check_eq "the run still waits" 1 "$(metric "$A_PORT" agw_active_runs)"
+check_eq "the run still waits" 1 "$(metric agw_active_runs "$A_PORT")"
 
 # ---- 7. cancellation: RUN_ERROR CANCELLED to the client, the upstream closed at once ----
 closed_before=$(stat client_closed)
@@ -182,7 +181,7 @@ check_eq "cancel an ended run: 404" 404 "$STATUS"
 check_contains "404 names the run" "no active run 'r6'" "$BODY"
 http POST "$C/hitl/runs/never/cancel" -H "$AUTH"
 check_eq "cancel an unknown run: 404" 404 "$STATUS"
-check_eq "cancellations counted" 1 "$(metric "$A_PORT" agw_runs_cancelled_total)"
+check_eq "cancellations counted" 1 "$(metric agw_runs_cancelled_total "$A_PORT")"
 registry_empty "a cancelled run" "$A_PORT"
 
 # ---- 8. client disconnect: "cancel" (default) closes the upstream and the entry ----
@@ -196,7 +195,7 @@ check_eq "disconnect closes the upstream" $((closed_before + 1)) "$(stat client_
 
 # ---- 8b. the upstream lost mid-stream: RUN_ERROR to the client, the entry removed ----
 stream s8b "$A_PORT" drop '{"threadId":"t8b","runId":"r8b","messages":[{"id":"m1","role":"user","content":"Tell me a story"}]}'
-check_eq "a streaming run is registered" 1 "$(wait_metric "$A_PORT" agw_active_runs 1)"
+check_eq "a streaming run is registered" 1 "$(wait_metric agw_active_runs "$A_PORT" 1)"
 wait_done "$s8b_PID" || fail "the dropped run did not end"
 check_contains "the client sees UPSTREAM_ERROR" '"code":"UPSTREAM_ERROR"' "$(cat "$T/s8b.s")"
 registry_empty "an upstream lost mid-stream" "$A_PORT"
@@ -208,7 +207,7 @@ closed_before=$(stat client_closed)
 completed_before=$(stat completed)
 kill "$s9_PID"
 wait_grep "$T/A.log" "goes on detached" || fail "the gateway did not detach the run"
-check_eq "a detached run stays registered" 1 "$(metric "$A_PORT" agw_active_runs)"
+check_eq "a detached run stays registered" 1 "$(metric agw_active_runs "$A_PORT")"
 decide "$A_PORT" detach "$(decision_body t9 r9 "$APPROVE")"
 check_eq "a decision reaches a detached run" 202 "$STATUS"
 registry_empty "a detached run" "$A_PORT"
@@ -221,10 +220,10 @@ check_contains "the access log records the detached run's end" \
 check_contains "… as finished" '"outcome":"RUN_FINISHED"' "$(grep '"detached":true' "$T/A.json.access")"
 
 # ---- 11. the backend answers the decision with a new stream (Mastra, AG-Kit): relayed as a run, not 202 ----
-fwd_before=$(metric "$A_PORT" agw_decisions_forwarded_total)
+fwd_before=$(metric agw_decisions_forwarded_total "$A_PORT")
 stream s11 "$A_PORT" newstream "$(run_body t11 r11)"
 wait_grep "$T/s11.s" TOOL_CALL_END || fail "run t11 did not reach its tool call"
-wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+wait_metric agw_active_runs "$A_PORT" 1 >/dev/null
 decide "$A_PORT" newstream "$(decision_body t11 r11 "$APPROVE")" -D "$T/h11"
 check_eq "a decision answered with a stream: the client gets that stream (200)" 200 "$STATUS"
 check_contains "… as an event stream" "Content-Type: text/event-stream" "$(cat "$T/h11")"
@@ -233,8 +232,8 @@ check_eq "… one whole run" "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTEN
     "$(types "$T/d11.s")"
 check_contains "… with the decision's ids" '{"type":"RUN_STARTED","threadId":"t11","runId":"r11"}' "$BODY"
 check_contains "… and the backend's answer to it, nothing thrown away" "Successfully deleted 15 temporary files." "$BODY"
-check_eq "not counted as forwarded" "$fwd_before" "$(metric "$A_PORT" agw_decisions_forwarded_total)"
-check_eq "counted as streamed" 1 "$(metric "$A_PORT" agw_decisions_streamed_total)"
+check_eq "not counted as forwarded" "$fwd_before" "$(metric agw_decisions_forwarded_total "$A_PORT")"
+check_eq "counted as streamed" 1 "$(metric agw_decisions_streamed_total "$A_PORT")"
 wait_done "$s11_PID" || fail "the original run t11 did not end"
 check_eq "the original run ends without the decision" RUN_FINISHED "$(types "$T/s11.s" | awk '{print $NF}')"
 check_not_contains "… and without its answer" "Successfully" "$(cat "$T/s11.s")"
@@ -245,16 +244,16 @@ registry_empty "a decision answered with a stream" "$A_PORT"
 # ---- 12. an empty stream (CopilotKit: "thread already running"): 502, never 202; the run still waits ----
 stream s12 "$A_PORT" empty "$(run_body t12 r12)"
 wait_grep "$T/s12.s" TOOL_CALL_END || fail "run t12 did not reach its tool call"
-wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+wait_metric agw_active_runs "$A_PORT" 1 >/dev/null
 decide "$A_PORT" empty "$(decision_body t12 r12 "$APPROVE")"
 check_eq "a decision answered with an empty stream: 502" 502 "$STATUS"
 check_contains "502 says why" "the backend answered with an empty event stream (it did not take the decision)" "$BODY"
-check_eq "the waiting run is untouched" 1 "$(metric "$A_PORT" agw_active_runs)"
+check_eq "the waiting run is untouched" 1 "$(metric agw_active_runs "$A_PORT")"
 
 # ---- 13. a refusal with the backend's reason: 502 quoting it ----
 stream s13 "$A_PORT" conflict "$(run_body t13 r13)"
 wait_grep "$T/s13.s" TOOL_CALL_END || fail "run t13 did not reach its tool call"
-wait_metric "$A_PORT" agw_active_runs 2 >/dev/null
+wait_metric agw_active_runs "$A_PORT" 2 >/dev/null
 decide "$A_PORT" conflict "$(decision_body t13 r13 "$APPROVE")"
 check_eq "a decision refused with 409: 502" 502 "$STATUS"
 check_eq "502 quotes the backend's status and reason" \
@@ -268,7 +267,7 @@ registry_empty "an empty stream and a refusal" "$A_PORT"
 # ---- 14. a new stream that fails at once: the error reaches the client in-band, not a 202 ----
 stream s14 "$A_PORT" streamfail "$(run_body t14 r14)"
 wait_grep "$T/s14.s" TOOL_CALL_END || fail "run t14 did not reach its tool call"
-wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+wait_metric agw_active_runs "$A_PORT" 1 >/dev/null
 decide "$A_PORT" streamfail "$(decision_body t14 r14 "$APPROVE")"
 check_eq "a failing new stream: 200, the run's own error" 200 "$STATUS"
 check_contains "… RUN_ERROR in-band" '"type":"RUN_ERROR","message":"demo failure requested (fail=1)","code":"MODEL_ERROR"' "$BODY"
@@ -279,7 +278,7 @@ registry_empty "a failing new stream" "$A_PORT"
 closed_before=$(stat client_closed)
 stream s15 "$A_PORT" liveonly "$(run_body t15 r15)"
 wait_grep "$T/s15.s" TOOL_CALL_END || fail "run t15 did not reach its tool call"
-wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+wait_metric agw_active_runs "$A_PORT" 1 >/dev/null
 decide "$A_PORT" liveonly "$(decision_body t15 r15 "$APPROVE")"
 check_eq "forward live, the backend starts a stream: 502" 502 "$STATUS"
 check_contains "502 says it was not taken live" 'not 202 (decisions.forward is \"live\")' "$BODY"
@@ -288,7 +287,7 @@ check_eq "… and that stream was closed at the backend" $((closed_before + 1)) 
 wait_done "$s15_PID" || fail "run t15 did not end"
 stream s15b "$A_PORT" liveok "$(run_body t15b r15b)"
 wait_grep "$T/s15b.s" TOOL_CALL_END || fail "run t15b did not reach its tool call"
-wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+wait_metric agw_active_runs "$A_PORT" 1 >/dev/null
 decide "$A_PORT" liveok "$(decision_body t15b r15b "$APPROVE")"
 check_eq "forward live, the backend takes it live: 202" 202 "$STATUS"
 wait_done "$s15b_PID" || fail "run t15b did not end"
@@ -296,16 +295,16 @@ check_contains "… and the live run shows it" "Successfully deleted" "$(cat "$T
 registry_empty "forward live" "$A_PORT"
 
 # ---- 16. decisions.forward "never": a decision-only request is a new run, even with a run waiting ----
-fwd_before=$(metric "$A_PORT" agw_decisions_forwarded_total)
-str_before=$(metric "$A_PORT" agw_decisions_streamed_total)
+fwd_before=$(metric agw_decisions_forwarded_total "$A_PORT")
+str_before=$(metric agw_decisions_streamed_total "$A_PORT")
 stream s16 "$A_PORT" never "$(run_body t16 r16)"
 wait_grep "$T/s16.s" TOOL_CALL_END || fail "run t16 did not reach its tool call"
-wait_metric "$A_PORT" agw_active_runs 1 >/dev/null
+wait_metric agw_active_runs "$A_PORT" 1 >/dev/null
 decide "$A_PORT" never "$(decision_body t16 r16 "$APPROVE")"
 check_eq "forward never: a new run" 200 "$STATUS"
 check_contains "… which answers the decision" "Successfully deleted 15 temporary files." "$BODY"
-check_eq "… not forwarded" "$fwd_before" "$(metric "$A_PORT" agw_decisions_forwarded_total)"
-check_eq "… not a forwarded decision's stream" "$str_before" "$(metric "$A_PORT" agw_decisions_streamed_total)"
+check_eq "… not forwarded" "$fwd_before" "$(metric agw_decisions_forwarded_total "$A_PORT")"
+check_eq "… not a forwarded decision's stream" "$str_before" "$(metric agw_decisions_streamed_total "$A_PORT")"
 wait_done "$s16_PID" || fail "run t16 did not end"
 registry_empty "forward never" "$A_PORT"
 
@@ -314,7 +313,7 @@ stream s10 "$A_PORT" detach "$(run_body t10 r10)"
 wait_grep "$T/s10.s" TOOL_CALL_END || fail "run t10 did not reach its tool call"
 kill "$s10_PID"
 wait_grep "$T/A.log" "req=" >/dev/null
-check_eq "detached run registered" 1 "$(wait_metric "$A_PORT" agw_active_runs 1)"
+check_eq "detached run registered" 1 "$(wait_metric agw_active_runs "$A_PORT" 1)"
 for g in A R TH; do
     stop_pid "$(eval echo "\$${g}_PID")" >/dev/null
     check_eq "gateway $g exits cleanly" 0 "$STOP_STATUS"

@@ -148,6 +148,9 @@ wait_grep() {
     done
     return 1
 }
+# metric NAME [PORT]: the value of a series on the gateway's /metrics (PORT: $GW_PORT); empty when absent.
+metric() { curl -sS -m 5 "http://127.0.0.1:${2:-$GW_PORT}/metrics" | awk -v n="$1" '$1 == n { print $2 }'; }
+
 # wait_done PID: up to 10 s for a background process to end.
 wait_done() {
     for _ in $(seq 100); do

@@ -21,8 +21,6 @@ cat >"$T/gw.json" <<JSON
   "agents": { "a": { "upstreams": ["http://127.0.0.1:9/agent"] } } }
 JSON
 AGW_LOOP_PROBE_MS=1 start_gateway "$T/gw.json" || exit 1
-M=http://127.0.0.1:$GW_PORT/metrics
-metric() { curl -sS -m 5 "$M" | awk -v n="$1" '$1 == n { print $2 }'; }
 ms() { awk -v s="$1" 'BEGIN { printf "%d", s * 1000 }'; }
 
 sleep 0.5

@@ -27,7 +27,7 @@ ADMIN=$(sed -n 2p "$T/gw.port")
 U=http://127.0.0.1:$GW_PORT/v1/ag-ui/agents
 RUN='{"threadId":"t1","runId":"r1","messages":[{"id":"m1","role":"user","content":"hi"}]}'
 run() { curl -sS -m 10 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -H 'Authorization: Bearer web-token' -d "$RUN" "$U/$1/runs"; }
-metric() { awk -v n="$1" '$1 == n { print $2 }' "$T/metrics"; }
+snap_metric() { awk -v n="$1" '$1 == n { print $2 }' "$T/metrics"; }
 
 for i in 1 2 3 4 5 6; do check_eq "run $i on a" 200 "$(run a)"; done
 check_eq "a run whose backend answers after 300 ms" 200 "$(run slow)"
@@ -36,9 +36,9 @@ curl -s -m 5 -o /dev/null -H 'Origin: http://x.test' "http://127.0.0.1:$GW_PORT/
 sleep 0.2
 curl -sS -m 5 "http://127.0.0.1:$ADMIN/metrics" >"$T/metrics"
 
-check_eq "run duration: one observation per run of a" 6 "$(metric 'agw_run_duration_seconds_count{agent="a"}')"
-check_eq "first byte: one per run of a" 6 "$(metric 'agw_upstream_first_byte_seconds_count{agent="a"}')"
-n=$(metric 'agw_upstream_connect_seconds_count{agent="a"}')
+check_eq "run duration: one observation per run of a" 6 "$(snap_metric 'agw_run_duration_seconds_count{agent="a"}')"
+check_eq "first byte: one per run of a" 6 "$(snap_metric 'agw_upstream_first_byte_seconds_count{agent="a"}')"
+n=$(snap_metric 'agw_upstream_connect_seconds_count{agent="a"}')
 # Each event loop opens its own connection to the backend and reuses it: at most one connect per loop.
 if [ -n "$n" ] && [ "$n" -ge 1 ] && [ "$n" -le "${AGW_TEST_WORKERS:-2}" ] && [ "$n" -lt 6 ]; then
     ok "connect: only new connections are timed ($n for 6 runs)"
@@ -46,11 +46,11 @@ else
     fail "connect: expected 1..${AGW_TEST_WORKERS:-2} observations for 6 runs on pooled connections, got '$n'"
 fi
 check_eq "a connection to the slow backend, its first byte after 300 ms" "0 1" \
-    "$(metric 'agw_upstream_first_byte_seconds_bucket{agent="slow",le="0.25"}') $(metric 'agw_upstream_first_byte_seconds_bucket{agent="slow",le="0.5"}')"
-check_eq "a refused connection is not a connect time" "" "$(metric 'agw_upstream_connect_seconds_count{agent="dead"}')"
-check_eq "its run is a duration" 1 "$(metric 'agw_run_duration_seconds_count{agent="dead"}')"
-check_eq "+Inf bucket equals the count" "$(metric 'agw_run_duration_seconds_count{agent="a"}')" \
-    "$(metric 'agw_run_duration_seconds_bucket{agent="a",le="+Inf"}')"
+    "$(snap_metric 'agw_upstream_first_byte_seconds_bucket{agent="slow",le="0.25"}') $(snap_metric 'agw_upstream_first_byte_seconds_bucket{agent="slow",le="0.5"}')"
+check_eq "a refused connection is not a connect time" "" "$(snap_metric 'agw_upstream_connect_seconds_count{agent="dead"}')"
+check_eq "its run is a duration" 1 "$(snap_metric 'agw_run_duration_seconds_count{agent="dead"}')"
+check_eq "+Inf bucket equals the count" "$(snap_metric 'agw_run_duration_seconds_count{agent="a"}')" \
+    "$(snap_metric 'agw_run_duration_seconds_bucket{agent="a",le="+Inf"}')"
 
 lint=$(promtool check metrics <"$T/metrics" 2>&1)
 st=$?

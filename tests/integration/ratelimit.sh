@@ -24,7 +24,6 @@ start_gateway "$T/gw.json" || exit 1
 U=http://127.0.0.1:$GW_PORT/v1/ag-ui/agents
 J='Content-Type: application/json'
 RUN='{"threadId":"t1","runId":"r1","messages":[{"id":"m1","role":"user","content":"hi"}]}'
-metric() { curl -s -m 5 "http://127.0.0.1:$GW_PORT/metrics" | awk -v n="$1" '$1 == n { print $2 }'; }
 # run TOKEN: one run on a new connection; prints its status.
 run() { curl -sS -m 10 -o /dev/null -w '%{http_code}\n' -H "$J" -H "Authorization: Bearer $1" -d "$RUN" "$U/demo/runs"; }
 

@@ -32,7 +32,6 @@ stream() {
     curl -sS -N -m 30 -o "$T/$1.s" -H "$J" -H "$AUTH" -d "$3" "$U/$2/runs" 2>"$T/$1.err" &
     eval "$1_PID=$!"
 }
-metric() { curl -s -m 5 "http://127.0.0.1:$GW_PORT/metrics" | awk -v n="$1" '$1 == n { print $2 }'; }
 wait_metric() { # NAME VALUE: up to 5 s; prints the last value
     local v
     for _ in $(seq 50); do
