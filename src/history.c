@@ -1887,6 +1887,7 @@ static void query_defaults(struct agw_history_query *q)
 {
     memset(q, 0, sizeof(*q));
     q->limit = AGW_HISTORY_LIMIT_DEFAULT;
+    q->max_bytes = AGW_HISTORY_PAGE_BYTES;
 }
 
 /* Formats a parse error into <err> and returns -AGW_EINVAL. */
@@ -2019,14 +2020,40 @@ static bool page_any(const struct agw_history *h, const struct agw_history_query
     return false;
 }
 
+/* Item <i>'s size as compact JSON, without making it: a text's bytes (read back or not), a value's
+ * as jansson would write it. */
+static size_t page_bytes(const struct agw_history *h, size_t i)
+{
+    const struct item *it = h->items[i];
+
+    if (it->msg == NULL)
+        return it->text_len + TEXT_CLOSE_LEN;
+    return it->json != NULL ? it->json_len : json_dumpb(it->msg, NULL, 0, JSON_COMPACT);
+}
+
+/* Whether candidate <i> ends the page that holds <n> messages of <*bytes> (else it is counted). */
+static bool page_full(const struct agw_history *h, const struct agw_history_query *q, size_t i,
+                      size_t n, size_t *bytes)
+{
+    size_t b;
+
+    if (n == q->limit)
+        return true;
+    b = page_bytes(h, i);
+    if (n > 0 && b > q->max_bytes - *bytes)
+        return true;
+    *bytes += b < q->max_bytes - *bytes ? b : q->max_bytes - *bytes;
+    return false;
+}
+
 json_t *agw_history_page(struct agw_history *h, const struct agw_history_query *q)
 {
-    size_t idx[AGW_HISTORY_LIMIT_MAX], n = 0, lo, hi, first, last;
+    size_t idx[AGW_HISTORY_LIMIT_MAX], n = 0, lo, hi, first, last, bytes = 0;
     bool from_high, has_more = false;
     json_t *msgs, *page;
 
     assert(h != NULL && q != NULL);
-    assert(q->limit >= 1 && q->limit <= AGW_HISTORY_LIMIT_MAX);
+    assert(q->limit >= 1 && q->limit <= AGW_HISTORY_LIMIT_MAX && q->max_bytes >= 1);
     /* the candidates' window: [lo, hi) */
     lo = !q->has_after ? 0 : q->after >= h->n ? h->n : q->after + 1;
     hi = q->has_before && q->before < h->n ? q->before : h->n;
@@ -2036,7 +2063,7 @@ json_t *agw_history_page(struct agw_history *h, const struct agw_history_query *
         for (size_t i = hi; i > lo; i--) {
             if (!page_match(h, q, i - 1))
                 continue;
-            if (n == q->limit) {
+            if (page_full(h, q, i - 1, n, &bytes)) {
                 has_more = q->desc; /* reading downwards: a candidate remains below the page */
                 break;
             }
@@ -2046,7 +2073,7 @@ json_t *agw_history_page(struct agw_history *h, const struct agw_history_query *
         for (size_t i = lo; i < hi; i++) {
             if (!page_match(h, q, i))
                 continue;
-            if (n == q->limit) {
+            if (page_full(h, q, i, n, &bytes)) {
                 has_more = !q->desc;
                 break;
             }

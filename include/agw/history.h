@@ -176,6 +176,10 @@ int agw_history_restore_message(struct agw_history *h, uint64_t pos, const char 
 
 #define AGW_HISTORY_LIMIT_DEFAULT 50
 #define AGW_HISTORY_LIMIT_MAX     200
+/* The bytes a page's messages may take (as compact JSON), however few they are: a page stops before
+ * the message that would take it past this, the first message excepted (one larger message comes
+ * alone). Bounds the memory and the answer of one read whatever the thread holds. */
+#define AGW_HISTORY_PAGE_BYTES ((size_t)4 << 20)
 
 /* One page request, parsed from the query string by agw_history_query_parse(). Cursors are
  * exclusive message indices in the thread (0 = oldest). No pointer inside: it may be copied. */
@@ -186,6 +190,7 @@ struct agw_history_query {
     size_t after, before;        /* meaningful when has_after / has_before */
     bool desc;                   /* newest first; false = oldest first (the default) */
     char run_id[AGW_ID_MAX + 1]; /* "" = every run; else only messages of this run */
+    size_t max_bytes;            /* AGW_HISTORY_PAGE_BYTES (not a query parameter; >= 1) */
 };
 
 /* Parses <query_string> (the raw query of the request target, without the '?'; NULL or "" = all
@@ -210,7 +215,9 @@ int agw_history_query_parse(const char *query_string, struct agw_history_query *
  * with only `before` given, where it is the highest ones (the page just before that cursor); in
  * desc order the highest ones, except with only `after` given, where it is the lowest ones (the
  * page just after that cursor). Messages come in the order asked, as deep copies (the page never
- * shares a json_t with the thread, so it outlives later changes to it).
+ * shares a json_t with the thread, so it outlives later changes to it). The page ends early, as if
+ * <q->limit> were smaller, before a message that would take the page's messages past
+ * <q->max_bytes> bytes of compact JSON; never before its first.
  * - has_more: candidates remain beyond the page in the reading direction (inside the bounds).
  * - next_cursor: the index of the page's last message, to pass as `after` (asc) or `before` (desc)
  *   for the next page, when the thread holds a message of <q->run_id> beyond it (even past the

@@ -27,13 +27,32 @@ static struct agw_history *thread(size_t n, const char *(*runs)(size_t))
     return h;
 }
 
+/* The byte budget of the pages page() asks for (0: the default). */
+static size_t page_max_bytes;
+
 static json_t *page(struct agw_history *h, const char *qs)
 {
     struct agw_history_query q;
     char err[256] = "";
 
     cr_assert_eq(agw_history_query_parse(qs, &q, err, sizeof(err)), 0, "%s: %s", qs, err);
+    cr_assert_eq(q.max_bytes, AGW_HISTORY_PAGE_BYTES);
+    if (page_max_bytes > 0)
+        q.max_bytes = page_max_bytes;
     return agw_history_page(h, &q);
+}
+
+/* The bytes of <msgs>' messages as compact JSON. */
+static size_t page_size(const json_t *msgs)
+{
+    size_t k, sum = 0;
+    json_t *m;
+
+    json_array_foreach(msgs, k, m)
+    {
+        sum += json_dumpb(m, NULL, 0, JSON_COMPACT);
+    }
+    return sum;
 }
 
 /* The index of message "m<i>". */
@@ -411,6 +430,9 @@ static void walk(struct agw_history *h, size_t limit, bool desc, const char *run
         msgs = json_object_get(p, "messages");
         cr_assert(json_array_size(msgs) >= 1 || nwant == 0, "%s", qs);
         cr_assert(json_array_size(msgs) <= limit);
+        cr_assert(json_array_size(msgs) <= 1 || page_size(msgs) <= page_max_bytes ||
+                      page_max_bytes == 0,
+                  "%s: %zu bytes", qs, page_size(msgs));
         json_array_foreach(msgs, k, m)
         {
             cr_assert(n < nwant, "%s: too many", qs);
@@ -493,5 +515,115 @@ Test(history_page, walk_of_an_empty_thread_is_one_empty_page)
 
     walk(h, 1, false, NULL, NULL, 0);
     walk(h, 50, true, "r", NULL, 0);
+    agw_history_free(h);
+}
+
+/* ---- the byte budget ----------------------------------------------------------------------------
+ */
+
+/* A thread of <n> messages "m0".."m<n-1>" (run "r1", every third "r2") whose contents are
+ * <sizes>[i % nsizes] bytes long. */
+static struct agw_history *sized_thread(size_t n, const size_t *sizes, size_t nsizes)
+{
+    struct agw_history *h = agw_history_new(1000);
+
+    for (size_t i = 0; i < n; i++) {
+        size_t len = sizes[i % nsizes];
+        char id[32], *content = malloc(len + 1);
+        json_t *m;
+
+        memset(content, 'a' + (int)(i % 26), len);
+        content[len] = '\0';
+        snprintf(id, sizeof(id), "m%zu", i);
+        m = json_pack("[{s:s, s:s, s:s}]", "id", id, "role", "user", "content", content);
+        cr_assert_eq(agw_history_merge_input(h, every_third_r2(i), m), 1);
+        json_decref(m);
+        free(content);
+    }
+    return h;
+}
+
+Test(history_page, a_page_stops_at_four_mebibytes)
+{
+    /* messages of a mebibyte: three fit in 4 MiB, a fourth would not */
+    static const size_t mib[] = {1 << 20};
+    struct agw_history *h = sized_thread(10, mib, 1);
+
+    expect(h, NULL, "0,1,2", true, 2, -1);
+    expect(h, "after=2", "3,4,5", true, 5, 3);
+    expect(h, "order=desc", "9,8,7", true, 7, -1);
+    expect(h, "before=9", "6,7,8", false, 8, 6);
+    expect(h, "limit=2", "0,1", true, 1, -1);
+    agw_history_free(h);
+
+    /* a message past the budget comes alone, in either order, and the walk goes on past it */
+    static const size_t mixed[] = {100, (size_t)5 << 20, 100, 100};
+    h = sized_thread(4, mixed, 4);
+    expect(h, NULL, "0", true, 0, -1);
+    expect(h, "after=0", "1", true, 1, 1);
+    expect(h, "after=1", "2,3", false, -1, 2);
+    expect(h, "order=desc", "3,2", true, 2, -1);
+    expect(h, "order=desc&before=2", "1", true, 1, 1);
+    agw_history_free(h);
+}
+
+Test(history_page, walks_under_a_byte_budget_return_every_message_once_in_order)
+{
+    /* contents of 10 to 700 bytes against budgets from one message's size to several */
+    static const size_t sizes[] = {10, 700, 40, 300, 90, 10, 500};
+    static const size_t budgets[] = {1, 200, 701, 1000, 2500};
+    struct agw_history *h = sized_thread(23, sizes, AGW_ARRAY_LEN(sizes));
+    long all[23], r2[23], rev[23];
+    size_t nr2 = 0;
+
+    for (size_t i = 0; i < 23; i++) {
+        all[i] = (long)i;
+        if (i % 3 == 1)
+            r2[nr2++] = (long)i;
+    }
+    for (size_t b = 0; b < AGW_ARRAY_LEN(budgets); b++) {
+        page_max_bytes = budgets[b];
+        for (size_t limit = 1; limit <= 8; limit += 7) {
+            walk(h, limit, false, NULL, all, 23);
+            walk(h, limit, false, "r2", r2, nr2);
+            for (size_t i = 0; i < 23; i++)
+                rev[i] = all[22 - i];
+            walk(h, limit, true, NULL, rev, 23);
+            for (size_t i = 0; i < nr2; i++)
+                rev[i] = r2[nr2 - 1 - i];
+            walk(h, limit, true, "r2", rev, nr2);
+        }
+    }
+    page_max_bytes = 0;
+    agw_history_free(h);
+}
+
+Test(history_page, streamed_texts_count_as_their_bytes)
+{
+    /* five assistant answers of 1.5 MiB streamed in deltas of 64 KiB: two fit in 4 MiB */
+    struct agw_history *h = agw_history_new(100);
+    char *delta = malloc((64 << 10) + 1);
+
+    memset(delta, 'z', 64 << 10);
+    delta[64 << 10] = '\0';
+    for (size_t i = 0; i < 5; i++) {
+        char id[32];
+        json_t *ev;
+
+        snprintf(id, sizeof(id), "m%zu", i);
+        ev = json_pack("{s:s, s:s, s:s}", "type", "TEXT_MESSAGE_START", "messageId", id, "role",
+                       "assistant");
+        cr_assert_eq(agw_history_apply(h, "r1", ev), 1);
+        json_decref(ev);
+        for (size_t k = 0; k < 24; k++) {
+            ev = json_pack("{s:s, s:s, s:s}", "type", "TEXT_MESSAGE_CONTENT", "messageId", id,
+                           "delta", delta);
+            cr_assert_eq(agw_history_apply(h, "r1", ev), 1);
+            json_decref(ev);
+        }
+    }
+    free(delta);
+    expect(h, NULL, "0,1", true, 1, -1);
+    expect(h, "order=desc&before=4", "3,2", true, 2, 3);
     agw_history_free(h);
 }
