@@ -931,7 +931,8 @@ static void emit_content(struct agw_agui *a, const struct agw_agui_sink *out, co
                          size_t len, enum item_kind kind, const char *id, size_t id_len,
                          const char *delta, size_t delta_len)
 {
-    a->has_emitting = kind == ITEM_TEXT_MESSAGE || kind == ITEM_TOOL_CALL;
+    a->has_emitting =
+        kind == ITEM_TEXT_MESSAGE || kind == ITEM_TOOL_CALL || kind == ITEM_REASONING_MESSAGE;
     a->emitting = (struct agw_agui_content){.args = kind == ITEM_TOOL_CALL,
                                             .id = id,
                                             .id_len = id_len,

@@ -15,7 +15,7 @@
 enum kind {
     KIND_DROP = 0,
     KIND_KEEP, /* copied byte for byte */
-    KIND_TEXT, /* TEXT_MESSAGE_CONTENT: coalesced by messageId */
+    KIND_TEXT, /* TEXT_MESSAGE_CONTENT, REASONING_MESSAGE_CONTENT: coalesced by messageId */
     KIND_ARGS, /* TOOL_CALL_ARGS: coalesced by toolCallId */
 };
 
@@ -132,11 +132,23 @@ static enum kind classify(const char *t, size_t n)
         size_t len;
         enum kind kind;
     } types[] = {
-        {"TEXT_MESSAGE_CONTENT", 20, KIND_TEXT}, {"TOOL_CALL_ARGS", 14, KIND_ARGS},
-        {"TEXT_MESSAGE_START", 18, KIND_KEEP},   {"TEXT_MESSAGE_END", 16, KIND_KEEP},
-        {"TOOL_CALL_START", 15, KIND_KEEP},      {"TOOL_CALL_END", 13, KIND_KEEP},
-        {"TOOL_CALL_RESULT", 16, KIND_KEEP},     {"MESSAGES_SNAPSHOT", 17, KIND_KEEP},
-        {"TEXT_MESSAGE_CHUNK", 18, KIND_KEEP},   {"TOOL_CALL_CHUNK", 15, KIND_KEEP},
+        {"TEXT_MESSAGE_CONTENT", 20, KIND_TEXT},
+        {"TOOL_CALL_ARGS", 14, KIND_ARGS},
+        {"TEXT_MESSAGE_START", 18, KIND_KEEP},
+        {"TEXT_MESSAGE_END", 16, KIND_KEEP},
+        {"TOOL_CALL_START", 15, KIND_KEEP},
+        {"TOOL_CALL_END", 13, KIND_KEEP},
+        {"TOOL_CALL_RESULT", 16, KIND_KEEP},
+        {"MESSAGES_SNAPSHOT", 17, KIND_KEEP},
+        {"TEXT_MESSAGE_CHUNK", 18, KIND_KEEP},
+        {"TOOL_CALL_CHUNK", 15, KIND_KEEP},
+        /* a reasoning message's deltas do to it what a text's do (append to the content of the
+         * message of that id): coalesced into the same lines */
+        {"REASONING_MESSAGE_CONTENT", 25, KIND_TEXT},
+        {"REASONING_MESSAGE_START", 23, KIND_KEEP},
+        {"REASONING_MESSAGE_END", 21, KIND_KEEP},
+        {"REASONING_MESSAGE_CHUNK", 23, KIND_KEEP},
+        {"REASONING_ENCRYPTED_VALUE", 25, KIND_KEEP},
     };
 
     for (size_t i = 0; i < AGW_ARRAY_LEN(types); i++)

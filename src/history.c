@@ -50,7 +50,10 @@ struct hs {
  * compared with; anything that needs the whole text reads them back through the thread's loader.
  * A saved value (without tool calls) may be shed the same way (<shed_value>): neither <msg> nor
  * <text>, its JSON (the dump the store wrote, <text_len> bytes, all of them shed) read back and
- * parsed when needed, its role kept in <text_assistant>/<text_tool>. */
+ * parsed when needed, its role kept in <text_role>. */
+/* The roles the rules tell apart (the others are ROLE_OTHER). */
+enum role { ROLE_OTHER, ROLE_ASSISTANT, ROLE_TOOL, ROLE_REASONING, ROLE_ACTIVITY };
+
 struct item {
     json_t *msg;       /* owned; NULL while the message is held as <text> */
     char *text;        /* owned; NULL when held as <msg> (or shed with nothing since) */
@@ -68,12 +71,12 @@ struct item {
     size_t json_len;
     const char *id; /* the message's "id" (never changes), in this item's block */
     size_t id_len;
-    const char *run_id;             /* in this item's block; NULL = no run known */
-    uint64_t hash;                  /* of id */
-    uint64_t pos;                   /* position in the thread's life: h->dropped + its index */
-    struct item *next;              /* hash chain */
-    bool text_assistant, text_tool; /* held as text: its role is "assistant", "tool" */
-    bool changed;                   /* made, edited or moved since agw_history_mark_saved() */
+    const char *run_id;      /* in this item's block; NULL = no run known */
+    uint64_t hash;           /* of id */
+    uint64_t pos;            /* position in the thread's life: h->dropped + its index */
+    struct item *next;       /* hash chain */
+    unsigned char text_role; /* held as text (or a shed value): its enum role */
+    bool changed;            /* made, edited or moved since agw_history_mark_saved() */
     /* What the store holds of it (agw_history_message_row()): <saved_parts> pieces (0: nothing
      * known), the first <saved_len> bytes of <text> when held as text. <whole>: it must be written
      * whole (made, moved, or its store's pieces are not a prefix of <text>); else a text changed
@@ -103,7 +106,7 @@ struct agw_history {
     uint64_t dropped, malformed;
     /* The text message and the tool call that chunks without an id continue (as the client's
      * chunk transformation: until an event that is not a chunk of the same kind), or NULL. */
-    char *chunk_text, *chunk_tool;
+    char *chunk_text, *chunk_tool, *chunk_reasoning;
 };
 
 /* The out-of-memory policy (include/agw/common.h): abort. jansson's constructors fail only on
@@ -494,15 +497,44 @@ static json_t *item_copy(struct agw_history *h, const struct item *it)
     return v;
 }
 
+static enum role role_of(const char *role, size_t len)
+{
+    static const struct {
+        const char *name;
+        size_t len;
+        enum role role;
+    } roles[] = {{"assistant", 9, ROLE_ASSISTANT},
+                 {"tool", 4, ROLE_TOOL},
+                 {"reasoning", 9, ROLE_REASONING},
+                 {"activity", 8, ROLE_ACTIVITY}};
+
+    for (size_t i = 0; role != NULL && i < AGW_ARRAY_LEN(roles); i++)
+        if (len == roles[i].len && memcmp(role, roles[i].name, len) == 0)
+            return roles[i].role;
+    return ROLE_OTHER;
+}
+
+/* The role of a message held as a value (a non-string role is ROLE_OTHER). */
+static enum role value_role(const json_t *m)
+{
+    const json_t *role = json_object_get(m, "role");
+
+    return role_of(json_string_value(role), json_string_length(role));
+}
+
+static enum role item_role(const struct item *it)
+{
+    return it->msg != NULL ? value_role(it->msg) : (enum role)it->text_role;
+}
+
 static bool item_is_assistant(const struct item *it)
 {
-    return it->msg != NULL ? str_eq(json_object_get(it->msg, "role"), "assistant")
-                           : it->text_assistant;
+    return item_role(it) == ROLE_ASSISTANT;
 }
 
 static bool item_is_tool(const struct item *it)
 {
-    return it->msg != NULL ? str_eq(json_object_get(it->msg, "role"), "tool") : it->text_tool;
+    return item_role(it) == ROLE_TOOL;
 }
 
 /* Item <i> changed (made or edited): a store writes it again. */
@@ -698,8 +730,7 @@ static struct item *text_item(const char *id, size_t id_len, const char *role, s
     else
         text_put_escaped(it, role, role_len);
     text_put(it, "\",\"content\":\"", 13);
-    it->text_assistant = role_len == 9 && memcmp(role, "assistant", 9) == 0;
-    it->text_tool = role_len == 4 && memcmp(role, "tool", 4) == 0;
+    it->text_role = (unsigned char)role_of(role, role_len);
     return it;
 }
 
@@ -810,6 +841,7 @@ void agw_history_free(struct agw_history *h)
     free(h->multi);
     free(h->chunk_text);
     free(h->chunk_tool);
+    free(h->chunk_reasoning);
     free(h);
 }
 
@@ -910,8 +942,7 @@ static struct item *raw_text_item(const struct elem *e, const json_t *v, const c
         text_put(it, e->raw, e->raw_len - TEXT_CLOSE_LEN);
         it->text_ended = true;
         it->from_input = true;
-        it->text_assistant = str_eq(role, "assistant");
-        it->text_tool = str_eq(role, "tool");
+        it->text_role = (unsigned char)value_role(v);
     }
     free(dump);
     return it;
@@ -1086,7 +1117,19 @@ static int on_text_start(struct agw_history *h, const char *run_id, const json_t
                       false);
 }
 
-/* TEXT_MESSAGE_CONTENT: appends the delta to the message's content. */
+/* REASONING_MESSAGE_START: {id, role: "reasoning", content: ""} unless the id exists (the event's
+ * own role, if any, is not read). */
+static int on_reasoning_start(struct agw_history *h, const char *run_id, const json_t *ev)
+{
+    const char *id = str_field(ev, "messageId");
+
+    if (id == NULL)
+        return -AGW_EINVAL;
+    return text_start(h, run_id, id, strlen(id), "reasoning", 9, false);
+}
+
+/* TEXT_MESSAGE_CONTENT, REASONING_MESSAGE_CONTENT: appends the delta to the message's content
+ * (an activity message is left alone). */
 static int on_text_content(struct agw_history *h, const json_t *ev)
 {
     const char *id = str_field(ev, "messageId");
@@ -1096,7 +1139,7 @@ static int on_text_content(struct agw_history *h, const json_t *ev)
     if (id == NULL || !json_is_string(delta))
         return -AGW_EINVAL;
     i = find_msg(h, id);
-    if (i == SIZE_MAX)
+    if (i == SIZE_MAX || item_role(h->items[i]) == ROLE_ACTIVITY)
         return 0;
     append_content(h, i, delta);
     return 1;
@@ -1191,9 +1234,13 @@ static void set_chunk(char **slot, const char *id)
 }
 
 /* TEXT_MESSAGE_CHUNK {messageId?, role?, delta?}: what TEXT_MESSAGE_START and _CONTENT would make,
- * a chunk without an id continuing the text its predecessor opened. */
-static int on_text_chunk(struct agw_history *h, const char *run_id, const json_t *ev)
+ * a chunk without an id continuing the text its predecessor opened; REASONING_MESSAGE_CHUNK
+ * (<reasoning>) the same with REASONING_MESSAGE_START and _CONTENT (role "reasoning", whatever the
+ * event says). */
+static int on_text_chunk(struct agw_history *h, const char *run_id, const json_t *ev,
+                         bool reasoning)
 {
+    char **slot = reasoning ? &h->chunk_reasoning : &h->chunk_text;
     const char *id, *role;
     const json_t *delta = json_object_get(ev, "delta");
     size_t i;
@@ -1201,8 +1248,10 @@ static int on_text_chunk(struct agw_history *h, const char *run_id, const json_t
     if (opt_str_field(ev, "messageId", &id) < 0 || opt_str_field(ev, "role", &role) < 0 ||
         (delta != NULL && !json_is_string(delta)))
         return -AGW_EINVAL;
+    if (reasoning)
+        role = "reasoning";
     if (id == NULL)
-        id = h->chunk_text;
+        id = *slot;
     if (id == NULL)
         return -AGW_EINVAL; /* the first chunk must name its message */
     i = find_msg(h, id);
@@ -1211,8 +1260,8 @@ static int on_text_chunk(struct agw_history *h, const char *run_id, const json_t
                             false, run_id));
         i = h->n - 1;
     }
-    set_chunk(&h->chunk_text, id);
-    if (delta != NULL)
+    set_chunk(slot, id);
+    if (delta != NULL && item_role(h->items[i]) != ROLE_ACTIVITY)
         append_content(h, i, delta);
     return 1;
 }
@@ -1269,8 +1318,100 @@ static const json_t *snapshot_get(const json_t *snap, const char *id)
     return NULL;
 }
 
+/* A snapshot's message as the client takes it: a "subagentRunId" that is null is removed. New. */
+static json_t *snapshot_copy(const json_t *m)
+{
+    json_t *c = must(json_deep_copy(m));
+
+    if (json_is_null(json_object_get(c, "subagentRunId")))
+        must_ok(json_object_del(c, "subagentRunId"));
+    return c;
+}
+
+/* Whether the snapshot holds a message of role <r>. */
+static bool snapshot_has(const json_t *snap, enum role r)
+{
+    size_t k;
+    const json_t *m;
+
+    json_array_foreach(snap, k, m)
+    {
+        if (value_role(m) == r)
+            return true;
+    }
+    return false;
+}
+
+/* The activity types a snapshot says it holds all of (its metadata's
+ * "@ag-ui/client".authoritativeActivityTypes), as the client reads them: 0 = not said, 1 = said as
+ * null (it holds every type), 2 = these (*<types>, an array; none when it is not an array of
+ * strings, or the client's entry is not an object). */
+static int snapshot_authority(const json_t *ev, const json_t **types)
+{
+    const json_t *meta = json_object_get(ev, "metadata");
+    const json_t *entry, *t;
+    size_t k;
+
+    *types = NULL;
+    if (!json_is_object(meta) || (entry = json_object_get(meta, "@ag-ui/client")) == NULL)
+        return 0;
+    if (!json_is_object(entry))
+        return 2;
+    if ((t = json_object_get(entry, "authoritativeActivityTypes")) == NULL)
+        return 0;
+    if (json_is_null(t))
+        return 1;
+    if (!json_is_array(t))
+        return 2;
+    json_array_foreach(t, k, entry)
+    {
+        if (!json_is_string(entry))
+            return 2;
+    }
+    *types = t;
+    return 2;
+}
+
+/* Whether a message the snapshot does not hold is kept aside, where it is, as the client keeps it:
+ * a reasoning message when the snapshot holds none; an activity message whose type the snapshot
+ * does not speak for (not among its authoritative types when it lists them; when it says nothing,
+ * as long as it holds no activity message). */
+static bool snapshot_keeps(struct agw_history *h, struct item *it, const json_t *ev,
+                           const json_t *snap)
+{
+    const json_t *types, *type, *t;
+    size_t k;
+
+    switch (item_role(it)) {
+    case ROLE_REASONING:
+        return !snapshot_has(snap, ROLE_REASONING);
+    case ROLE_ACTIVITY:
+        switch (snapshot_authority(ev, &types)) {
+        case 0:
+            return !snapshot_has(snap, ROLE_ACTIVITY);
+        case 1:
+            return false;
+        default:
+            if (types == NULL)
+                return true;
+            /* (an activity message is a value: the client never sends one back, so none comes
+             * as text; a shed one is read back) */
+            type = json_object_get(item_msg(h, it), "activityType");
+            json_array_foreach(types, k, t)
+            {
+                if (json_is_string(type) && json_equal(t, type))
+                    return false;
+            }
+            return true;
+        }
+    default:
+        return false;
+    }
+}
+
 /* MESSAGES_SNAPSHOT: known messages are replaced by the snapshot's version (keeping their place and
- * run id), those missing from it are dropped, the snapshot's new ones are appended in its order. */
+ * run id), those missing from it are dropped unless kept aside (snapshot_keeps()), the snapshot's
+ * new ones are appended in its order. */
 static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *ev)
 {
     const json_t *snap = json_object_get(ev, "messages"), *m;
@@ -1286,6 +1427,17 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
     for (size_t i = 0; i < h->n; i++) {
         struct item *it = h->items[i];
         const json_t *s = snapshot_get(snap, it->id);
+        if (s == NULL && snapshot_keeps(h, it, ev, snap)) {
+            if (text_whole(h, it) != 0)
+                text_lost(it);
+            h->items[kept] = it;
+            if (kept != i) {
+                it->pos = h->dropped + kept;
+                touch_moved(h, kept);
+            }
+            kept++;
+            continue;
+        }
         if (s == NULL) {
             index_remove(h, it);
             item_free(it);
@@ -1299,8 +1451,15 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
             it->pos = h->dropped + kept;
             touch_moved(h, kept);
         }
-        if (!json_equal(item_msg(h, it), s))
+        if (json_is_null(json_object_get(s, "subagentRunId"))) {
+            json_t *c = snapshot_copy(s);
+            if (!json_equal(item_msg(h, it), c))
+                replace_at(h, kept, c);
+            else
+                json_decref(c);
+        } else if (!json_equal(item_msg(h, it), s)) {
             replace_at(h, kept, must(json_deep_copy(s)));
+        }
         kept++;
     }
     h->n = kept;
@@ -1311,13 +1470,41 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
     {
         size_t i = find_msg(h, msg_id(m));
         if (i == SIZE_MAX || i >= known)
-            append(h, msg_item(must(json_deep_copy(m)), run_id));
+            append(h, msg_item(snapshot_copy(m), run_id));
     }
     return 1;
 }
 
+/* REASONING_ENCRYPTED_VALUE {subtype, entityId, encryptedValue}: sets "encryptedValue" on the tool
+ * call <entityId> of the first assistant message holding it (subtype "tool-call"), else on the
+ * message <entityId> unless it is an activity message. */
+static int on_encrypted_value(struct agw_history *h, const json_t *ev)
+{
+    const char *subtype = str_field(ev, "subtype"), *id = str_field(ev, "entityId");
+    const json_t *value = json_object_get(ev, "encryptedValue");
+    json_t *target = NULL;
+    size_t i;
+
+    if (subtype == NULL || id == NULL || !json_is_string(value))
+        return -AGW_EINVAL;
+    if (strcmp(subtype, "tool-call") == 0) {
+        target = find_tool_call(h, id, true, &i);
+    } else {
+        i = find_msg(h, id);
+        if (i != SIZE_MAX && item_role(h->items[i]) != ROLE_ACTIVITY)
+            target = item_msg(h, h->items[i]);
+    }
+    if (target == NULL)
+        return 0;
+    if (json_equal(json_object_get(target, "encryptedValue"), value))
+        return 0;
+    must_ok(json_object_set(target, "encryptedValue", (json_t *)(uintptr_t)value));
+    touch(h, i);
+    return 1;
+}
+
 /* What an event is, for the chunks' continuation. */
-enum known { KNOWN_NOT, KNOWN_TEXT_CHUNK, KNOWN_TOOL_CHUNK, KNOWN_OTHER };
+enum known { KNOWN_NOT, KNOWN_TEXT_CHUNK, KNOWN_TOOL_CHUNK, KNOWN_REASONING_CHUNK, KNOWN_OTHER };
 
 /* The end of applying an event of kind <k> that returned <rc>: counts it when malformed, else
  * trims the thread and ends the chunks' continuation. A chunk without an id continues its
@@ -1335,6 +1522,8 @@ static int applied(struct agw_history *h, enum known k, int rc)
         set_chunk(&h->chunk_text, NULL);
     if (k != KNOWN_NOT && k != KNOWN_TOOL_CHUNK)
         set_chunk(&h->chunk_tool, NULL);
+    if (k != KNOWN_NOT && k != KNOWN_REASONING_CHUNK)
+        set_chunk(&h->chunk_reasoning, NULL);
     trim(h);
     return rc;
 }
@@ -1349,15 +1538,24 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
         rc = -AGW_EINVAL;
     } else if (strcmp(type, "TEXT_MESSAGE_CHUNK") == 0) {
         k = KNOWN_TEXT_CHUNK;
-        rc = on_text_chunk(h, run_id, event);
+        rc = on_text_chunk(h, run_id, event, false);
+    } else if (strcmp(type, "REASONING_MESSAGE_CHUNK") == 0) {
+        k = KNOWN_REASONING_CHUNK;
+        rc = on_text_chunk(h, run_id, event, true);
     } else if (strcmp(type, "TOOL_CALL_CHUNK") == 0) {
         k = KNOWN_TOOL_CHUNK;
         rc = on_tool_chunk(h, run_id, event);
     } else if (strcmp(type, "TEXT_MESSAGE_START") == 0) {
         rc = on_text_start(h, run_id, event);
-    } else if (strcmp(type, "TEXT_MESSAGE_CONTENT") == 0) {
+    } else if (strcmp(type, "TEXT_MESSAGE_CONTENT") == 0 ||
+               strcmp(type, "REASONING_MESSAGE_CONTENT") == 0) {
         rc = on_text_content(h, event);
-    } else if (strcmp(type, "TEXT_MESSAGE_END") == 0) {
+    } else if (strcmp(type, "REASONING_MESSAGE_START") == 0) {
+        rc = on_reasoning_start(h, run_id, event);
+    } else if (strcmp(type, "REASONING_ENCRYPTED_VALUE") == 0) {
+        rc = on_encrypted_value(h, event);
+    } else if (strcmp(type, "TEXT_MESSAGE_END") == 0 ||
+               strcmp(type, "REASONING_MESSAGE_END") == 0) {
         const char *id = str_field(event, "messageId");
         if (id != NULL)
             text_end(h, id, strlen(id));
@@ -1410,7 +1608,12 @@ static int apply_other_line(struct agw_history *h, const char *run_id, const cha
                            text_start(h, run_id, f.message_id, f.message_id_len,
                                       f.role != NULL ? f.role : "assistant",
                                       f.role != NULL ? f.role_len : 9, true));
-        if (agw_streq_n(f.type, f.type_len, "TEXT_MESSAGE_END")) {
+        if (agw_streq_n(f.type, f.type_len, "REASONING_MESSAGE_START"))
+            return applied(
+                h, KNOWN_OTHER,
+                text_start(h, run_id, f.message_id, f.message_id_len, "reasoning", 9, true));
+        if (agw_streq_n(f.type, f.type_len, "TEXT_MESSAGE_END") ||
+            agw_streq_n(f.type, f.type_len, "REASONING_MESSAGE_END")) {
             text_end(h, f.message_id, f.message_id_len);
             return applied(h, KNOWN_OTHER, 0);
         }
@@ -1655,8 +1858,7 @@ static size_t shed_value(struct agw_history *h, size_t i)
     j = agw_history_message_json(h, i, &len); /* the bytes the store wrote */
     memset(&it->text_hs, 0, sizeof(it->text_hs));
     hs_update(&it->text_hs, j, len);
-    it->text_assistant = item_is_assistant(it);
-    it->text_tool = item_is_tool(it);
+    it->text_role = (unsigned char)item_role(it);
     it->text_len = it->text_base = len;
     it->shed_value = true;
     json_decref(it->msg);
@@ -1751,8 +1953,7 @@ int agw_history_restore_message(struct agw_history *h, uint64_t pos, const char 
     }
     it = msg_item(m, run_id);
     if (r->text) { /* held as text again, to go on growing by pieces */
-        it->text_assistant = item_is_assistant(it);
-        it->text_tool = item_is_tool(it);
+        it->text_role = (unsigned char)item_role(it);
         json_decref(it->msg);
         it->msg = NULL;
         text_put(it, r->data, r->len);

@@ -59,7 +59,8 @@ int agw_agui_feed(struct agw_agui *a, const char *data, size_t len,
                   const struct agw_agui_sink *out);
 
 /* What a fast path read of the content event the sink is being given (agw_agui_emitting_content(),
- * inside emit()): a TEXT_MESSAGE_CONTENT (<args> false) or TOOL_CALL_ARGS (<args> true) event whose
+ * inside emit()): a TEXT_MESSAGE_CONTENT or REASONING_MESSAGE_CONTENT (<args> false) or
+ * TOOL_CALL_ARGS (<args> true) event whose
  * id and delta are these string tokens, quotes included, inside the event's bytes: the id written
  * without an escape, the delta a JSON string that jansson reads (the fast path's scanner is
  * stricter: no \u0000, no surrogate escape, valid UTF-8). So a sink that keeps deltas (the thread

@@ -5,12 +5,15 @@
  * them and applies them with agw_history_apply(). Pure: no I/O, no event loop, no logging.
  *
  * What it keeps, by the event's top-level "type":
- * - TEXT_MESSAGE_START/END, TOOL_CALL_START/END/RESULT, MESSAGES_SNAPSHOT, TEXT_MESSAGE_CHUNK and
- * TOOL_CALL_CHUNK: copied byte for byte;
- * - TEXT_MESSAGE_CONTENT (TOOL_CALL_ARGS): consecutive ones of one messageId (toolCallId), ids
- * compared by their raw bytes, become one event {"type":…,"messageId":<id>,"delta":"<deltas>"}
- * whose delta is the raw bytes of theirs, escapes and all, concatenated: that is the JSON string of
- * the concatenated text, so nothing is decoded. Their other members are dropped. Events of dropped
+ * - TEXT_MESSAGE_START/END, TOOL_CALL_START/END/RESULT, MESSAGES_SNAPSHOT, TEXT_MESSAGE_CHUNK,
+ * TOOL_CALL_CHUNK, REASONING_MESSAGE_START/END/CHUNK and REASONING_ENCRYPTED_VALUE: copied byte for
+ * byte;
+ * - TEXT_MESSAGE_CONTENT and REASONING_MESSAGE_CONTENT (TOOL_CALL_ARGS): consecutive ones of one
+ * messageId (toolCallId), ids compared by their raw bytes, become one event
+ * {"type":"TEXT_MESSAGE_CONTENT" (…),"messageId":<id>,"delta":"<deltas>"} whose delta is the raw
+ * bytes of theirs, escapes and all, concatenated: that is the JSON string of the concatenated
+ * text, so nothing is decoded (a reasoning message's deltas do to it what a text's do: they append
+ * to the content of the message of that id). Their other members are dropped. Events of dropped
  * types in between do not break a run of deltas; any kept event does;
  * - every other type: dropped.
  * An event the scanner cannot judge (not one valid JSON object with a plain string "type", an
@@ -39,10 +42,10 @@ void agw_capture_free(struct agw_capture *c);
  * any bytes). Aborts on out-of-memory, as agw_xmalloc() does. */
 void agw_capture_event(struct agw_capture *c, const char *json, size_t len);
 
-/* What agw_capture_event() does with a TEXT_MESSAGE_CONTENT (<args> false) or TOOL_CALL_ARGS
- * (<args> true) event that the caller has read already (agw_agui_emitting_content()): its id and
- * delta as string tokens, quotes included (<id_len>, <delta_len> >= 2, asserted), each a JSON
- * string jansson reads; no scan. */
+/* What agw_capture_event() does with a TEXT_MESSAGE_CONTENT or REASONING_MESSAGE_CONTENT (<args>
+ * false) or TOOL_CALL_ARGS (<args> true) event that the caller has read already
+ * (agw_agui_emitting_content()): its id and delta as string tokens, quotes included (<id_len>,
+ * <delta_len> >= 2, asserted), each a JSON string jansson reads; no scan. */
 void agw_capture_content(struct agw_capture *c, bool args, const char *id, size_t id_len,
                          const char *delta, size_t delta_len);
 

@@ -142,20 +142,19 @@ Test(capture, keeps_the_types_history_reads_byte_for_byte)
 
 Test(capture, drops_every_other_type)
 {
-    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_END','messageId':'m1'}\n",
-                   "{'type':'RUN_STARTED','threadId':'t','runId':'r'}",
-                   "{'type':'STEP_STARTED','stepName':'s'}",
-                   "{'type':'STEP_FINISHED','stepName':'s'}",
-                   "{'type':'STATE_SNAPSHOT','snapshot':{'a':1}}",
-                   "{'type':'STATE_DELTA','delta':[{'op':'add','path':'/a','value':1}]}",
-                   "{'type':'REASONING_START','messageId':'x'}",
-                   "{'type':'REASONING_MESSAGE_CONTENT','messageId':'x','delta':'hm'}",
-                   "{'type':'ACTIVITY_SNAPSHOT','messageId':'a','content':{}}",
-                   "{'type':'CUSTOM','name':'n','value':null}", "{'type':'RAW','event':{}}",
-                   "{'type':'SOMETHING_NEW'}", "{'type':'text_message_start','messageId':'m'}",
-                   "{'type':''}", "{'type':'TEXT_MESSAGE_END','messageId':'m1'}",
-                   "{'type':'RUN_FINISHED','threadId':'t','runId':'r'}",
-                   "{'type':'RUN_ERROR','message':'boom','code':'UPSTREAM_ERROR'}");
+    EXPECT_CAPTURE(
+        "{'type':'TEXT_MESSAGE_END','messageId':'m1'}\n",
+        "{'type':'RUN_STARTED','threadId':'t','runId':'r'}",
+        "{'type':'STEP_STARTED','stepName':'s'}", "{'type':'STEP_FINISHED','stepName':'s'}",
+        "{'type':'STATE_SNAPSHOT','snapshot':{'a':1}}",
+        "{'type':'STATE_DELTA','delta':[{'op':'add','path':'/a','value':1}]}",
+        "{'type':'REASONING_START','messageId':'x'}", "{'type':'REASONING_END','messageId':'x'}",
+        "{'type':'ACTIVITY_SNAPSHOT','messageId':'a','content':{}}",
+        "{'type':'CUSTOM','name':'n','value':null}", "{'type':'RAW','event':{}}",
+        "{'type':'SOMETHING_NEW'}", "{'type':'text_message_start','messageId':'m'}", "{'type':''}",
+        "{'type':'TEXT_MESSAGE_END','messageId':'m1'}",
+        "{'type':'RUN_FINISHED','threadId':'t','runId':'r'}",
+        "{'type':'RUN_ERROR','message':'boom','code':'UPSTREAM_ERROR'}");
 }
 
 Test(capture, nothing_held_gives_null)
@@ -224,8 +223,32 @@ Test(capture, a_kept_event_in_between_breaks_coalescing_a_dropped_one_does_not)
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'b'}",
                    "{'type':'TOOL_CALL_START','toolCallId':'t1','toolCallName':'f'}",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}",
-                   "{'type':'REASONING_MESSAGE_CONTENT','messageId':'m1','delta':'zz'}",
+                   "{'type':'REASONING_END','messageId':'m1'}",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'d'}");
+}
+
+Test(capture, reasoning_messages_are_kept_and_their_deltas_coalesced_as_a_texts)
+{
+    /* a reasoning message's deltas append to the content of the message of their id, as a text's
+     * do: one coalesced line, whichever kind of content event came */
+    EXPECT_CAPTURE("{'type':'REASONING_MESSAGE_START','messageId':'r1','role':'reasoning'}\n"
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'r1','delta':'abc'}\n"
+                   "{'type':'REASONING_MESSAGE_END','messageId':'r1'}\n"
+                   "{'type':'REASONING_MESSAGE_CHUNK','messageId':'r2','delta':'x'}\n"
+                   "{'type':'REASONING_ENCRYPTED_VALUE','subtype':'message','entityId':'r1',"
+                   "'encryptedValue':'e'}\n"
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'r1','delta':'d'}\n",
+                   "{'type':'REASONING_START','messageId':'s'}",
+                   "{'type':'REASONING_MESSAGE_START','messageId':'r1','role':'reasoning'}",
+                   "{'type':'REASONING_MESSAGE_CONTENT','messageId':'r1','delta':'a'}",
+                   "{'type':'REASONING_MESSAGE_CONTENT','messageId':'r1','delta':'b','x':1}",
+                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'r1','delta':'c'}",
+                   "{'type':'REASONING_MESSAGE_END','messageId':'r1'}",
+                   "{'type':'REASONING_MESSAGE_CHUNK','messageId':'r2','delta':'x'}",
+                   "{'type':'REASONING_ENCRYPTED_VALUE','subtype':'message','entityId':'r1',"
+                   "'encryptedValue':'e'}",
+                   "{'type':'REASONING_MESSAGE_CONTENT','messageId':'r1','delta':'d'}",
+                   "{'type':'REASONING_END','messageId':'s'}");
 }
 
 Test(capture, ids_are_compared_by_their_bytes)
@@ -298,9 +321,11 @@ Test(capture, ids_at_the_length_of_the_kept_copy_are_compared_whole)
 Test(capture, keeps_type_says_what_a_capture_does)
 {
     static const char *const kept[] = {
-        "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "TEXT_MESSAGE_CHUNK",
-        "TOOL_CALL_START",    "TOOL_CALL_ARGS",       "TOOL_CALL_END",    "TOOL_CALL_CHUNK",
-        "TOOL_CALL_RESULT",   "MESSAGES_SNAPSHOT",
+        "TEXT_MESSAGE_START",    "TEXT_MESSAGE_CONTENT",    "TEXT_MESSAGE_END",
+        "TEXT_MESSAGE_CHUNK",    "TOOL_CALL_START",         "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",         "TOOL_CALL_CHUNK",         "TOOL_CALL_RESULT",
+        "MESSAGES_SNAPSHOT",     "REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_END", "REASONING_MESSAGE_CHUNK", "REASONING_ENCRYPTED_VALUE",
     };
     static const char *const dropped[] = {
         "RUN_STARTED",
@@ -314,7 +339,10 @@ Test(capture, keeps_type_says_what_a_capture_does)
         "TEXT_MESSAGE",
         "TEXT_MESSAGE_ENDS",
         "text_message_start",
-        "REASONING_MESSAGE_CONTENT",
+        "REASONING_START",
+        "REASONING_END",
+        "ACTIVITY_SNAPSHOT",
+        "ACTIVITY_DELTA",
     };
 
     for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
@@ -1118,6 +1146,29 @@ Test(capture, a_text_run_rebuilds_the_same_thread)
     };
 
     expect_same_thread(events, AGW_ARRAY_LEN(events), 3);
+}
+
+Test(capture, a_reasoning_run_rebuilds_the_same_thread)
+{
+    static const char *const events[] = {
+        "{'type':'RUN_STARTED','threadId':'t1','runId':'r1'}",
+        "{'type':'REASONING_START','messageId':'s1'}",
+        "{'type':'REASONING_MESSAGE_START','messageId':'t1','role':'reasoning'}",
+        "{'type':'REASONING_MESSAGE_CONTENT','messageId':'t1','delta':'Let me '}",
+        "{'type':'REASONING_MESSAGE_CONTENT','messageId':'t1','delta':'think \\u2600'}",
+        "{'type':'REASONING_MESSAGE_END','messageId':'t1'}",
+        "{'type':'REASONING_ENCRYPTED_VALUE','subtype':'message','entityId':'t1',"
+        "'encryptedValue':'xyz'}",
+        "{'type':'REASONING_END','messageId':'s1'}",
+        "{'type':'TEXT_MESSAGE_START','messageId':'a1','role':'assistant'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'Sunny.'}",
+        "{'type':'TEXT_MESSAGE_END','messageId':'a1'}",
+        "{'type':'REASONING_MESSAGE_CHUNK','messageId':'t2','delta':'after'}",
+        "{'type':'REASONING_MESSAGE_CHUNK','delta':'wards'}",
+        "{'type':'RUN_FINISHED','threadId':'t1','runId':'r1'}",
+    };
+
+    expect_same_thread(events, AGW_ARRAY_LEN(events), 9);
 }
 
 Test(capture, a_tool_call_run_rebuilds_the_same_thread)

@@ -1505,7 +1505,8 @@ Test(history, events_that_make_no_message_are_ignored)
         "{\"type\":\"STATE_DELTA\",\"delta\":[]}",
         "{\"type\":\"CUSTOM\",\"name\":\"n\",\"value\":1}",
         "{\"type\":\"RAW\",\"event\":{}}",
-        "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"r\",\"role\":\"reasoning\"}",
+        "{\"type\":\"REASONING_START\",\"messageId\":\"r\"}",
+        "{\"type\":\"REASONING_END\",\"messageId\":\"r\"}",
         "{\"type\":\"SOMETHING_NEW\",\"messages\":7}",
         "{\"type\":\"\"}",
     };
@@ -1610,5 +1611,204 @@ Test(history, tool_call_chunks)
               "\"t2\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"\"}}]}]");
     cr_assert_lt(ev(h, "r1", "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallId\":\"t3\"}"), 0,
                  "the first chunk of a call names its tool");
+    agw_history_free(h);
+}
+
+/* ---- reasoning messages, encrypted values, what a snapshot keeps aside
+ * ---------------------------
+ */
+
+Test(history, reasoning_messages_are_built_as_texts_with_the_reasoning_role)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    /* the event's own role is not read: the client makes every one a "reasoning" message */
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"t1\",\"role\":\"x\"}"),
+        1);
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"REASONING_MESSAGE_CONTENT\",\"messageId\":\"t1\",\"delta\":\"Think\"}"),
+        1);
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"REASONING_MESSAGE_CONTENT\",\"messageId\":\"t1\",\"delta\":\"ing\"}"),
+        1);
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_END\",\"messageId\":\"t1\"}"), 0);
+    /* a start for a known id changes nothing; content for an unknown id neither */
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"t1\"}"), 0);
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"REASONING_MESSAGE_CONTENT\",\"messageId\":\"no\",\"delta\":\"x\"}"),
+        0);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"Hi\"}");
+    expect(h, "[{\"id\":\"t1\",\"role\":\"reasoning\",\"content\":\"Thinking\"},"
+              "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hi\"}]");
+    cr_assert_lt(ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_START\"}"), 0);
+    cr_assert_lt(
+        ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CONTENT\",\"messageId\":\"t1\",\"delta\":3}"),
+        0);
+    cr_assert_eq(agw_history_malformed(h), 2);
+    agw_history_free(h);
+}
+
+Test(history, reasoning_chunks)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CHUNK\",\"messageId\":\"t1\",\"delta\":\"a\"}"),
+        1);
+    ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CHUNK\",\"delta\":\"b\"}");
+    ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CHUNK\",\"messageId\":\"t2\",\"role\":\"user\"}");
+    ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CHUNK\",\"delta\":\"c\"}");
+    expect(h, "[{\"id\":\"t1\",\"role\":\"reasoning\",\"content\":\"ab\"},"
+              "{\"id\":\"t2\",\"role\":\"reasoning\",\"content\":\"c\"}]");
+    /* a text chunk in between ends the reasoning chunk's continuation, and the other way round */
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"a1\",\"delta\":\"x\"}");
+    cr_assert_lt(ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CHUNK\",\"delta\":\"lost\"}"), 0);
+    cr_assert_lt(ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CHUNK\"}"), 0,
+                 "the first chunk names its message");
+    cr_assert_eq(agw_history_malformed(h), 2);
+    agw_history_free(h);
+}
+
+Test(history, encrypted_values_go_to_their_message_or_tool_call)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"t1\"}");
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\"}");
+    merge(h, "r0",
+          "[{\"id\":\"act\",\"role\":\"activity\",\"activityType\":\"p\",\"content\":{}}]");
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"REASONING_ENCRYPTED_VALUE\",\"subtype\":\"message\",\"entityId\":"
+                    "\"t1\",\"encryptedValue\":\"E1\"}"),
+                 1);
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"REASONING_ENCRYPTED_VALUE\",\"subtype\":\"tool-call\",\"entityId\":"
+           "\"c1\",\"encryptedValue\":\"E2\"}"),
+        1);
+    /* the same value again changes nothing; an activity message, an unknown id are left alone */
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"REASONING_ENCRYPTED_VALUE\",\"subtype\":\"message\",\"entityId\":"
+                    "\"t1\",\"encryptedValue\":\"E1\"}"),
+                 0);
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"REASONING_ENCRYPTED_VALUE\",\"subtype\":\"message\",\"entityId\":"
+                    "\"act\",\"encryptedValue\":\"E3\"}"),
+                 0);
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"REASONING_ENCRYPTED_VALUE\",\"subtype\":\"tool-call\",\"entityId\":"
+           "\"t1\",\"encryptedValue\":\"E4\"}"),
+        0, "a tool call's id, not a message's");
+    expect(h, "[{\"id\":\"t1\",\"role\":\"reasoning\",\"content\":\"\",\"encryptedValue\":\"E1\"},"
+              "{\"id\":\"c1\",\"role\":\"assistant\",\"toolCalls\":[{\"id\":\"c1\",\"type\":"
+              "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"},\"encryptedValue\":"
+              "\"E2\"}]},"
+              "{\"id\":\"act\",\"role\":\"activity\",\"activityType\":\"p\",\"content\":{}}]");
+    cr_assert_lt(ev(h, "r1",
+                    "{\"type\":\"REASONING_ENCRYPTED_VALUE\",\"subtype\":\"message\",\"entityId\":"
+                    "\"t1\"}"),
+                 0);
+    agw_history_free(h);
+}
+
+Test(history, activity_messages_take_no_text)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    merge(h, "r0",
+          "[{\"id\":\"act\",\"role\":\"activity\",\"activityType\":\"p\",\"content\":{}}]");
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"act\",\"delta\":\"x\"}"),
+        0);
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"act\"}"), 0);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"act\",\"delta\":\"y\"}");
+    expect(h, "[{\"id\":\"act\",\"role\":\"activity\",\"activityType\":\"p\",\"content\":{}}]");
+    agw_history_free(h);
+}
+
+/* A thread of a user message, a reasoning message, activity messages of types "p" and "q", and an
+ * assistant message; then the snapshot <snap> (with <meta> as its metadata when not NULL). */
+static struct agw_history *snapshot_thread(const char *snap, const char *meta)
+{
+    struct agw_history *h = agw_history_new(100);
+    char evt[1024];
+
+    merge(h, "r0",
+          "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"q\"},"
+          "{\"id\":\"ap\",\"role\":\"activity\",\"activityType\":\"p\",\"content\":{}},"
+          "{\"id\":\"aq\",\"role\":\"activity\",\"activityType\":\"q\",\"content\":{}}]");
+    ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"t1\"}");
+    ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CONTENT\",\"messageId\":\"t1\",\"delta\":\"hm\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    snprintf(evt, sizeof(evt), "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":%s%s%s}", snap,
+             meta != NULL ? ",\"metadata\":" : "", meta != NULL ? meta : "");
+    cr_assert_eq(ev(h, "r2", evt), 1, "%s", evt);
+    return h;
+}
+
+#define U1 "{\"id\":\"u1\",\"role\":\"user\",\"content\":\"q\"}"
+#define AP "{\"id\":\"ap\",\"role\":\"activity\",\"activityType\":\"p\",\"content\":{}}"
+#define AQ "{\"id\":\"aq\",\"role\":\"activity\",\"activityType\":\"q\",\"content\":{}}"
+#define T1 "{\"id\":\"t1\",\"role\":\"reasoning\",\"content\":\"hm\"}"
+#define A2 "{\"id\":\"a2\",\"role\":\"assistant\",\"content\":\"new\"}"
+#define R9 "{\"id\":\"r9\",\"role\":\"reasoning\",\"content\":\"other\"}"
+#define X9 "{\"id\":\"x9\",\"role\":\"activity\",\"activityType\":\"p\",\"content\":{}}"
+
+Test(history, a_snapshot_keeps_reasoning_and_activity_aside_as_the_client_does)
+{
+    static const struct {
+        const char *snap, *meta, *want;
+    } cases[] = {
+        /* none of either in the snapshot: both kept where they were, the rest as before */
+        {"[" U1 "," A2 "]", NULL, "[" U1 "," AP "," AQ "," T1 "," A2 "]"},
+        /* the snapshot brings its own reasoning: the thread's goes */
+        {"[" U1 "," R9 "]", NULL, "[" U1 "," AP "," AQ "," R9 "]"},
+        /* ... its own activity: the thread's goes */
+        {"[" U1 "," X9 "]", NULL, "[" U1 "," T1 "," X9 "]"},
+        /* it speaks for every activity type (null): none kept */
+        {"[" U1 "]", "{\"@ag-ui/client\":{\"authoritativeActivityTypes\":null}}",
+         "[" U1 "," T1 "]"},
+        /* for type p only: q kept, even though the snapshot holds activity */
+        {"[" U1 "," X9 "]", "{\"@ag-ui/client\":{\"authoritativeActivityTypes\":[\"p\"]}}",
+         "[" U1 "," AQ "," T1 "," X9 "]"},
+        /* for no type, or in a form the client does not read as a list: every one kept */
+        {"[" U1 "," X9 "]", "{\"@ag-ui/client\":{\"authoritativeActivityTypes\":[]}}",
+         "[" U1 "," AP "," AQ "," T1 "," X9 "]"},
+        {"[" U1 "," X9 "]", "{\"@ag-ui/client\":{\"authoritativeActivityTypes\":[1]}}",
+         "[" U1 "," AP "," AQ "," T1 "," X9 "]"},
+        {"[" U1 "," X9 "]", "{\"@ag-ui/client\":7}", "[" U1 "," AP "," AQ "," T1 "," X9 "]"},
+        /* metadata that does not name the client, or no such key: as without metadata */
+        {"[" U1 "]", "{\"other\":{}}", "[" U1 "," AP "," AQ "," T1 "]"},
+        {"[" U1 "]", "{\"@ag-ui/client\":{}}", "[" U1 "," AP "," AQ "," T1 "]"},
+    };
+
+    for (size_t i = 0; i < AGW_ARRAY_LEN(cases); i++) {
+        struct agw_history *h = snapshot_thread(cases[i].snap, cases[i].meta);
+        expect(h, cases[i].want);
+        agw_history_free(h);
+    }
+}
+
+Test(history, a_snapshots_null_subagent_run_id_is_left_out)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    merge(h, "r0", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"q\"}]");
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"u1\",\"role\":\"user\","
+           "\"content\":\"q\",\"subagentRunId\":null},{\"id\":\"a1\",\"role\":"
+           "\"assistant\",\"content\":\"x\",\"subagentRunId\":null},{\"id\":\"a2\","
+           "\"role\":\"assistant\",\"content\":\"y\",\"subagentRunId\":\"s\"}]}"),
+        1);
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"q\"},"
+              "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"x\"},"
+              "{\"id\":\"a2\",\"role\":\"assistant\",\"content\":\"y\",\"subagentRunId\":\"s\"}]");
     agw_history_free(h);
 }
