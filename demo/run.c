@@ -28,6 +28,11 @@ static const char *const ev_names[] = {
     "TOOL_CALL_RESULT",
     "RUN_FINISHED",
     "RUN_ERROR",
+    "REASONING_START",
+    "REASONING_MESSAGE_START",
+    "REASONING_MESSAGE_CONTENT",
+    "REASONING_MESSAGE_END",
+    "REASONING_END",
     NULL,
     NULL,
     NULL,
@@ -153,6 +158,25 @@ void plan_tool_call(struct run *r, const char *call_id, const char *name, const 
     }
     s = plan_add(r, EV_TOOL_END);
     s->id = agw_xstrdup(call_id);
+}
+
+void plan_reasoning(struct run *r, const char *span, const char *id, const char *const *texts,
+                    size_t ntexts)
+{
+    struct step *s = plan_add(r, EV_REASONING_START);
+
+    s->id = agw_xstrdup(span);
+    s = plan_add(r, EV_REASONING_MESSAGE_START);
+    s->id = agw_xstrdup(id);
+    for (size_t i = 0; i < ntexts; i++) {
+        s = plan_add(r, EV_REASONING_MESSAGE_CONTENT);
+        s->id = agw_xstrdup(id);
+        s->text = agw_xstrdup(texts[i]);
+    }
+    s = plan_add(r, EV_REASONING_MESSAGE_END);
+    s->id = agw_xstrdup(id);
+    s = plan_add(r, EV_REASONING_END);
+    s->id = agw_xstrdup(span);
 }
 
 void plan_begin(struct run *r)
@@ -312,6 +336,19 @@ static json_t *step_json(const struct run *r, const struct step *s, uint64_t rep
         set_str(ev, "messageId", s->id);
         set_str(ev, "toolCallId", s->call_id);
         set_str(ev, "content", s->text);
+        break;
+    case EV_REASONING_START:
+    case EV_REASONING_MESSAGE_END:
+    case EV_REASONING_END:
+        set_str(ev, "messageId", s->id);
+        break;
+    case EV_REASONING_MESSAGE_START:
+        set_str(ev, "messageId", s->id);
+        set_str(ev, "role", "reasoning");
+        break;
+    case EV_REASONING_MESSAGE_CONTENT:
+        set_str(ev, "messageId", s->id);
+        set_str(ev, "delta", s->text);
         break;
     case EV_DONE:
     case EV_STALL:

@@ -26,6 +26,11 @@ enum ev_kind {
     EV_TOOL_RESULT,
     EV_RUN_FINISHED,
     EV_RUN_ERROR,
+    EV_REASONING_START, /* a reasoning span, and the one reasoning message in it (one delta each) */
+    EV_REASONING_MESSAGE_START,
+    EV_REASONING_MESSAGE_CONTENT,
+    EV_REASONING_MESSAGE_END,
+    EV_REASONING_END,
     EV_DONE,  /* data: [DONE] */
     EV_STALL, /* not an event: production stops here for good */
     EV_WAIT,  /* not an event: production waits here for a decision (wait_decision=1) */
@@ -94,6 +99,10 @@ void plan_tool_call(struct run *r, const char *call_id, const char *name, const 
                     const char *args);
 /* RUN_STARTED, unless lifecycle=none. */
 void plan_begin(struct run *r);
+/* Adds a reasoning span <span> holding reasoning message <id>, one REASONING_MESSAGE_CONTENT per
+ * text of <texts>. */
+void plan_reasoning(struct run *r, const char *span, const char *id, const char *const *texts,
+                    size_t ntexts);
 /* The run's end as the knobs say: RUN_ERROR (fail=1) or RUN_FINISHED (unless lifecycle=none), then
  * [DONE] (done=1). */
 void plan_end(struct run *r);

@@ -596,6 +596,14 @@ static void scenario_chat(struct run *r, const char *text, const char *lower, si
     r->scenario = "chat";
     make_id(r, id, "msg_", 1, n + 1);
     plan_begin(r);
+    if (r->k.reasoning && r->k.dialect == DIALECT_AGUI) {
+        const char *texts[] = {"The user said \"", echo, "\": answer kindly."};
+        char span[ID_LEN], rid[ID_LEN];
+
+        make_id(r, span, "reasoning_", 1, n + 1);
+        make_id(r, rid, "thought_", 1, n + 1);
+        plan_reasoning(r, span, rid, texts, AGW_ARRAY_LEN(texts));
+    }
     if (greeting)
         plan_text(r, id, greet, AGW_ARRAY_LEN(greet), true);
     else

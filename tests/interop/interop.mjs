@@ -69,6 +69,24 @@ const idsMatch = (r) =>
   await historyMatches("conversation", r.threadId, r.messages);
 }
 
+// 1b. A model that reasons before it answers: the client makes a "reasoning" message of the reasoning
+// events, and the thread's history holds it too, in its place, over two runs (the second resends it).
+{
+  const r = await run(`${GW}/agents/reasoning/runs`, { messages: [user("m1", "Hi there")] });
+  check("reasoning: the verifier accepts the stream", !r.error, r.error);
+  const thought = r.messages.find((m) => m.role === "reasoning");
+  check("reasoning: the client holds a reasoning message before the answer",
+        thought?.content === 'The user said "Hi there": answer kindly.' &&
+        r.messages.indexOf(thought) === r.messages.length - 2, JSON.stringify(r.messages));
+  await historyMatches("reasoning", r.threadId, r.messages);
+  const r2 = await run(`${GW}/agents/reasoning/runs`,
+                       { threadId: r.threadId, messages: [...r.messages, user("m2", "And again")] });
+  check("reasoning: the second run is accepted", !r2.error, r2.error);
+  check("reasoning: two reasoning messages after two runs",
+        r2.messages.filter((m) => m.role === "reasoning").length === 2, JSON.stringify(r2.messages));
+  await historyMatches("reasoning (two runs)", r.threadId, r2.messages);
+}
+
 // 2. Server-side tool get_weather (scenario 2).
 {
   const r = await run(`${GW}/agents/demo/runs`, { messages: [user("m1", "What is the weather in Paris?")] });
