@@ -17,6 +17,7 @@ enum kind {
     KIND_KEEP, /* copied byte for byte */
     KIND_TEXT, /* TEXT_MESSAGE_CONTENT, REASONING_MESSAGE_CONTENT: coalesced by messageId */
     KIND_ARGS, /* TOOL_CALL_ARGS: coalesced by toolCallId */
+    KIND_RUN,  /* RUN_STARTED: copied byte for byte when it has an "input" member, else dropped */
 };
 
 /* Ids of open coalesced events up to this length (quotes included) are kept in the capture
@@ -46,7 +47,7 @@ struct member {
 };
 
 struct event {
-    struct member type, message_id, tool_call_id, delta, role;
+    struct member type, message_id, tool_call_id, delta, role, input;
 };
 
 /* ---- reading events: the scanner (include/agw/jscan.h) ------------------------------------ */
@@ -69,6 +70,8 @@ static struct member *member_of(struct event *ev, const char *k, size_t n)
         return &ev->delta;
     if (span_is(k, n, "role", 4))
         return &ev->role;
+    if (span_is(k, n, "input", 5))
+        return &ev->input;
     return NULL;
 }
 
@@ -149,6 +152,8 @@ static enum kind classify(const char *t, size_t n)
         {"REASONING_MESSAGE_END", 21, KIND_KEEP},
         {"REASONING_MESSAGE_CHUNK", 23, KIND_KEEP},
         {"REASONING_ENCRYPTED_VALUE", 25, KIND_KEEP},
+        /* the messages of the input it reports: the client adds those it does not hold */
+        {"RUN_STARTED", 11, KIND_RUN},
     };
 
     for (size_t i = 0; i < AGW_ARRAY_LEN(types); i++)
@@ -289,6 +294,13 @@ void agw_capture_free(struct agw_capture *c)
     free(c);
 }
 
+/* A flat RUN_STARTED (agw_capture_typed()) that may have an "input" member: the name is a key or
+ * inside a string, and rare either way, so its absence is all that is checked before a scan. */
+static bool may_have_input(const char *json, size_t len)
+{
+    return memmem(json, len, "\"input\"", 7) != NULL;
+}
+
 void agw_capture_event(struct agw_capture *c, const char *json, size_t len)
 {
     struct event ev;
@@ -302,10 +314,12 @@ void agw_capture_event(struct agw_capture *c, const char *json, size_t len)
     kind = classify(ev.type.p + 1, ev.type.n - 2);
     if (kind == KIND_DROP)
         return; /* makes no message: a coalesced event stays open across it */
-    if (kind == KIND_KEEP) {
+    if (kind == KIND_KEEP || (kind == KIND_RUN && ev.input.p != NULL)) {
         keep(c, json, len);
         return;
     }
+    if (kind == KIND_RUN)
+        return;
     id = kind == KIND_TEXT ? &ev.message_id : &ev.tool_call_id;
     if (!id->string || !ev.delta.string) {
         keep(c, json, len); /* malformed for history: it says so */
@@ -323,6 +337,10 @@ void agw_capture_typed(struct agw_capture *c, const char *type, size_t type_len,
     case KIND_KEEP:
         keep(c, json, len);
         return;
+    case KIND_RUN:
+        if (!may_have_input(json, len))
+            return;
+        break;
     case KIND_TEXT:
     case KIND_ARGS: /* its id and delta are read by the scan */
         break;
@@ -330,9 +348,16 @@ void agw_capture_typed(struct agw_capture *c, const char *type, size_t type_len,
     agw_capture_event(c, json, len);
 }
 
-bool agw_capture_keeps_type(const char *type, size_t type_len)
+bool agw_capture_keeps_typed(const char *type, size_t type_len, const char *json, size_t len)
 {
-    return classify(type, type_len) != KIND_DROP;
+    switch (classify(type, type_len)) {
+    case KIND_DROP:
+        return false;
+    case KIND_RUN:
+        return may_have_input(json, len);
+    default:
+        return true;
+    }
 }
 
 void agw_capture_content(struct agw_capture *c, bool args, const char *id, size_t id_len,

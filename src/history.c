@@ -1148,7 +1148,7 @@ static int on_text_content(struct agw_history *h, const json_t *ev)
 /* TOOL_CALL_START: {id, type: "function", function: {name, arguments: ""}} added to the assistant
  * message named by parentMessageId; else to a new assistant message whose id is parentMessageId
  * when given and unknown, or the tool call's id (no parent, or a parent that is not an assistant).
- */
+ * A call id some message holds already is not added again: that call takes the name given. */
 static int on_tool_start(struct agw_history *h, const char *run_id, const json_t *ev)
 {
     const char *tc_id = str_field(ev, "toolCallId"), *name = str_field(ev, "toolCallName");
@@ -1158,6 +1158,15 @@ static int on_tool_start(struct agw_history *h, const char *run_id, const json_t
 
     if (tc_id == NULL || name == NULL || opt_str_field(ev, "parentMessageId", &parent) < 0)
         return -AGW_EINVAL;
+    if ((target = find_tool_call(h, tc_id, false, &i)) != NULL) {
+        json_t *fn = json_object_get(target, "function");
+        if (!json_is_object(fn) || str_eq(json_object_get(fn, "name"), name))
+            return 0;
+        must_ok(json_object_set_new(fn, "name", must(json_string(name))));
+        touch(h, i);
+        return 1;
+    }
+    i = SIZE_MAX;
     if (parent != NULL) {
         i = find_msg(h, parent);
         if (i != SIZE_MAX && item_is_assistant(h->items[i])) {
@@ -1503,6 +1512,24 @@ static int on_encrypted_value(struct agw_history *h, const json_t *ev)
     return 1;
 }
 
+/* RUN_STARTED {input: {messages}}: the input's messages whose ids the thread does not know are
+ * appended, in order, with this run's id (a "subagentRunId" that is null left out). */
+static int on_run_started(struct agw_history *h, const char *run_id, const json_t *ev)
+{
+    const json_t *msgs = json_object_get(json_object_get(ev, "input"), "messages"), *m;
+    size_t k;
+    int rc = 0;
+
+    json_array_foreach(msgs, k, m)
+    {
+        if (valid_msg(m) && find_msg(h, msg_id(m)) == SIZE_MAX) {
+            append(h, msg_item(snapshot_copy(m), run_id));
+            rc = 1;
+        }
+    }
+    return rc;
+}
+
 /* What an event is, for the chunks' continuation. */
 enum known { KNOWN_NOT, KNOWN_TEXT_CHUNK, KNOWN_TOOL_CHUNK, KNOWN_REASONING_CHUNK, KNOWN_OTHER };
 
@@ -1570,6 +1597,8 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
         rc = on_tool_result(h, run_id, event);
     } else if (strcmp(type, "MESSAGES_SNAPSHOT") == 0) {
         rc = on_snapshot(h, run_id, event);
+    } else if (strcmp(type, "RUN_STARTED") == 0 && json_object_get(event, "input") != NULL) {
+        rc = on_run_started(h, run_id, event); /* (the capture keeps only these) */
     } else {
         k = KNOWN_NOT;
     }

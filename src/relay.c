@@ -397,7 +397,7 @@ static void record(struct agw_relay *r, const char *json, size_t len)
     if (agw_agui_emitting_content(r->agui, &ct)) {
         agw_capture_content(capture_of(r), ct.args, ct.id, ct.id_len, ct.delta, ct.delta_len);
     } else if (agw_agui_emitting_type(r->agui, &type, &type_len)) {
-        if (r->capture == NULL && !agw_capture_keeps_type(type, type_len))
+        if (r->capture == NULL && !agw_capture_keeps_typed(type, type_len, json, len))
             return; /* dropped, and no capture is open for it to leave as it is */
         agw_capture_typed(capture_of(r), type, type_len, json, len);
     } else {

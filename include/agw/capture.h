@@ -15,6 +15,8 @@
  * text, so nothing is decoded (a reasoning message's deltas do to it what a text's do: they append
  * to the content of the message of that id). Their other members are dropped. Events of dropped
  * types in between do not break a run of deltas; any kept event does;
+ * - RUN_STARTED: copied byte for byte when it has an "input" member (whose messages the client
+ * adds), else dropped;
  * - every other type: dropped.
  * An event the scanner cannot judge (not one valid JSON object with a plain string "type", an
  * escaped key, "type", "messageId", "toolCallId" or "delta" given twice, a content event whose id
@@ -57,9 +59,10 @@ void agw_capture_content(struct agw_capture *c, bool args, const char *id, size_
 void agw_capture_typed(struct agw_capture *c, const char *type, size_t type_len, const char *json,
                        size_t len);
 
-/* Whether an event of type <type> (<type_len> bytes, unescaped, without its quotes) is kept or
- * coalesced: false for the types a capture drops, which change nothing in it. */
-bool agw_capture_keeps_type(const char *type, size_t type_len);
+/* Whether agw_capture_typed() with the same arguments keeps or coalesces anything: false for an
+ * event the capture drops, which changes nothing in it (so a caller with no capture need not make
+ * one for it). */
+bool agw_capture_keeps_typed(const char *type, size_t type_len, const char *json, size_t len);
 
 /* Bytes held, the open coalesced event included (without the 3 bytes that close it). */
 size_t agw_capture_size(const struct agw_capture *c);

@@ -316,8 +316,9 @@ Test(capture, ids_at_the_length_of_the_kept_copy_are_compared_whole)
     }
 }
 
-/* agw_capture_keeps_type() says of each type what the capture does with an event of it: a capture
- * given an event of a type it does not keep holds nothing. */
+/* agw_capture_keeps_typed() says of each type what the capture does with an event of it: a capture
+ * given an event of a type it does not keep holds nothing (a RUN_STARTED without an input among
+ * them). */
 Test(capture, keeps_type_says_what_a_capture_does)
 {
     static const char *const kept[] = {
@@ -327,6 +328,7 @@ Test(capture, keeps_type_says_what_a_capture_does)
         "MESSAGES_SNAPSHOT",     "REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT",
         "REASONING_MESSAGE_END", "REASONING_MESSAGE_CHUNK", "REASONING_ENCRYPTED_VALUE",
     };
+    static const char run_input[] = "{\"type\":\"RUN_STARTED\",\"input\":{\"messages\":[]}}";
     static const char *const dropped[] = {
         "RUN_STARTED",
         "RUN_FINISHED",
@@ -346,14 +348,16 @@ Test(capture, keeps_type_says_what_a_capture_does)
     };
 
     for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
-        cr_assert(agw_capture_keeps_type(kept[i], strlen(kept[i])), "%s", kept[i]);
+        cr_assert(agw_capture_keeps_typed(kept[i], strlen(kept[i]), "{}", 2), "%s", kept[i]);
+    cr_assert(agw_capture_keeps_typed("RUN_STARTED", 11, run_input, sizeof(run_input) - 1));
     for (size_t i = 0; i < sizeof(dropped) / sizeof(dropped[0]); i++) {
         struct agw_capture *c = agw_capture_new();
         char ev[160];
         int n = snprintf(ev, sizeof(ev), "{\"type\":\"%s\",\"messageId\":\"m\",\"delta\":\"x\"}",
                          dropped[i]);
 
-        cr_assert_not(agw_capture_keeps_type(dropped[i], strlen(dropped[i])), "%s", dropped[i]);
+        cr_assert_not(agw_capture_keeps_typed(dropped[i], strlen(dropped[i]), ev, (size_t)n), "%s",
+                      dropped[i]);
         agw_capture_typed(c, dropped[i], strlen(dropped[i]), ev, (size_t)n);
         cr_assert_eq(agw_capture_size(c), 0, "%s kept", dropped[i]);
         agw_capture_free(c);
@@ -1169,6 +1173,52 @@ Test(capture, a_reasoning_run_rebuilds_the_same_thread)
     };
 
     expect_same_thread(events, AGW_ARRAY_LEN(events), 9);
+}
+
+Test(capture, a_run_start_is_kept_only_with_an_input)
+{
+    static const char *const evs[] = {
+        "{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}",
+        "{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\",\"note\":\"input\"}",
+        "{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\",\"input\":{\"messages\":[]}}",
+        "{\"type\":\"RUN_STARTED\",\"input\":\"x\"}",
+    };
+    static const bool kept[] = {false, false, true, true};
+
+    for (size_t i = 0; i < AGW_ARRAY_LEN(evs); i++) {
+        for (int typed = 0; typed < 2; typed++) {
+            struct agw_capture *c = agw_capture_new();
+            size_t len = strlen(evs[i]), n;
+            char *got;
+
+            if (typed)
+                agw_capture_typed(c, "RUN_STARTED", 11, evs[i], len);
+            else
+                agw_capture_event(c, evs[i], len);
+            got = agw_capture_take(c, &n, NULL);
+            cr_assert_eq(got != NULL, kept[i], "%s (typed %d)", evs[i], typed);
+            if (got != NULL) {
+                cr_assert_eq(n, len + 1);
+                cr_assert(memcmp(got, evs[i], len) == 0 && got[len] == '\n');
+            }
+            free(got);
+            agw_capture_free(c);
+        }
+    }
+}
+
+Test(capture, a_run_start_with_an_input_rebuilds_the_same_thread)
+{
+    static const char *const events[] = {
+        "{'type':'RUN_STARTED','threadId':'t1','runId':'r1','input':{'threadId':'t1','runId':'r1',"
+        "'messages':[{'id':'u1','role':'user','content':'hi'},{'id':'u0','role':'user','content':"
+        "'before','subagentRunId':null}]}}",
+        "{'type':'TEXT_MESSAGE_CHUNK','messageId':'a1','delta':'Hel'}",
+        "{'type':'TEXT_MESSAGE_CHUNK','delta':'lo'}",
+        "{'type':'RUN_FINISHED','threadId':'t1','runId':'r1'}",
+    };
+
+    expect_same_thread(events, AGW_ARRAY_LEN(events), 3);
 }
 
 Test(capture, a_tool_call_run_rebuilds_the_same_thread)

@@ -1795,6 +1795,53 @@ Test(history, a_snapshot_keeps_reasoning_and_activity_aside_as_the_client_does)
     }
 }
 
+Test(history, a_run_start_adds_the_input_messages_the_thread_lacks)
+{
+    struct agw_history *h = agw_history_new(100);
+    static const char *const runs[] = {"r0", "r0", "r1", "r1"};
+
+    merge(h, "r0",
+          "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"a\"},{\"id\":\"a1\",\"role\":"
+          "\"assistant\",\"content\":\"b\"}]");
+    /* known ids are left as they are (even changed: the client only adds), new ones appended in
+     * order, once; elements without an id are skipped; no input, or no messages, change nothing */
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r1\",\"input\":{"
+                    "\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"changed\"},"
+                    "{\"id\":\"s1\",\"role\":\"system\",\"content\":\"c\",\"subagentRunId\":null},"
+                    "{\"role\":\"user\"},{\"id\":\"u2\",\"role\":\"user\",\"content\":\"d\"},"
+                    "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"twice\"}]}}"),
+                 1);
+    cr_assert_eq(ev(h, "r2", "{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r2\"}"), 0);
+    cr_assert_eq(ev(h, "r2", "{\"type\":\"RUN_STARTED\",\"input\":{\"threadId\":\"t\"}}"), 0);
+    cr_assert_eq(ev(h, "r2", "{\"type\":\"RUN_STARTED\",\"input\":7}"), 0);
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"a\"},"
+              "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"b\"},"
+              "{\"id\":\"s1\",\"role\":\"system\",\"content\":\"c\"},"
+              "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"d\"}]");
+    expect_runs(h, runs, 4);
+    cr_assert_eq(agw_history_malformed(h), 0);
+    agw_history_free(h);
+}
+
+Test(history, a_tool_call_start_for_a_known_call_renames_it)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\"}");
+    ev(h, "r1", "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{}\"}");
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"g\","
+                    "\"parentMessageId\":\"p\"}"),
+                 1);
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"g\"}"),
+        0);
+    expect(h, "[{\"id\":\"c1\",\"role\":\"assistant\",\"toolCalls\":[{\"id\":\"c1\",\"type\":"
+              "\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"{}\"}}]}]");
+    agw_history_free(h);
+}
+
 Test(history, a_snapshots_null_subagent_run_id_is_left_out)
 {
     struct agw_history *h = agw_history_new(100);
