@@ -47,7 +47,7 @@ struct member {
 };
 
 struct event {
-    struct member type, message_id, tool_call_id, delta, role, input;
+    struct member type, message_id, tool_call_id, delta, role, input, name, subagent_run_id;
 };
 
 /* ---- reading events: the scanner (include/agw/jscan.h) ------------------------------------ */
@@ -72,6 +72,10 @@ static struct member *member_of(struct event *ev, const char *k, size_t n)
         return &ev->role;
     if (span_is(k, n, "input", 5))
         return &ev->input;
+    if (span_is(k, n, "name", 4))
+        return &ev->name;
+    if (span_is(k, n, "subagentRunId", 13))
+        return &ev->subagent_run_id;
     return NULL;
 }
 
@@ -485,7 +489,10 @@ bool agw_capture_line_fields(const char *line, size_t len, struct agw_capture_fi
     struct event ev;
 
     memset(f, 0, sizeof(*f));
-    return scan_event(line, len, &ev) && plain_string(&ev.type, &f->type, &f->type_len) &&
+    if (!scan_event(line, len, &ev))
+        return false;
+    f->more = ev.name.p != NULL || ev.subagent_run_id.p != NULL;
+    return plain_string(&ev.type, &f->type, &f->type_len) &&
            (ev.message_id.p == NULL ||
             plain_string(&ev.message_id, &f->message_id, &f->message_id_len)) &&
            (ev.role.p == NULL || plain_string(&ev.role, &f->role, &f->role_len));

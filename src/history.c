@@ -710,25 +710,59 @@ static struct item *msg_item(json_t *msg, const char *run_id)
     return it;
 }
 
-/* A text message {"id":<id>,"role":<role>,"content":""}, held as text. <id> and <role> (<id_len>
- * and <role_len> bytes, no NUL among them) are the strings' values (escaped here), or with <raw>
- * the bodies of JSON strings written without an escape (the same bytes). */
+/* What a message-making event copies onto the message it makes besides its id and role (each
+ * NULL when the event has none): TEXT_MESSAGE_START's "name", and the "subagentRunId" of the
+ * events that make messages. */
+struct extras {
+    const char *name, *subagent_run_id;
+};
+
+/* Reads <ev>'s extras (<with_name>: its "name" too): 0, or -AGW_EINVAL when one is there but not a
+ * string (null is none). */
+static int extras_of(const json_t *ev, bool with_name, struct extras *x)
+{
+    x->name = NULL;
+    if (with_name && opt_str_field(ev, "name", &x->name) < 0)
+        return -AGW_EINVAL;
+    return opt_str_field(ev, "subagentRunId", &x->subagent_run_id);
+}
+
+/* Adds the extras <x> (may be NULL) to the message value <m>. */
+static void extras_set(json_t *m, const struct extras *x)
+{
+    if (x != NULL && x->name != NULL)
+        must_ok(json_object_set_new(m, "name", must(json_string(x->name))));
+    if (x != NULL && x->subagent_run_id != NULL)
+        must_ok(json_object_set_new(m, "subagentRunId", must(json_string(x->subagent_run_id))));
+}
+
+static void text_put_member(struct item *it, const char *name, const char *v, size_t len, bool raw)
+{
+    text_put(it, name, strlen(name));
+    if (raw)
+        text_put(it, v, len);
+    else
+        text_put_escaped(it, v, len);
+}
+
+/* A text message {"id":<id>,"role":<role>,…<x>,"content":""}, held as text. <id> and <role>
+ * (<id_len> and <role_len> bytes, no NUL among them) are the strings' values (escaped here), or
+ * with <raw> the bodies of JSON strings written without an escape (the same bytes); the extras <x>
+ * (may be NULL; not with <raw>) are values. */
 static struct item *text_item(const char *id, size_t id_len, const char *role, size_t role_len,
-                              bool raw, const char *run_id)
+                              bool raw, const struct extras *x, const char *run_id)
 {
     struct item *it = item_new(id, id_len, run_id);
 
+    assert(x == NULL || !raw);
     text_reserve(it, 32 + id_len + role_len);
-    text_put(it, "{\"id\":\"", 7);
-    if (raw)
-        text_put(it, id, id_len);
-    else
-        text_put_escaped(it, id, id_len);
-    text_put(it, "\",\"role\":\"", 10);
-    if (raw)
-        text_put(it, role, role_len);
-    else
-        text_put_escaped(it, role, role_len);
+    text_put_member(it, "{\"id\":\"", id, id_len, raw);
+    text_put_member(it, "\",\"role\":\"", role, role_len, raw);
+    if (x != NULL && x->name != NULL)
+        text_put_member(it, "\",\"name\":\"", x->name, strlen(x->name), false);
+    if (x != NULL && x->subagent_run_id != NULL)
+        text_put_member(it, "\",\"subagentRunId\":\"", x->subagent_run_id,
+                        strlen(x->subagent_run_id), false);
     text_put(it, "\",\"content\":\"", 13);
     it->text_role = (unsigned char)role_of(role, role_len);
     return it;
@@ -1098,34 +1132,37 @@ int agw_history_merge_body(struct agw_history *h, const char *run_id, const char
 
 /* Appends the text message <id> (see text_item()) unless the id exists: 1, or 0. */
 static int text_start(struct agw_history *h, const char *run_id, const char *id, size_t id_len,
-                      const char *role, size_t role_len, bool raw)
+                      const char *role, size_t role_len, bool raw, const struct extras *x)
 {
     if (find_msgn(h, id, id_len) != SIZE_MAX)
         return 0;
-    append(h, text_item(id, id_len, role, role_len, raw, run_id));
+    append(h, text_item(id, id_len, role, role_len, raw, x, run_id));
     return 1;
 }
 
-/* TEXT_MESSAGE_START: {id, role (default "assistant"), content: ""} unless the id exists. */
+/* TEXT_MESSAGE_START: {id, role (default "assistant"), content: "", name?, subagentRunId?} unless
+ * the id exists. */
 static int on_text_start(struct agw_history *h, const char *run_id, const json_t *ev)
 {
     const char *id = str_field(ev, "messageId"), *role;
+    struct extras x;
 
-    if (id == NULL || opt_str_field(ev, "role", &role) < 0)
+    if (id == NULL || opt_str_field(ev, "role", &role) < 0 || extras_of(ev, true, &x) < 0)
         return -AGW_EINVAL;
     return text_start(h, run_id, id, strlen(id), role ? role : "assistant", role ? strlen(role) : 9,
-                      false);
+                      false, &x);
 }
 
-/* REASONING_MESSAGE_START: {id, role: "reasoning", content: ""} unless the id exists (the event's
- * own role, if any, is not read). */
+/* REASONING_MESSAGE_START: {id, role: "reasoning", content: "", subagentRunId?} unless the id
+ * exists (the event's own role or name, if any, is not read). */
 static int on_reasoning_start(struct agw_history *h, const char *run_id, const json_t *ev)
 {
     const char *id = str_field(ev, "messageId");
+    struct extras x;
 
-    if (id == NULL)
+    if (id == NULL || extras_of(ev, false, &x) < 0)
         return -AGW_EINVAL;
-    return text_start(h, run_id, id, strlen(id), "reasoning", 9, false);
+    return text_start(h, run_id, id, strlen(id), "reasoning", 9, false, &x);
 }
 
 /* TEXT_MESSAGE_CONTENT, REASONING_MESSAGE_CONTENT: appends the delta to the message's content
@@ -1155,8 +1192,10 @@ static int on_tool_start(struct agw_history *h, const char *run_id, const json_t
     const char *parent;
     json_t *target = NULL, *calls;
     size_t i = SIZE_MAX;
+    struct extras x;
 
-    if (tc_id == NULL || name == NULL || opt_str_field(ev, "parentMessageId", &parent) < 0)
+    if (tc_id == NULL || name == NULL || opt_str_field(ev, "parentMessageId", &parent) < 0 ||
+        extras_of(ev, false, &x) < 0)
         return -AGW_EINVAL;
     if ((target = find_tool_call(h, tc_id, false, &i)) != NULL) {
         json_t *fn = json_object_get(target, "function");
@@ -1177,6 +1216,7 @@ static int on_tool_start(struct agw_history *h, const char *run_id, const json_t
     if (target == NULL) {
         const char *id = parent != NULL && i == SIZE_MAX ? parent : tc_id;
         target = must(json_pack("{s:s, s:s, s:[]}", "id", id, "role", "assistant", "toolCalls"));
+        extras_set(target, &x); /* (a message it made only) */
         append(h, msg_item(target, run_id));
     }
     calls = json_object_get(target, "toolCalls");
@@ -1218,11 +1258,13 @@ static int on_tool_result(struct agw_history *h, const char *run_id, const json_
     const char *content = str_field(ev, "content");
     json_t *msg;
     size_t at;
+    struct extras x;
 
-    if (id == NULL || tc_id == NULL || content == NULL)
+    if (id == NULL || tc_id == NULL || content == NULL || extras_of(ev, false, &x) < 0)
         return -AGW_EINVAL;
     msg = must(json_pack("{s:s, s:s, s:s, s:s}", "id", id, "role", "tool", "toolCallId", tc_id,
                          "content", content));
+    extras_set(msg, &x);
     if (find_tool_call(h, tc_id, true, &at) == NULL) {
         append(h, msg_item(msg, run_id));
         return 1;
@@ -1252,10 +1294,11 @@ static int on_text_chunk(struct agw_history *h, const char *run_id, const json_t
     char **slot = reasoning ? &h->chunk_reasoning : &h->chunk_text;
     const char *id, *role;
     const json_t *delta = json_object_get(ev, "delta");
+    struct extras x;
     size_t i;
 
     if (opt_str_field(ev, "messageId", &id) < 0 || opt_str_field(ev, "role", &role) < 0 ||
-        (delta != NULL && !json_is_string(delta)))
+        extras_of(ev, !reasoning, &x) < 0 || (delta != NULL && !json_is_string(delta)))
         return -AGW_EINVAL;
     if (reasoning)
         role = "reasoning";
@@ -1266,7 +1309,7 @@ static int on_text_chunk(struct agw_history *h, const char *run_id, const json_t
     i = find_msg(h, id);
     if (i == SIZE_MAX) {
         append(h, text_item(id, strlen(id), role ? role : "assistant", role ? strlen(role) : 9,
-                            false, run_id));
+                            false, &x, run_id));
         i = h->n - 1;
     }
     set_chunk(slot, id);
@@ -1299,8 +1342,11 @@ static int on_tool_chunk(struct agw_history *h, const char *run_id, const json_t
         json_t *start = must(json_pack("{s:s, s:s, s:s}", "type", "TOOL_CALL_START", "toolCallId",
                                        tc_id, "toolCallName", name));
         const json_t *parent = json_object_get(ev, "parentMessageId");
+        const json_t *sub = json_object_get(ev, "subagentRunId");
         if (json_is_string(parent))
             must_ok(json_object_set(start, "parentMessageId", (json_t *)(uintptr_t)parent));
+        if (sub != NULL)
+            must_ok(json_object_set(start, "subagentRunId", (json_t *)(uintptr_t)sub));
         rc = on_tool_start(h, run_id, start);
         json_decref(start);
         if (rc < 0)
@@ -1631,16 +1677,16 @@ static int apply_other_line(struct agw_history *h, const char *run_id, const cha
     int rc;
 
     /* a text's boundaries need no JSON value either: its start and end */
-    if (agw_capture_line_fields(line, len, &f) && f.message_id != NULL) {
+    if (agw_capture_line_fields(line, len, &f) && f.message_id != NULL && !f.more) {
         if (agw_streq_n(f.type, f.type_len, "TEXT_MESSAGE_START"))
             return applied(h, KNOWN_OTHER,
                            text_start(h, run_id, f.message_id, f.message_id_len,
                                       f.role != NULL ? f.role : "assistant",
-                                      f.role != NULL ? f.role_len : 9, true));
+                                      f.role != NULL ? f.role_len : 9, true, NULL));
         if (agw_streq_n(f.type, f.type_len, "REASONING_MESSAGE_START"))
             return applied(
                 h, KNOWN_OTHER,
-                text_start(h, run_id, f.message_id, f.message_id_len, "reasoning", 9, true));
+                text_start(h, run_id, f.message_id, f.message_id_len, "reasoning", 9, true, NULL));
         if (agw_streq_n(f.type, f.type_len, "TEXT_MESSAGE_END") ||
             agw_streq_n(f.type, f.type_len, "REASONING_MESSAGE_END")) {
             text_end(h, f.message_id, f.message_id_len);

@@ -125,14 +125,15 @@ bool agw_capture_line_delta_at(const char *buf, size_t avail, struct agw_capture
 struct agw_capture_fields {
     const char *type, *message_id, *role;
     size_t type_len, message_id_len, role_len;
+    bool more; /* a "name" or "subagentRunId" member is there (what a message may take from it) */
 };
 
 /* Whether the scanner reads <line> (<len> bytes, without its '\n') as jansson would, enough for
  * the store's thread to apply it without building JSON values: one JSON object (the whole syntax
  * checked, as for an event) whose "type" is a string and whose "messageId" and "role" are absent
  * or strings, none of the three written with an escape, and no key written with an escape nor one
- * of the scanner's keys given twice. Then <f> points into <line>. False for anything else: parse
- * the line. */
+ * of the scanner's keys given twice. Then <f> points into <line>, and says whether the line has
+ * members a message takes besides those. False for anything else: parse the line. */
 bool agw_capture_line_fields(const char *line, size_t len, struct agw_capture_fields *f);
 
 /* Called by agw_capture_input_messages() for each element of a run's input's "messages": its bytes

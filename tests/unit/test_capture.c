@@ -1221,6 +1221,23 @@ Test(capture, a_run_start_with_an_input_rebuilds_the_same_thread)
     expect_same_thread(events, AGW_ARRAY_LEN(events), 3);
 }
 
+Test(capture, names_and_subagent_run_ids_rebuild_the_same_thread)
+{
+    static const char *const events[] = {
+        "{'type':'TEXT_MESSAGE_START','messageId':'a1','role':'assistant','name':'Ann'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'hi','subagentRunId':'s'}",
+        "{'type':'TEXT_MESSAGE_END','messageId':'a1','name':'ignored'}",
+        "{'type':'REASONING_MESSAGE_START','messageId':'t1','subagentRunId':'s'}",
+        "{'type':'REASONING_MESSAGE_END','messageId':'t1'}",
+        "{'type':'TEXT_MESSAGE_START','messageId':'a2','subagentRunId':null}",
+        "{'type':'CUSTOM','name':'n','name':'twice'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a2','delta':'x'}",
+    };
+
+    /* (the CUSTOM event with a key given twice is kept for the store's parse to judge) */
+    expect_same_thread(events, AGW_ARRAY_LEN(events), 8);
+}
+
 Test(capture, a_tool_call_run_rebuilds_the_same_thread)
 {
     static const char *const events[] = {

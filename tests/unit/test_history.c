@@ -1859,3 +1859,65 @@ Test(history, a_snapshots_null_subagent_run_id_is_left_out)
               "{\"id\":\"a2\",\"role\":\"assistant\",\"content\":\"y\",\"subagentRunId\":\"s\"}]");
     agw_history_free(h);
 }
+
+Test(history, names_and_subagent_run_ids_go_on_the_messages_their_events_make)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    ev(h, "r1",
+       "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\",\"name\":\"Ann \\\"A\\\"\","
+       "\"subagentRunId\":\"sub1\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"hi\"}");
+    /* null is none; a START for a known id changes nothing, its name included */
+    ev(h, "r1",
+       "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\",\"name\":null,\"subagentRunId\":"
+       "null}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\",\"name\":\"late\"}");
+    /* a reasoning message takes no name */
+    ev(h, "r1",
+       "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"t1\",\"name\":\"n\","
+       "\"subagentRunId\":"
+       "\"sub2\"}");
+    ev(h, "r1",
+       "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c1\",\"name\":\"Bo\",\"delta\":\"x\"}");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"k1\",\"toolCallName\":\"f\","
+       "\"subagentRunId\":"
+       "\"sub3\"}");
+    /* a call added to a message that exists does not change it */
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"k2\",\"toolCallName\":\"f\","
+       "\"parentMessageId\":"
+       "\"k1\",\"subagentRunId\":\"sub4\"}");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallId\":\"k3\",\"toolCallName\":\"g\","
+       "\"subagentRunId\":"
+       "\"sub5\"}");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"res\",\"toolCallId\":\"k1\",\"content\":"
+       "\"ok\","
+       "\"subagentRunId\":\"sub6\"}");
+    expect(
+        h,
+        "[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"hi\",\"name\":\"Ann \\\"A\\\"\","
+        "\"subagentRunId\":\"sub1\"},"
+        "{\"id\":\"a2\",\"role\":\"assistant\",\"content\":\"\"},"
+        "{\"id\":\"t1\",\"role\":\"reasoning\",\"content\":\"\",\"subagentRunId\":\"sub2\"},"
+        "{\"id\":\"c1\",\"role\":\"assistant\",\"content\":\"x\",\"name\":\"Bo\"},"
+        "{\"id\":\"k1\",\"role\":\"assistant\",\"subagentRunId\":\"sub3\",\"toolCalls\":["
+        "{\"id\":\"k1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}},"
+        "{\"id\":\"k2\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"\"}}]},"
+        "{\"id\":\"res\",\"role\":\"tool\",\"toolCallId\":\"k1\",\"content\":\"ok\","
+        "\"subagentRunId\":\"sub6\"},"
+        "{\"id\":\"k3\",\"role\":\"assistant\",\"subagentRunId\":\"sub5\",\"toolCalls\":["
+        "{\"id\":\"k3\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"\"}}]}"
+        "]");
+    cr_assert_eq(agw_history_malformed(h), 0);
+    cr_assert_lt(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"z\",\"name\":1}"),
+                 0);
+    cr_assert_lt(ev(h, "r1",
+                    "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"z\",\"toolCallId\":\"k1\","
+                    "\"content\":\"ok\",\"subagentRunId\":[]}"),
+                 0);
+    agw_history_free(h);
+}
