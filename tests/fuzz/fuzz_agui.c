@@ -82,12 +82,12 @@ struct sink_ctx {
 };
 
 /* What agw_agui_emitting_content() says of the event emitted must be what the event is: a
- * TEXT_MESSAGE_CONTENT or TOOL_CALL_ARGS whose id and delta are those tokens (a string each, the id
- * without an escape), inside its bytes. */
+ * TEXT_MESSAGE_CONTENT or REASONING_MESSAGE_CONTENT (TOOL_CALL_ARGS with <args>) whose id and delta
+ * are those tokens (a string each, the id without an escape), inside its bytes. */
 static void check_content_hint(const struct agw_agui *a, const char *json, size_t len)
 {
     struct agw_agui_content c;
-    json_t *ev, *id, *delta, *type;
+    json_t *ev, *id, *delta, *type, *reasoning;
     bool ok;
 
     if (!agw_agui_emitting_content(a, &c))
@@ -99,14 +99,18 @@ static void check_content_hint(const struct agw_agui *a, const char *json, size_
     id = json_loadb(c.id, c.id_len, JSON_DECODE_ANY, NULL);
     delta = json_loadb(c.delta, c.delta_len, JSON_DECODE_ANY, NULL);
     type = json_string(c.args ? "TOOL_CALL_ARGS" : "TEXT_MESSAGE_CONTENT");
+    reasoning = json_string(c.args ? "TOOL_CALL_ARGS" : "REASONING_MESSAGE_CONTENT");
     ok = json_is_object(ev) && json_is_string(id) && json_is_string(delta) &&
-         memchr(c.id, '\\', c.id_len) == NULL && json_equal(json_object_get(ev, "type"), type) &&
+         memchr(c.id, '\\', c.id_len) == NULL &&
+         (json_equal(json_object_get(ev, "type"), type) ||
+          json_equal(json_object_get(ev, "type"), reasoning)) &&
          json_equal(json_object_get(ev, c.args ? "toolCallId" : "messageId"), id) &&
          json_equal(json_object_get(ev, "delta"), delta);
     json_decref(ev);
     json_decref(id);
     json_decref(delta);
     json_decref(type);
+    json_decref(reasoning);
     if (!ok)
         fatal("a content hint that is not the event's id and delta");
 }
