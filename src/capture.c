@@ -156,6 +156,8 @@ static enum kind classify(const char *t, size_t n)
         {"REASONING_MESSAGE_END", 21, KIND_KEEP},
         {"REASONING_MESSAGE_CHUNK", 23, KIND_KEEP},
         {"REASONING_ENCRYPTED_VALUE", 25, KIND_KEEP},
+        {"ACTIVITY_SNAPSHOT", 17, KIND_KEEP},
+        {"ACTIVITY_DELTA", 14, KIND_KEEP},
         /* the messages of the input it reports: the client adds those it does not hold */
         {"RUN_STARTED", 11, KIND_RUN},
     };

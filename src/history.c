@@ -10,6 +10,7 @@
 
 #include "agw/capture.h"
 #include "agw/history.h"
+#include "agw/jsonpatch.h"
 #include "agw/jscan.h"
 
 #define DUMP_VERSION   1
@@ -1558,6 +1559,85 @@ static int on_encrypted_value(struct agw_history *h, const json_t *ev)
     return 1;
 }
 
+/* Replaces message <i> with <m> (owned) when they differ: 1, else 0 (<m> freed). */
+static int replace_if_changed(struct agw_history *h, size_t i, json_t *m)
+{
+    if (json_equal(item_msg(h, h->items[i]), m)) {
+        json_decref(m);
+        return 0;
+    }
+    replace_at(h, i, m);
+    return 1;
+}
+
+/* ACTIVITY_SNAPSHOT {messageId, activityType, content, replace?, subagentRunId?}: a new
+ * {id, role: "activity", activityType, content, subagentRunId?} is appended; an activity message
+ * of that id takes the type, the content and the subagentRunId (none when the event has none),
+ * keeping its other members; any other message of that id is replaced by the new one. With
+ * "replace": false a message of that id is left as it is. */
+static int on_activity_snapshot(struct agw_history *h, const char *run_id, const json_t *ev)
+{
+    const char *id = str_field(ev, "messageId"), *type = str_field(ev, "activityType");
+    const json_t *content = json_object_get(ev, "content"),
+                 *replace = json_object_get(ev, "replace");
+    struct extras x;
+    json_t *m;
+    size_t i;
+
+    if (id == NULL || type == NULL || content == NULL ||
+        (replace != NULL && !json_is_boolean(replace) && !json_is_null(replace)) ||
+        extras_of(ev, false, &x) < 0)
+        return -AGW_EINVAL;
+    i = find_msg(h, id);
+    if (i != SIZE_MAX && json_is_false(replace))
+        return 0;
+    if (i != SIZE_MAX && item_role(h->items[i]) == ROLE_ACTIVITY) {
+        m = must(json_deep_copy(item_msg(h, h->items[i])));
+        must_ok(json_object_set_new(m, "activityType", must(json_string(type))));
+        must_ok(json_object_set_new(m, "content", must(json_deep_copy(content))));
+        json_object_del(m, "subagentRunId");
+        extras_set(m, &x);
+        return replace_if_changed(h, i, m);
+    }
+    m = must(json_pack("{s:s, s:s, s:s}", "id", id, "role", "activity", "activityType", type));
+    must_ok(json_object_set_new(m, "content", must(json_deep_copy(content))));
+    extras_set(m, &x);
+    if (i == SIZE_MAX) {
+        append(h, msg_item(m, run_id));
+        return 1;
+    }
+    return replace_if_changed(h, i, m);
+}
+
+/* ACTIVITY_DELTA {messageId, activityType, patch}: the activity message of that id gets its content
+ * (an empty object when it has none) patched (RFC 6902, agw_json_patch()) and the type given; a
+ * patch that fails leaves it as it was, as does an id that is not an activity message's. */
+static int on_activity_delta(struct agw_history *h, const json_t *ev)
+{
+    const char *id = str_field(ev, "messageId"), *type = str_field(ev, "activityType");
+    const json_t *patch = json_object_get(ev, "patch");
+    json_t *m, *content;
+    size_t i;
+
+    if (id == NULL || type == NULL || !json_is_array(patch))
+        return -AGW_EINVAL;
+    i = find_msg(h, id);
+    if (i == SIZE_MAX || item_role(h->items[i]) != ROLE_ACTIVITY)
+        return 0;
+    m = must(json_deep_copy(item_msg(h, h->items[i])));
+    content = json_object_get(m, "content");
+    content =
+        content != NULL && !json_is_null(content) ? json_incref(content) : must(json_object());
+    if (agw_json_patch(&content, patch) != 0) {
+        json_decref(content);
+        json_decref(m);
+        return 0; /* (the client warns and goes on) */
+    }
+    must_ok(json_object_set_new(m, "content", content));
+    must_ok(json_object_set_new(m, "activityType", must(json_string(type))));
+    return replace_if_changed(h, i, m);
+}
+
 /* RUN_STARTED {input: {messages}}: the input's messages whose ids the thread does not know are
  * appended, in order, with this run's id (a "subagentRunId" that is null left out). */
 static int on_run_started(struct agw_history *h, const char *run_id, const json_t *ev)
@@ -1643,6 +1723,10 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
         rc = on_tool_result(h, run_id, event);
     } else if (strcmp(type, "MESSAGES_SNAPSHOT") == 0) {
         rc = on_snapshot(h, run_id, event);
+    } else if (strcmp(type, "ACTIVITY_SNAPSHOT") == 0) {
+        rc = on_activity_snapshot(h, run_id, event);
+    } else if (strcmp(type, "ACTIVITY_DELTA") == 0) {
+        rc = on_activity_delta(h, event);
     } else if (strcmp(type, "RUN_STARTED") == 0 && json_object_get(event, "input") != NULL) {
         rc = on_run_started(h, run_id, event); /* (the capture keeps only these) */
     } else {

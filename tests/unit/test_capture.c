@@ -149,7 +149,6 @@ Test(capture, drops_every_other_type)
         "{'type':'STATE_SNAPSHOT','snapshot':{'a':1}}",
         "{'type':'STATE_DELTA','delta':[{'op':'add','path':'/a','value':1}]}",
         "{'type':'REASONING_START','messageId':'x'}", "{'type':'REASONING_END','messageId':'x'}",
-        "{'type':'ACTIVITY_SNAPSHOT','messageId':'a','content':{}}",
         "{'type':'CUSTOM','name':'n','value':null}", "{'type':'RAW','event':{}}",
         "{'type':'SOMETHING_NEW'}", "{'type':'text_message_start','messageId':'m'}", "{'type':''}",
         "{'type':'TEXT_MESSAGE_END','messageId':'m1'}",
@@ -327,6 +326,7 @@ Test(capture, keeps_type_says_what_a_capture_does)
         "TOOL_CALL_END",         "TOOL_CALL_CHUNK",         "TOOL_CALL_RESULT",
         "MESSAGES_SNAPSHOT",     "REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT",
         "REASONING_MESSAGE_END", "REASONING_MESSAGE_CHUNK", "REASONING_ENCRYPTED_VALUE",
+        "ACTIVITY_SNAPSHOT",     "ACTIVITY_DELTA",
     };
     static const char run_input[] = "{\"type\":\"RUN_STARTED\",\"input\":{\"messages\":[]}}";
     static const char *const dropped[] = {
@@ -343,8 +343,6 @@ Test(capture, keeps_type_says_what_a_capture_does)
         "text_message_start",
         "REASONING_START",
         "REASONING_END",
-        "ACTIVITY_SNAPSHOT",
-        "ACTIVITY_DELTA",
     };
 
     for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
@@ -1236,6 +1234,23 @@ Test(capture, names_and_subagent_run_ids_rebuild_the_same_thread)
 
     /* (the CUSTOM event with a key given twice is kept for the store's parse to judge) */
     expect_same_thread(events, AGW_ARRAY_LEN(events), 8);
+}
+
+Test(capture, an_activity_run_rebuilds_the_same_thread)
+{
+    static const char *const events[] = {
+        "{'type':'ACTIVITY_SNAPSHOT','messageId':'p1','activityType':'plan','content':{'steps':"
+        "['a','b'],'done':0}}",
+        "{'type':'TEXT_MESSAGE_START','messageId':'a1'}",
+        "{'type':'ACTIVITY_DELTA','messageId':'p1','activityType':'plan','patch':[{'op':'replace',"
+        "'path':'/done','value':1}]}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x'}",
+        "{'type':'ACTIVITY_DELTA','messageId':'p1','activityType':'plan','patch':[{'op':'add',"
+        "'path':'/steps/-','value':'c'}]}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'y'}",
+    };
+
+    expect_same_thread(events, AGW_ARRAY_LEN(events), 6);
 }
 
 Test(capture, a_tool_call_run_rebuilds_the_same_thread)

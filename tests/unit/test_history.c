@@ -1921,3 +1921,82 @@ Test(history, names_and_subagent_run_ids_go_on_the_messages_their_events_make)
                  0);
     agw_history_free(h);
 }
+
+Test(history, activity_snapshots_and_deltas)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"p1\",\"activityType\":\"plan\","
+           "\"content\":{\"steps\":[\"a\"],\"done\":0},\"subagentRunId\":\"s\"}"),
+        1);
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"ACTIVITY_DELTA\",\"messageId\":\"p1\",\"activityType\":\"plan2\","
+           "\"patch\":[{\"op\":\"replace\",\"path\":\"/done\",\"value\":1},{\"op\":\"add\","
+           "\"path\":\"/steps/-\",\"value\":\"b\"}]}"),
+        1);
+    /* a patch that fails, on its second operation, leaves the message as it was */
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"ACTIVITY_DELTA\",\"messageId\":\"p1\",\"activityType\":\"x\","
+                    "\"patch\":[{\"op\":\"replace\",\"path\":\"/done\",\"value\":2},{\"op\":"
+                    "\"remove\",\"path\":\"/nothing\"}]}"),
+                 0);
+    expect(h, "[{\"id\":\"p1\",\"role\":\"activity\",\"activityType\":\"plan2\",\"content\":{"
+              "\"steps\":[\"a\",\"b\"],\"done\":1},\"subagentRunId\":\"s\"}]");
+    /* replace false leaves a known id; a snapshot of a known activity message replaces its type
+     * and content, keeps its other members, and its subagentRunId goes (none given) */
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"p1\",\"activityType\":\"plan\","
+           "\"content\":{\"v\":2},\"replace\":false}"),
+        0);
+    merge(h, "r0",
+          "[{\"id\":\"p1\",\"role\":\"activity\",\"activityType\":\"plan2\",\"content\":{"
+          "\"steps\":[\"a\",\"b\"],\"done\":1},\"subagentRunId\":\"s\",\"extra\":true}]");
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"p1\",\"activityType\":\"plan\","
+           "\"content\":{\"v\":2}}"),
+        1);
+    expect(h, "[{\"id\":\"p1\",\"role\":\"activity\",\"activityType\":\"plan\",\"content\":{"
+              "\"v\":2},\"extra\":true}]");
+    /* a delta on a message of another role, or an unknown id: nothing; on an activity message
+     * without content: the patch applies to {} */
+    merge(h, "r0",
+          "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"q\"},{\"id\":\"p2\",\"role\":"
+          "\"activity\",\"activityType\":\"t\"}]");
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"ACTIVITY_DELTA\",\"messageId\":\"u1\",\"activityType\":\"t\","
+                    "\"patch\":[]}"),
+                 0);
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"ACTIVITY_DELTA\",\"messageId\":\"zz\",\"activityType\":\"t\","
+                    "\"patch\":[]}"),
+                 0);
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"ACTIVITY_DELTA\",\"messageId\":\"p2\",\"activityType\":\"t\","
+                    "\"patch\":[{\"op\":\"add\",\"path\":\"/k\",\"value\":1}]}"),
+                 1);
+    /* a snapshot for another role's id replaces that message, keeping its run id */
+    cr_assert_eq(ev(h, "r2",
+                    "{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"u1\",\"activityType\":\"t\","
+                    "\"content\":[1]}"),
+                 1);
+    expect(h, "[{\"id\":\"p1\",\"role\":\"activity\",\"activityType\":\"plan\",\"content\":{"
+              "\"v\":2},\"extra\":true},{\"id\":\"u1\",\"role\":\"activity\",\"activityType\":"
+              "\"t\",\"content\":[1]},{\"id\":\"p2\",\"role\":\"activity\",\"activityType\":\"t\","
+              "\"content\":{\"k\":1}}]");
+    cr_assert_str_eq(agw_history_run_id(h, 1), "r0");
+    cr_assert_eq(agw_history_malformed(h), 0);
+    cr_assert_lt(ev(h, "r1", "{\"type\":\"ACTIVITY_DELTA\",\"messageId\":\"p1\",\"patch\":[]}"), 0);
+    cr_assert_lt(
+        ev(h, "r1", "{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"p1\",\"activityType\":\"t\"}"),
+        0);
+    cr_assert_lt(ev(h, "r1",
+                    "{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"p1\",\"activityType\":\"t\","
+                    "\"content\":{},\"replace\":\"no\"}"),
+                 0);
+    agw_history_free(h);
+}
