@@ -33,6 +33,8 @@ static const char *const ev_names[] = {
     "REASONING_MESSAGE_CONTENT",
     "REASONING_MESSAGE_END",
     "REASONING_END",
+    "ACTIVITY_SNAPSHOT",
+    "ACTIVITY_DELTA",
     NULL,
     NULL,
     NULL,
@@ -177,6 +179,14 @@ void plan_reasoning(struct run *r, const char *span, const char *id, const char 
     s->id = agw_xstrdup(id);
     s = plan_add(r, EV_REASONING_END);
     s->id = agw_xstrdup(span);
+}
+
+void plan_activity(struct run *r, const char *id, bool delta, const char *json)
+{
+    struct step *s = plan_add(r, delta ? EV_ACTIVITY_DELTA : EV_ACTIVITY_SNAPSHOT);
+
+    s->id = agw_xstrdup(id);
+    s->text = agw_xstrdup(json);
 }
 
 void plan_begin(struct run *r)
@@ -349,6 +359,13 @@ static json_t *step_json(const struct run *r, const struct step *s, uint64_t rep
     case EV_REASONING_MESSAGE_CONTENT:
         set_str(ev, "messageId", s->id);
         set_str(ev, "delta", s->text);
+        break;
+    case EV_ACTIVITY_SNAPSHOT:
+    case EV_ACTIVITY_DELTA:
+        set_str(ev, "messageId", s->id);
+        set_str(ev, "activityType", "plan");
+        json_object_set_new(ev, s->kind == EV_ACTIVITY_DELTA ? "patch" : "content",
+                            json_loads(s->text, 0, NULL));
         break;
     case EV_DONE:
     case EV_STALL:

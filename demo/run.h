@@ -31,9 +31,11 @@ enum ev_kind {
     EV_REASONING_MESSAGE_CONTENT,
     EV_REASONING_MESSAGE_END,
     EV_REASONING_END,
-    EV_DONE,  /* data: [DONE] */
-    EV_STALL, /* not an event: production stops here for good */
-    EV_WAIT,  /* not an event: production waits here for a decision (wait_decision=1) */
+    EV_ACTIVITY_SNAPSHOT, /* <id>, and <text>: the content's JSON */
+    EV_ACTIVITY_DELTA,    /* <id>, and <text>: the patch's JSON */
+    EV_DONE,              /* data: [DONE] */
+    EV_STALL,             /* not an event: production stops here for good */
+    EV_WAIT,              /* not an event: production waits here for a decision (wait_decision=1) */
 };
 
 /* One delta of a text message: the raw text and its JSON string literal (quotes included), made
@@ -99,6 +101,9 @@ void plan_tool_call(struct run *r, const char *call_id, const char *name, const 
                     const char *args);
 /* RUN_STARTED, unless lifecycle=none. */
 void plan_begin(struct run *r);
+/* Adds an ACTIVITY_SNAPSHOT (<delta> false) or ACTIVITY_DELTA of activity message <id> (type
+ * "plan"), <json> its content or patch. */
+void plan_activity(struct run *r, const char *id, bool delta, const char *json);
 /* Adds a reasoning span <span> holding reasoning message <id>, one REASONING_MESSAGE_CONTENT per
  * text of <texts>. */
 void plan_reasoning(struct run *r, const char *span, const char *id, const char *const *texts,

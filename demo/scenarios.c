@@ -581,7 +581,7 @@ static void scenario_weather(struct run *r, const char *text, size_t n)
 /* (e) Conversation: a friendly reply echoing the user's text, over several deltas. */
 static void scenario_chat(struct run *r, const char *text, const char *lower, size_t n)
 {
-    char id[ID_LEN], echo[ECHO_MAX + 8];
+    char id[ID_LEN], echo[ECHO_MAX + 8], plan[ID_LEN];
     const char *greet[] = {"Hello", "! How can I help you?"};
     const char *reply[] = {"Hello", "! You said: \"", echo, "\".", " How can I help you?"};
     size_t tl = strlen(lower);
@@ -604,10 +604,18 @@ static void scenario_chat(struct run *r, const char *text, const char *lower, si
         make_id(r, rid, "thought_", 1, n + 1);
         plan_reasoning(r, span, rid, texts, AGW_ARRAY_LEN(texts));
     }
+    if (r->k.activity && r->k.dialect == DIALECT_AGUI) {
+        make_id(r, plan, "plan_", 1, n + 1);
+        plan_activity(r, plan, false, "{\"steps\":[\"read\",\"answer\"],\"done\":0}");
+    }
     if (greeting)
         plan_text(r, id, greet, AGW_ARRAY_LEN(greet), true);
     else
         plan_text(r, id, reply, AGW_ARRAY_LEN(reply), true);
+    if (r->k.activity && r->k.dialect == DIALECT_AGUI)
+        plan_activity(r, plan, true,
+                      "[{\"op\":\"replace\",\"path\":\"/done\",\"value\":2},"
+                      "{\"op\":\"add\",\"path\":\"/steps/-\",\"value\":\"done\"}]");
     plan_end(r);
 }
 

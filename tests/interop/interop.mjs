@@ -87,6 +87,22 @@ const idsMatch = (r) =>
   await historyMatches("reasoning (two runs)", r.threadId, r2.messages);
 }
 
+// 1c. Activity messages: a plan shown by ACTIVITY_SNAPSHOT and changed by ACTIVITY_DELTA's JSON Patch. The
+// client holds it (and never sends it back); the thread's history holds the same, after each of two runs.
+{
+  const r = await run(`${GW}/agents/activity/runs`, { messages: [user("m1", "Plan it")] });
+  check("activity: the verifier accepts the stream", !r.error, r.error);
+  const plan = r.messages.find((m) => m.role === "activity");
+  check("activity: the client holds the patched plan",
+        JSON.stringify(plan?.content) === JSON.stringify({ steps: ["read", "answer", "done"], done: 2 }),
+        JSON.stringify(r.messages));
+  await historyMatches("activity", r.threadId, r.messages);
+  const r2 = await run(`${GW}/agents/activity/runs`,
+                       { threadId: r.threadId, messages: [...r.messages, user("m2", "Again")] });
+  check("activity: the second run is accepted", !r2.error, r2.error);
+  await historyMatches("activity (two runs)", r.threadId, r2.messages);
+}
+
 // 2. Server-side tool get_weather (scenario 2).
 {
   const r = await run(`${GW}/agents/demo/runs`, { messages: [user("m1", "What is the weather in Paris?")] });

@@ -34,7 +34,8 @@ cat >"$T/gw.json" <<JSON
     $(agent demo ""), $(agent bytewise "?bytewise=1"), $(agent crlf "?crlf=1&comments=1"),
     $(agent bare "?lifecycle=none&done=1"), $(agent multiline "?multiline=1"),
     $(agent cloudbase "?dialect=cloudbase&fail=1"), $(agent drop "?drop_after=4"),
-    $(agent hitl "?wait_decision=1"), $(agent reasoning "?reasoning=1"), $(agent hitlstream "?wait_decision=1&decision=stream"),
+    $(agent hitl "?wait_decision=1"), $(agent reasoning "?reasoning=1"),
+    $(agent activity "?activity=1&reasoning=1"), $(agent hitlstream "?wait_decision=1&decision=stream"),
     $(agent hitlempty "?wait_decision=1&decision=empty"), $(agent hitlrefuse "?wait_decision=1&decision=refuse"),
     "legacy": { "upstreams": ["$D/send-message?dialect=ag-kit"], "protocol": "ag-kit" }
   }
