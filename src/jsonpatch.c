@@ -140,6 +140,27 @@ static bool same(const json_t *a, const json_t *b)
     }
 }
 
+/* The values in <v> (itself included), counting no further than <max> + 1. */
+static size_t nodes(const json_t *v, size_t max)
+{
+    size_t n = 1, i;
+    const char *k;
+    json_t *c;
+
+    if (json_is_array(v)) {
+        for (i = 0; i < json_array_size(v) && n <= max; i++)
+            n += nodes(json_array_get(v, i), max - n);
+    } else if (json_is_object(v)) {
+        json_object_foreach((json_t *)(uintptr_t)v, k, c)
+        {
+            if (n > max)
+                break;
+            n += nodes(c, max - n);
+        }
+    }
+    return n;
+}
+
 /* Adds <v> (a reference taken) at <path> of *<doc>. */
 static int add(json_t **doc, const char *path, json_t *v, char *tok)
 {
@@ -183,8 +204,9 @@ static int remove_at(json_t *doc, const char *path, char *tok)
     return -AGW_EINVAL;
 }
 
-/* One operation. */
-static int apply_op(json_t **doc, const json_t *op, char *tok)
+/* One operation. <*copies>: the values "copy" may still make (a patch of copies of the document
+ * into itself doubles it each time). */
+static int apply_op(json_t **doc, const json_t *op, char *tok, size_t *copies)
 {
     const char *name = json_string_value(json_object_get(op, "op"));
     const char *path = pointer_of(op, "path"), *from;
@@ -237,8 +259,14 @@ static int apply_op(json_t **doc, const json_t *op, char *tok)
         return -AGW_EINVAL;
     if ((from = pointer_of(op, "from")) == NULL || (v = value_at(*doc, from, tok)) == NULL)
         return -AGW_EINVAL;
-    if (name[0] == 'c')
+    if (name[0] == 'c') {
+        size_t made = nodes(v, *copies);
+
+        if (made > *copies)
+            return -AGW_EINVAL;
+        *copies -= made;
         return add(doc, path, must(json_deep_copy(v)), tok);
+    }
     n = strlen(from);
     if (strcmp(from, path) == 0)
         return 0;
@@ -254,7 +282,7 @@ static int apply_op(json_t **doc, const json_t *op, char *tok)
 
 int agw_json_patch(json_t **doc, const json_t *patch)
 {
-    size_t i, longest = 0;
+    size_t i, longest = 0, copies;
     const json_t *op;
     char *tok;
     int rc = 0;
@@ -272,10 +300,14 @@ int agw_json_patch(json_t **doc, const json_t *patch)
         if (f != NULL && strlen(f) > longest)
             longest = strlen(f);
     }
+    /* copies may make as many values as the document and the patch hold, and a margin: one
+     * doubling at most, where the client's library would grow without bound */
+    copies = AGW_JSON_PATCH_COPY_MARGIN;
+    copies += nodes(*doc, SIZE_MAX / 4) + nodes(patch, SIZE_MAX / 4);
     tok = agw_xmalloc(longest + 1);
     json_array_foreach(patch, i, op)
     {
-        if ((rc = apply_op(doc, op, tok)) != 0)
+        if ((rc = apply_op(doc, op, tok, &copies)) != 0)
             break;
     }
     free(tok);

@@ -14,7 +14,12 @@
  * adds a deep copy; test compares by value (numbers as numbers: 1 equals 1.0);
  * - "" names the whole document: add and replace put the value in its place, remove makes it
  * null, move and copy put the value at "from", test compares the whole.
- * Operations apply in order; the first that fails stops the patch. */
+ * Operations apply in order; the first that fails stops the patch.
+ * One bound the client's library does not have: the values that "copy" operations make, together,
+ * may not outnumber those of the document and the patch plus AGW_JSON_PATCH_COPY_MARGIN (a patch
+ * that copies the document into itself again and again would double it each time: thirty copies,
+ * a billion values); past that the copy fails. */
+#define AGW_JSON_PATCH_COPY_MARGIN 65536
 #ifndef AGW_JSONPATCH_H
 #define AGW_JSONPATCH_H
 

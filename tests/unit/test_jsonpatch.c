@@ -130,3 +130,33 @@ Test(jsonpatch, what_is_refused)
            "\"value\":2},{\"op\":\"add\",\"path\":\"/c\",\"value\":3}]",
            NULL);
 }
+
+/* Copies of the document into itself double it each time: the copies may make as many values as
+ * the document and the patch hold, plus AGW_JSON_PATCH_COPY_MARGIN, and then fail. */
+Test(jsonpatch, copies_cannot_grow_the_document_without_bound)
+{
+    json_t *patch = json_array(), *doc = json_pack("{s:i}", "a", 1);
+    size_t k;
+
+    for (k = 0; k < 40; k++) {
+        char path[16];
+
+        snprintf(path, sizeof(path), "/k%zu", k);
+        json_array_append_new(patch,
+                              json_pack("{s:s, s:s, s:s}", "op", "copy", "from", "", "path", path));
+    }
+    cr_assert_eq(agw_json_patch(&doc, patch), -AGW_EINVAL);
+    json_decref(doc);
+    json_decref(patch);
+
+    /* a copy of a subtree as large as the margin allows is made */
+    doc = json_pack("{s:[]}", "big");
+    for (k = 0; k < AGW_JSON_PATCH_COPY_MARGIN / 2; k++)
+        json_array_append_new(json_object_get(doc, "big"), json_integer((json_int_t)k));
+    patch = json_pack("[{s:s, s:s, s:s}, {s:s, s:s, s:s}]", "op", "copy", "from", "/big", "path",
+                      "/c1", "op", "copy", "from", "/big", "path", "/c2");
+    cr_assert_eq(agw_json_patch(&doc, patch), 0);
+    cr_assert_eq(json_array_size(json_object_get(doc, "c2")), AGW_JSON_PATCH_COPY_MARGIN / 2);
+    json_decref(doc);
+    json_decref(patch);
+}
