@@ -1363,18 +1363,8 @@ static int on_tool_chunk(struct agw_history *h, const char *run_id, const json_t
     return 1;
 }
 
-/* The last element of <snap> with id <id>, or NULL (the client's Map keeps the last). */
-static const json_t *snapshot_get(const json_t *snap, const char *id)
-{
-    for (size_t k = json_array_size(snap); k-- > 0;) {
-        const json_t *m = json_array_get(snap, k);
-        if (strcmp(msg_id(m), id) == 0)
-            return m;
-    }
-    return NULL;
-}
-
-/* A snapshot's message as the client takes it: a "subagentRunId" that is null is removed. New. */
+/* A snapshot's message as the client takes it (a new value): a "subagentRunId" that is null is
+ * removed. */
 static json_t *snapshot_copy(const json_t *m)
 {
     json_t *c = must(json_deep_copy(m));
@@ -1384,19 +1374,13 @@ static json_t *snapshot_copy(const json_t *m)
     return c;
 }
 
-/* Whether the snapshot holds a message of role <r>. */
-static bool snapshot_has(const json_t *snap, enum role r)
-{
-    size_t k;
-    const json_t *m;
-
-    json_array_foreach(snap, k, m)
-    {
-        if (value_role(m) == r)
-            return true;
-    }
-    return false;
-}
+/* What a MESSAGES_SNAPSHOT says, read once. */
+struct snapshot {
+    json_t *by_id;                    /* id -> the last of the snapshot's messages with it */
+    bool has_reasoning, has_activity; /* it holds a message of that role */
+    int authority;                    /* snapshot_authority() */
+    const json_t *types;              /* its authoritative activity types, or NULL */
+};
 
 /* The activity types a snapshot says it holds all of (its metadata's
  * "@ag-ui/client".authoritativeActivityTypes), as the client reads them: 0 = not said, 1 = said as
@@ -1432,28 +1416,27 @@ static int snapshot_authority(const json_t *ev, const json_t **types)
  * a reasoning message when the snapshot holds none; an activity message whose type the snapshot
  * does not speak for (not among its authoritative types when it lists them; when it says nothing,
  * as long as it holds no activity message). */
-static bool snapshot_keeps(struct agw_history *h, struct item *it, const json_t *ev,
-                           const json_t *snap)
+static bool snapshot_keeps(struct agw_history *h, struct item *it, const struct snapshot *sn)
 {
-    const json_t *types, *type, *t;
+    const json_t *type, *t;
     size_t k;
 
     switch (item_role(it)) {
     case ROLE_REASONING:
-        return !snapshot_has(snap, ROLE_REASONING);
+        return !sn->has_reasoning;
     case ROLE_ACTIVITY:
-        switch (snapshot_authority(ev, &types)) {
+        switch (sn->authority) {
         case 0:
-            return !snapshot_has(snap, ROLE_ACTIVITY);
+            return !sn->has_activity;
         case 1:
             return false;
         default:
-            if (types == NULL)
+            if (sn->types == NULL)
                 return true;
             /* (an activity message is a value: the client never sends one back, so none comes
              * as text; a shed one is read back) */
             type = json_object_get(item_msg(h, it), "activityType");
-            json_array_foreach(types, k, t)
+            json_array_foreach(sn->types, k, t)
             {
                 if (json_is_string(type) && json_equal(t, type))
                     return false;
@@ -1470,8 +1453,10 @@ static bool snapshot_keeps(struct agw_history *h, struct item *it, const json_t 
  * new ones are appended in its order. */
 static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *ev)
 {
-    const json_t *snap = json_object_get(ev, "messages"), *m;
+    const json_t *snap = json_object_get(ev, "messages");
+    json_t *m;
     size_t k, kept = 0, known;
+    struct snapshot sn = {0};
 
     if (!json_is_array(snap))
         return -AGW_EINVAL;
@@ -1480,10 +1465,20 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
         if (!valid_msg(m))
             return -AGW_EINVAL;
     }
+    /* one pass over the snapshot: a thread of n messages and a snapshot of m cost n + m look-ups,
+     * not n times m comparisons */
+    sn.by_id = must(json_object());
+    json_array_foreach(snap, k, m)
+    {
+        must_ok(json_object_set(sn.by_id, msg_id(m), m)); /* (the last of an id wins) */
+        sn.has_reasoning |= value_role(m) == ROLE_REASONING;
+        sn.has_activity |= value_role(m) == ROLE_ACTIVITY;
+    }
+    sn.authority = snapshot_authority(ev, &sn.types);
     for (size_t i = 0; i < h->n; i++) {
         struct item *it = h->items[i];
-        const json_t *s = snapshot_get(snap, it->id);
-        if (s == NULL && snapshot_keeps(h, it, ev, snap)) {
+        const json_t *s = json_object_get(sn.by_id, it->id);
+        if (s == NULL && snapshot_keeps(h, it, &sn)) {
             if (text_whole(h, it) != 0)
                 text_lost(it);
             h->items[kept] = it;
@@ -1528,6 +1523,7 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
         if (i == SIZE_MAX || i >= known)
             append(h, msg_item(snapshot_copy(m), run_id));
     }
+    json_decref(sn.by_id);
     return 1;
 }
 

@@ -394,6 +394,13 @@ Test(history, messages_snapshot_replaces_drops_and_appends)
               "{\"id\":\"n1\",\"role\":\"assistant\",\"content\":\"new\"}]");
     const char *runs[] = {"r1", "r1", "r2"};
     expect_runs(h, runs, 3);
+    /* an id the snapshot gives twice: the known message takes the last of them */
+    cr_assert_eq(ev(h, "r3",
+                    "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":["
+                    "{\"id\":\"u1\",\"role\":\"user\",\"content\":\"first\"},"
+                    "{\"id\":\"u1\",\"role\":\"user\",\"content\":\"last\"}]}"),
+                 1);
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"last\"}]");
     agw_history_free(h);
 }
 
