@@ -1478,18 +1478,7 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
     for (size_t i = 0; i < h->n; i++) {
         struct item *it = h->items[i];
         const json_t *s = json_object_get(sn.by_id, it->id);
-        if (s == NULL && snapshot_keeps(h, it, &sn)) {
-            if (text_whole(h, it) != 0)
-                text_lost(it);
-            h->items[kept] = it;
-            if (kept != i) {
-                it->pos = h->dropped + kept;
-                touch_moved(h, kept);
-            }
-            kept++;
-            continue;
-        }
-        if (s == NULL) {
+        if (s == NULL && !snapshot_keeps(h, it, &sn)) {
             index_remove(h, it);
             item_free(it);
             continue;
@@ -1502,13 +1491,14 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
             it->pos = h->dropped + kept;
             touch_moved(h, kept);
         }
-        if (json_is_null(json_object_get(s, "subagentRunId"))) {
+        /* (one kept aside stays as it is) */
+        if (s != NULL && json_is_null(json_object_get(s, "subagentRunId"))) {
             json_t *c = snapshot_copy(s);
             if (!json_equal(item_msg(h, it), c))
                 replace_at(h, kept, c);
             else
                 json_decref(c);
-        } else if (!json_equal(item_msg(h, it), s)) {
+        } else if (s != NULL && !json_equal(item_msg(h, it), s)) {
             replace_at(h, kept, must(json_deep_copy(s)));
         }
         kept++;
