@@ -388,11 +388,17 @@ char *agw_agkit_legacy_to_input(const char *body, size_t len, const char *thread
         snprintf(err, errlen, "the body must be a JSON object");
         goto out;
     }
-    /* The thread so far, oldest first (the page is newest first). */
+    /* The thread so far, oldest first (the page is newest first), as @ag-ui/client sends what it
+     * holds: without activity messages (a UI's, not the model's). */
     page = history != NULL ? load(history, history_len) : NULL;
     x = json_object_get(page, "messages");
-    for (i = json_array_size(x); i > 0; i--)
-        json_array_append(all, json_array_get(x, i - 1));
+    for (i = json_array_size(x); i > 0; i--) {
+        json_t *m = json_array_get(x, i - 1);
+        const char *role = json_string_value(json_object_get(m, "role"));
+
+        if (role == NULL || strcmp(role, "activity") != 0)
+            json_array_append(all, m);
+    }
     messages = json_object_get(in, "messages");
     if (messages != NULL && !json_is_array(messages)) {
         snprintf(err, errlen, "messages must be an array");

@@ -307,13 +307,15 @@ static void expect_input_error(const char *legacy, const char *want)
 
 Test(agkit, legacy_request_to_input)
 {
-    /* The thread's history (a newest-first page) comes first, oldest first; then the delta. */
+    /* The thread's history (a newest-first page) comes first, oldest first, without its activity
+     * messages (the client sends none); then the delta. */
     json_t *j = to_input(
         "{\"conversationId\":\"c1\",\"messages\":[{\"role\":\"tool\",\"content\":\"done\","
         "\"toolCallId\":\"a_b_c\"}],\"tools\":[{\"name\":\"f\",\"description\":\"d\","
         "\"parameters\":\"{\\\"type\\\":\\\"object\\\"}\"}],\"resume\":{\"interruptId\":\"i1\","
         "\"payload\":true}}",
-        "{\"messages\":[{\"id\":\"a1\",\"role\":\"assistant\",\"toolCalls\":[]},{\"id\":\"m1\","
+        "{\"messages\":[{\"id\":\"a1\",\"role\":\"assistant\",\"toolCalls\":[]},{\"id\":\"p1\","
+        "\"role\":\"activity\",\"activityType\":\"plan\",\"content\":{}},{\"id\":\"m1\","
         "\"role\":\"user\",\"content\":\"go\"}],\"has_more\":false}");
 
     expect_json(j, "{\"threadId\":\"c1\",\"runId\":\"r2\",\"messages\":[{\"id\":\"m1\",\"role\":"
