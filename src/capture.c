@@ -47,7 +47,8 @@ struct member {
 };
 
 struct event {
-    struct member type, message_id, tool_call_id, delta, role, input, name, subagent_run_id;
+    struct member type, message_id, tool_call_id, delta, role, input, name, subagent_run_id,
+        metadata;
 };
 
 /* ---- reading events: the scanner (include/agw/jscan.h) ------------------------------------ */
@@ -76,6 +77,8 @@ static struct member *member_of(struct event *ev, const char *k, size_t n)
         return &ev->name;
     if (span_is(k, n, "subagentRunId", 13))
         return &ev->subagent_run_id;
+    if (span_is(k, n, "metadata", 8))
+        return &ev->metadata;
     return NULL;
 }
 
@@ -327,8 +330,8 @@ void agw_capture_event(struct agw_capture *c, const char *json, size_t len)
     if (kind == KIND_RUN)
         return;
     id = kind == KIND_TEXT ? &ev.message_id : &ev.tool_call_id;
-    if (!id->string || !ev.delta.string) {
-        keep(c, json, len); /* malformed for history: it says so */
+    if (!id->string || !ev.delta.string || ev.metadata.p != NULL) {
+        keep(c, json, len); /* malformed for history (it says so), or metadata to merge */
         return;
     }
     coalesce(c, kind, id, &ev.delta);
@@ -493,7 +496,7 @@ bool agw_capture_line_fields(const char *line, size_t len, struct agw_capture_fi
     memset(f, 0, sizeof(*f));
     if (!scan_event(line, len, &ev))
         return false;
-    f->more = ev.name.p != NULL || ev.subagent_run_id.p != NULL;
+    f->more = ev.name.p != NULL || ev.subagent_run_id.p != NULL || ev.metadata.p != NULL;
     return plain_string(&ev.type, &f->type, &f->type_len) &&
            (ev.message_id.p == NULL ||
             plain_string(&ev.message_id, &f->message_id, &f->message_id_len)) &&

@@ -844,6 +844,134 @@ static void append_content(struct agw_history *h, size_t i, const json_t *delta)
     touch(h, i);
 }
 
+/* ---- metadata: what the client's mergeMetadata() does ---------------------------------------- */
+
+/* Merges the object <in> into the "metadata" of the value <target>, key by key, the last write
+ * winning, never recursing (an absent or non-object "metadata" counts as {}). 1 when it changed. */
+static int meta_merge_value(json_t *target, const json_t *in)
+{
+    json_t *cur = json_object_get(target, "metadata"), *m, *v;
+    const char *k;
+
+    m = json_is_object(cur) ? must(json_copy(cur)) : must(json_object());
+    json_object_foreach((json_t *)(uintptr_t)in, k, v)
+    {
+        must_ok(json_object_set_new(m, k, must(json_deep_copy(v))));
+    }
+    if (json_equal(cur, m)) {
+        json_decref(m);
+        return 0;
+    }
+    must_ok(json_object_set_new(target, "metadata", m));
+    return 1;
+}
+
+/* The same for a message held as text, which stays text: its "metadata" member is written (or
+ * replaced) before its "content", the last member, whose body goes on growing at the end; the
+ * store's pieces are then no longer a prefix of it, so it is written whole next. A metadata that
+ * does not change costs a parse of the member and a comparison; one that does, a copy of the
+ * text. 1 when it changed. */
+static int meta_merge_text(struct agw_history *h, size_t i, const json_t *in)
+{
+    struct item *it = h->items[i];
+    struct agw_jscan w;
+    const char *key, *at = NULL, *from = NULL, *to = NULL;
+    size_t klen, dlen, head, tail;
+    json_t *holder;
+    char *dump, *b;
+    int rc;
+
+    if (text_whole(h, it) != 0)
+        text_lost(it); /* (a value from now on) */
+    if (!is_text(it) || !agw_jscan_open(&w, it->text, it->text + it->text_len, 32, false))
+        goto as_value;
+    while (at == NULL && agw_jscan_next(&w, &key, &klen) == 1) {
+        const char *v = w.p;
+
+        if (agw_streq_n(key, klen, "content")) {
+            at = key - 1; /* the key's opening quote: the rest is the content, unterminated */
+            break;
+        }
+        if (!agw_jscan_skip(&w))
+            goto as_value;
+        if (agw_streq_n(key, klen, "metadata")) {
+            from = v;
+            to = w.p;
+        }
+    }
+    if (at == NULL)
+        goto as_value;
+    holder = must(json_object());
+    if (from != NULL)
+        must_ok(json_object_set_new(holder, "metadata",
+                                    must(json_loadb(from, (size_t)(to - from), 0, NULL))));
+    if (meta_merge_value(holder, in) == 0) {
+        json_decref(holder);
+        return 0;
+    }
+    dump = json_dumps(json_object_get(holder, "metadata"), JSON_COMPACT);
+    json_decref(holder);
+    if (dump == NULL)
+        abort();
+    dlen = strlen(dump);
+    /* [text .. from) <dump> [to .. end), or [text .. at) "metadata":<dump>, [at .. end) */
+    head = (size_t)((from != NULL ? from : at) - it->text);
+    tail = it->text_len - (size_t)((from != NULL ? to : at) - it->text);
+    it->text_cap = head + 12 + dlen + tail + TEXT_CLOSE_LEN + 1;
+    b = agw_xmalloc(it->text_cap);
+    memcpy(b, it->text, head);
+    if (from == NULL) {
+        memcpy(b + head, "\"metadata\":", 11);
+        head += 11;
+    }
+    memcpy(b + head, dump, dlen);
+    head += dlen;
+    if (from == NULL)
+        b[head++] = ',';
+    memcpy(b + head, it->text + it->text_len - tail, tail);
+    free(it->text);
+    free(dump);
+    it->text = b;
+    it->text_len = head + tail;
+    it->whole = true;
+    touch(h, i);
+    return 1;
+as_value:
+    rc = meta_merge_value(item_msg(h, it), in);
+    if (rc)
+        touch(h, i);
+    return rc;
+}
+
+/* The event <ev>'s "metadata", when it is an object, merged into message <i>'s. 1 when it
+ * changed. */
+static int meta_merge(struct agw_history *h, size_t i, const json_t *ev)
+{
+    const json_t *in = json_object_get(ev, "metadata");
+    struct item *it = h->items[i];
+    int rc;
+
+    if (!json_is_object(in))
+        return 0;
+    if (it->msg == NULL && !it->shed_value)
+        return meta_merge_text(h, i, in);
+    rc = meta_merge_value(item_msg(h, it), in);
+    if (rc)
+        touch(h, i);
+    return rc;
+}
+
+/* The same into tool call <tc> of message <at>. */
+static int meta_merge_call(struct agw_history *h, json_t *tc, size_t at, const json_t *ev)
+{
+    const json_t *in = json_object_get(ev, "metadata");
+
+    if (!json_is_object(in) || !meta_merge_value(tc, in))
+        return 0;
+    touch(h, at);
+    return 1;
+}
+
 /* TEXT_MESSAGE_END for message <id>: see text_ended. */
 static void text_end(struct agw_history *h, const char *id, size_t len)
 {
@@ -1131,6 +1259,17 @@ int agw_history_merge_body(struct agw_history *h, const char *run_id, const char
     return changed < 0 ? 0 : changed;
 }
 
+/* The event's metadata merged into message <id> (none: 0), unless it is an activity message (the
+ * client skips those for text and reasoning events). */
+static int meta_merge_at(struct agw_history *h, const char *id, const json_t *ev)
+{
+    size_t i = find_msg(h, id);
+
+    if (i == SIZE_MAX || item_role(h->items[i]) == ROLE_ACTIVITY)
+        return 0;
+    return meta_merge(h, i, ev);
+}
+
 /* Appends the text message <id> (see text_item()) unless the id exists: 1, or 0. */
 static int text_start(struct agw_history *h, const char *run_id, const char *id, size_t id_len,
                       const char *role, size_t role_len, bool raw, const struct extras *x)
@@ -1151,7 +1290,8 @@ static int on_text_start(struct agw_history *h, const char *run_id, const json_t
     if (id == NULL || opt_str_field(ev, "role", &role) < 0 || extras_of(ev, true, &x) < 0)
         return -AGW_EINVAL;
     return text_start(h, run_id, id, strlen(id), role ? role : "assistant", role ? strlen(role) : 9,
-                      false, &x);
+                      false, &x) |
+           meta_merge_at(h, id, ev);
 }
 
 /* REASONING_MESSAGE_START: {id, role: "reasoning", content: "", subagentRunId?} unless the id
@@ -1163,7 +1303,8 @@ static int on_reasoning_start(struct agw_history *h, const char *run_id, const j
 
     if (id == NULL || extras_of(ev, false, &x) < 0)
         return -AGW_EINVAL;
-    return text_start(h, run_id, id, strlen(id), "reasoning", 9, false, &x);
+    return text_start(h, run_id, id, strlen(id), "reasoning", 9, false, &x) |
+           meta_merge_at(h, id, ev);
 }
 
 /* TEXT_MESSAGE_CONTENT, REASONING_MESSAGE_CONTENT: appends the delta to the message's content
@@ -1180,6 +1321,7 @@ static int on_text_content(struct agw_history *h, const json_t *ev)
     if (i == SIZE_MAX || item_role(h->items[i]) == ROLE_ACTIVITY)
         return 0;
     append_content(h, i, delta);
+    meta_merge(h, i, ev);
     return 1;
 }
 
@@ -1191,8 +1333,8 @@ static int on_tool_start(struct agw_history *h, const char *run_id, const json_t
 {
     const char *tc_id = str_field(ev, "toolCallId"), *name = str_field(ev, "toolCallName");
     const char *parent;
-    json_t *target = NULL, *calls;
-    size_t i = SIZE_MAX;
+    json_t *target = NULL, *calls, *tc;
+    size_t i = SIZE_MAX, at = SIZE_MAX;
     struct extras x;
 
     if (tc_id == NULL || name == NULL || opt_str_field(ev, "parentMessageId", &parent) < 0 ||
@@ -1200,8 +1342,9 @@ static int on_tool_start(struct agw_history *h, const char *run_id, const json_t
         return -AGW_EINVAL;
     if ((target = find_tool_call(h, tc_id, false, &i)) != NULL) {
         json_t *fn = json_object_get(target, "function");
+        int rc = meta_merge_call(h, target, i, ev);
         if (!json_is_object(fn) || str_eq(json_object_get(fn, "name"), name))
-            return 0;
+            return rc;
         must_ok(json_object_set_new(fn, "name", must(json_string(name))));
         touch(h, i);
         return 1;
@@ -1212,6 +1355,7 @@ static int on_tool_start(struct agw_history *h, const char *run_id, const json_t
         if (i != SIZE_MAX && item_is_assistant(h->items[i])) {
             target = item_msg(h, h->items[i]);
             touch(h, i);
+            at = i;
         }
     }
     if (target == NULL) {
@@ -1219,15 +1363,17 @@ static int on_tool_start(struct agw_history *h, const char *run_id, const json_t
         target = must(json_pack("{s:s, s:s, s:[]}", "id", id, "role", "assistant", "toolCalls"));
         extras_set(target, &x); /* (a message it made only) */
         append(h, msg_item(target, run_id));
+        at = h->n - 1;
     }
     calls = json_object_get(target, "toolCalls");
     if (!json_is_array(calls)) {
         calls = must(json_array());
         must_ok(json_object_set_new(target, "toolCalls", calls));
     }
-    must_ok(json_array_append_new(
-        calls, must(json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", tc_id, "type", "function",
-                              "function", "name", name, "arguments", ""))));
+    tc = must(json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", tc_id, "type", "function", "function",
+                        "name", name, "arguments", ""));
+    must_ok(json_array_append_new(calls, tc));
+    meta_merge_call(h, tc, at, ev);
     return 1;
 }
 
@@ -1247,7 +1393,21 @@ static int on_tool_args(struct agw_history *h, const json_t *ev)
         return 0;
     append_str(fn, "arguments", delta);
     touch(h, at);
+    meta_merge_call(h, tc, at, ev);
     return 1;
+}
+
+/* TOOL_CALL_END: the event's metadata merged into the call's. */
+static int on_tool_end(struct agw_history *h, const json_t *ev)
+{
+    const char *tc_id = str_field(ev, "toolCallId");
+    json_t *tc;
+    size_t at;
+
+    if (tc_id == NULL)
+        return -AGW_EINVAL;
+    tc = find_tool_call(h, tc_id, false, &at);
+    return tc != NULL ? meta_merge_call(h, tc, at, ev) : 0;
 }
 
 /* TOOL_CALL_RESULT: {id: messageId, role: "tool", toolCallId, content} right after the assistant
@@ -1266,6 +1426,8 @@ static int on_tool_result(struct agw_history *h, const char *run_id, const json_
     msg = must(json_pack("{s:s, s:s, s:s, s:s}", "id", id, "role", "tool", "toolCallId", tc_id,
                          "content", content));
     extras_set(msg, &x);
+    if (json_is_object(json_object_get(ev, "metadata")))
+        meta_merge_value(msg, json_object_get(ev, "metadata"));
     if (find_tool_call(h, tc_id, true, &at) == NULL) {
         append(h, msg_item(msg, run_id));
         return 1;
@@ -1314,8 +1476,11 @@ static int on_text_chunk(struct agw_history *h, const char *run_id, const json_t
         i = h->n - 1;
     }
     set_chunk(slot, id);
-    if (delta != NULL && item_role(h->items[i]) != ROLE_ACTIVITY)
+    if (item_role(h->items[i]) == ROLE_ACTIVITY)
+        return 1;
+    if (delta != NULL)
         append_content(h, i, delta);
+    meta_merge(h, i, ev);
     return 1;
 }
 
@@ -1360,6 +1525,7 @@ static int on_tool_chunk(struct agw_history *h, const char *run_id, const json_t
         append_str(fn, "arguments", delta);
         touch(h, at);
     }
+    meta_merge_call(h, tc, at, ev);
     return 1;
 }
 
@@ -1575,19 +1741,23 @@ static int on_activity_snapshot(struct agw_history *h, const char *run_id, const
         extras_of(ev, false, &x) < 0)
         return -AGW_EINVAL;
     i = find_msg(h, id);
-    if (i != SIZE_MAX && json_is_false(replace))
-        return 0;
+    if (i != SIZE_MAX && json_is_false(replace)) /* (an activity message takes the metadata) */
+        return item_role(h->items[i]) == ROLE_ACTIVITY ? meta_merge(h, i, ev) : 0;
     if (i != SIZE_MAX && item_role(h->items[i]) == ROLE_ACTIVITY) {
         m = must(json_deep_copy(item_msg(h, h->items[i])));
         must_ok(json_object_set_new(m, "activityType", must(json_string(type))));
         must_ok(json_object_set_new(m, "content", must(json_deep_copy(content))));
         json_object_del(m, "subagentRunId");
         extras_set(m, &x);
+        if (json_is_object(json_object_get(ev, "metadata")))
+            meta_merge_value(m, json_object_get(ev, "metadata"));
         return replace_if_changed(h, i, m);
     }
     m = must(json_pack("{s:s, s:s, s:s}", "id", id, "role", "activity", "activityType", type));
     must_ok(json_object_set_new(m, "content", must(json_deep_copy(content))));
     extras_set(m, &x);
+    if (json_is_object(json_object_get(ev, "metadata")))
+        meta_merge_value(m, json_object_get(ev, "metadata"));
     if (i == SIZE_MAX) {
         append(h, msg_item(m, run_id));
         return 1;
@@ -1611,13 +1781,15 @@ static int on_activity_delta(struct agw_history *h, const json_t *ev)
     if (i == SIZE_MAX || item_role(h->items[i]) != ROLE_ACTIVITY)
         return 0;
     m = must(json_deep_copy(item_msg(h, h->items[i])));
+    /* the metadata first: it stays merged when the patch fails */
+    if (json_is_object(json_object_get(ev, "metadata")))
+        meta_merge_value(m, json_object_get(ev, "metadata"));
     content = json_object_get(m, "content");
-    content =
-        content != NULL && !json_is_null(content) ? json_incref(content) : must(json_object());
+    content = content != NULL && !json_is_null(content) ? must(json_deep_copy(content))
+                                                        : must(json_object());
     if (agw_json_patch(&content, patch) != 0) {
         json_decref(content);
-        json_decref(m);
-        return 0; /* (the client warns and goes on) */
+        return replace_if_changed(h, i, m); /* (the client warns and goes on) */
     }
     must_ok(json_object_set_new(m, "content", content));
     must_ok(json_object_set_new(m, "activityType", must(json_string(type))));
@@ -1698,13 +1870,13 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
         const char *id = str_field(event, "messageId");
         if (id != NULL)
             text_end(h, id, strlen(id));
-        rc = id != NULL ? 0 : -AGW_EINVAL;
+        rc = id != NULL ? meta_merge_at(h, id, event) : -AGW_EINVAL;
     } else if (strcmp(type, "TOOL_CALL_START") == 0) {
         rc = on_tool_start(h, run_id, event);
     } else if (strcmp(type, "TOOL_CALL_ARGS") == 0) {
         rc = on_tool_args(h, event);
     } else if (strcmp(type, "TOOL_CALL_END") == 0) {
-        rc = str_field(event, "toolCallId") != NULL ? 0 : -AGW_EINVAL;
+        rc = on_tool_end(h, event);
     } else if (strcmp(type, "TOOL_CALL_RESULT") == 0) {
         rc = on_tool_result(h, run_id, event);
     } else if (strcmp(type, "MESSAGES_SNAPSHOT") == 0) {

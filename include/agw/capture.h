@@ -13,8 +13,9 @@
  * {"type":"TEXT_MESSAGE_CONTENT" (…),"messageId":<id>,"delta":"<deltas>"} whose delta is the raw
  * bytes of theirs, escapes and all, concatenated: that is the JSON string of the concatenated
  * text, so nothing is decoded (a reasoning message's deltas do to it what a text's do: they append
- * to the content of the message of that id). Their other members are dropped. Events of dropped
- * types in between do not break a run of deltas; any kept event does;
+ * to the content of the message of that id). Their other members are dropped; one with a
+ * "metadata" member (which the client merges into the message) is kept byte for byte instead.
+ * Events of dropped types in between do not break a run of deltas; any kept event does;
  * - RUN_STARTED: copied byte for byte when it has an "input" member (whose messages the client
  * adds), else dropped;
  * - every other type: dropped.
@@ -125,7 +126,8 @@ bool agw_capture_line_delta_at(const char *buf, size_t avail, struct agw_capture
 struct agw_capture_fields {
     const char *type, *message_id, *role;
     size_t type_len, message_id_len, role_len;
-    bool more; /* a "name" or "subagentRunId" member is there (what a message may take from it) */
+    bool more; /* a "name", "subagentRunId" or "metadata" member is there (what a message may
+                  take from it) */
 };
 
 /* Whether the scanner reads <line> (<len> bytes, without its '\n') as jansson would, enough for

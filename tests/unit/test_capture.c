@@ -1253,6 +1253,23 @@ Test(capture, an_activity_run_rebuilds_the_same_thread)
     expect_same_thread(events, AGW_ARRAY_LEN(events), 6);
 }
 
+Test(capture, metadata_rebuilds_the_same_thread)
+{
+    /* a content event with metadata is kept as it is (the coalescing would drop it) */
+    static const char *const events[] = {
+        "{'type':'TEXT_MESSAGE_START','messageId':'a1','metadata':{'model':'m'}}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'He'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'l','metadata':{'lp':[1]}}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'lo'}",
+        "{'type':'TEXT_MESSAGE_END','messageId':'a1','metadata':{'usage':{'out':3}}}",
+        "{'type':'TOOL_CALL_START','toolCallId':'c1','toolCallName':'f','metadata':{'a':1}}",
+        "{'type':'TOOL_CALL_ARGS','toolCallId':'c1','delta':'{}','metadata':{'b':1}}",
+        "{'type':'TOOL_CALL_END','toolCallId':'c1','metadata':{'a':2}}",
+    };
+
+    expect_same_thread(events, AGW_ARRAY_LEN(events), 8);
+}
+
 Test(capture, a_tool_call_run_rebuilds_the_same_thread)
 {
     static const char *const events[] = {

@@ -2007,3 +2007,103 @@ Test(history, activity_snapshots_and_deltas)
                  0);
     agw_history_free(h);
 }
+
+/* ---- metadata
+ * ------------------------------------------------------------------------------------
+ */
+
+Test(history, metadata_merges_into_messages_as_the_client_merges_it)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    /* a text message keeps taking raw deltas around its metadata, even one with a "content" key */
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\",\"metadata\":{\"model\":"
+                    "\"m\",\"content\":\"not the content\"}}"),
+                 1);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"Hel\"}");
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"lo\","
+                    "\"metadata\":{\"model\":\"m\"}}"),
+                 1);
+    /* the last key wins, never recursing: usage is replaced whole */
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\",\"metadata\":{\"usage\":{"
+                    "\"in\":1,\"out\":2}}}"),
+                 1);
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\",\"metadata\":{\"usage\":{"
+                    "\"out\":3},\"model\":\"n\"}}"),
+                 1);
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\",\"metadata\":{\"model\":"
+                    "\"n\"}}"),
+                 0, "the same metadata again changes nothing");
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\",\"metadata\":7}"),
+                 0, "metadata that is not an object is none");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"!\"}");
+    expect(h, "[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello!\",\"metadata\":{"
+              "\"model\":\"n\",\"content\":\"not the content\",\"usage\":{\"out\":3}}}]");
+    /* the message is still its JSON text, metadata before its content */
+    {
+        size_t len;
+        const char *j = agw_history_message_json(h, 0, &len);
+        cr_assert(len >= 19 && memcmp(j + len - 19, "\"content\":\"Hello!\"}", 19) == 0, "%.*s",
+                  (int)len, j);
+    }
+    /* reasoning, tool calls, results */
+    ev(h, "r1",
+       "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"t1\",\"metadata\":{\"k\":1}}");
+    ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_END\",\"messageId\":\"t1\",\"metadata\":{\"k\":2}}");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\",\"metadata\":{"
+       "\"a\":1}}");
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{}\",\"metadata\":{\"b\":2}"
+       "}");
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c1\",\"metadata\":{\"a\":3}}"),
+        1);
+    cr_assert_eq(ev(h, "r1", "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c1\"}"), 0);
+    ev(h, "r1",
+       "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"res\",\"toolCallId\":\"c1\",\"content\":"
+       "\"ok\",\"metadata\":{\"ms\":5}}");
+    expect(h, "[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello!\",\"metadata\":{"
+              "\"model\":\"n\",\"content\":\"not the content\",\"usage\":{\"out\":3}}},"
+              "{\"id\":\"t1\",\"role\":\"reasoning\",\"content\":\"\",\"metadata\":{\"k\":2}},"
+              "{\"id\":\"c1\",\"role\":\"assistant\",\"toolCalls\":[{\"id\":\"c1\",\"type\":"
+              "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"},\"metadata\":{"
+              "\"a\":3,\"b\":2}}]},"
+              "{\"id\":\"res\",\"role\":\"tool\",\"toolCallId\":\"c1\",\"content\":\"ok\","
+              "\"metadata\":{\"ms\":5}}]");
+    cr_assert_eq(agw_history_malformed(h), 0);
+    agw_history_free(h);
+}
+
+Test(history, metadata_of_activity_messages)
+{
+    struct agw_history *h = agw_history_new(100);
+
+    ev(h, "r1",
+       "{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"p1\",\"activityType\":\"plan\",\"content\":"
+       "{"
+       "\"n\":0},\"metadata\":{\"a\":1}}");
+    /* a patch that fails still leaves its metadata merged, as the client merges it first */
+    cr_assert_eq(ev(h, "r1",
+                    "{\"type\":\"ACTIVITY_DELTA\",\"messageId\":\"p1\",\"activityType\":\"x\","
+                    "\"patch\":[{\"op\":\"remove\",\"path\":\"/none\"}],\"metadata\":{\"b\":2}}"),
+                 1);
+    /* replace false: the message stays, its metadata is merged */
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"p1\",\"activityType\":\"plan\","
+           "\"content\":{\"n\":9},\"replace\":false,\"metadata\":{\"c\":3}}"),
+        1);
+    /* text events leave an activity message's metadata alone too */
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"p1\",\"metadata\":{\"d\":4}}"),
+        0);
+    expect(h, "[{\"id\":\"p1\",\"role\":\"activity\",\"activityType\":\"plan\",\"content\":{"
+              "\"n\":0},\"metadata\":{\"a\":1,\"b\":2,\"c\":3}}]");
+    agw_history_free(h);
+}
