@@ -315,6 +315,8 @@ static json_t *step_json(const struct run *r, const struct step *s, uint64_t rep
         set_str(ev, "messageId", s->id);
         if (r->k.dialect != DIALECT_CLOUDBASE)
             set_str(ev, "role", "assistant");
+        if (r->k.metadata)
+            json_object_set_new(ev, "metadata", json_pack("{s:s}", "model", "agui-demo"));
         break;
     case EV_TEXT_CONTENT: {
         const struct piece *p = &s->pieces[rep % s->npieces];
@@ -327,6 +329,10 @@ static json_t *step_json(const struct run *r, const struct step *s, uint64_t rep
     case EV_TEXT_END:
     case EV_TOOL_END:
         set_str(ev, s->kind == EV_TEXT_END ? "messageId" : "toolCallId", s->id);
+        if (r->k.metadata && s->kind == EV_TEXT_END)
+            json_object_set_new(ev, "metadata",
+                                json_pack("{s:s, s:{s:i}}", "finishReason", "stop", "usage",
+                                          "outputTokens", (int)r->emitted));
         break;
     case EV_TOOL_START:
         set_str(ev, "toolCallId", s->id);

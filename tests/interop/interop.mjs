@@ -36,9 +36,9 @@ async function run(url, { threadId = "thread-" + Math.random().toString(16).slic
 }
 
 // Thread history: what GET …/threads/{id}/messages returns must be what the client holds after its runs (the
-// same ids, roles, contents, tool calls and tool call ids, in the same order).
+// same ids, roles, contents, metadata, tool calls and tool call ids, in the same order).
 const shape = (m) => JSON.stringify({
-  id: m.id, role: m.role, content: m.content ?? null, toolCallId: m.toolCallId ?? null,
+  id: m.id, role: m.role, content: m.content ?? null, toolCallId: m.toolCallId ?? null, metadata: m.metadata ?? null,
   toolCalls: (m.toolCalls ?? []).map((c) => ({ id: c.id, type: c.type, name: c.function?.name, arguments: c.function?.arguments })),
 });
 async function historyMatches(what, threadId, messages) {
@@ -93,6 +93,9 @@ const idsMatch = (r) =>
   const r = await run(`${GW}/agents/activity/runs`, { messages: [user("m1", "Plan it")] });
   check("activity: the verifier accepts the stream", !r.error, r.error);
   const plan = r.messages.find((m) => m.role === "activity");
+  const answer = r.messages.at(-1);
+  check("activity: the client merged the answer's metadata",
+        answer?.metadata?.model === "agui-demo" && answer?.metadata?.finishReason === "stop", JSON.stringify(answer));
   check("activity: the client holds the patched plan",
         JSON.stringify(plan?.content) === JSON.stringify({ steps: ["read", "answer", "done"], done: 2 }),
         JSON.stringify(r.messages));
