@@ -1726,7 +1726,8 @@ static int replace_if_changed(struct agw_history *h, size_t i, json_t *m)
  * {id, role: "activity", activityType, content, subagentRunId?} is appended; an activity message
  * of that id takes the type, the content and the subagentRunId (none when the event has none),
  * keeping its other members; any other message of that id is replaced by the new one. With
- * "replace": false a message of that id is left as it is. */
+ * "replace": false a message of that id is left as it is, but for the metadata an activity message
+ * takes. The event's metadata is merged into what it made or changed. */
 static int on_activity_snapshot(struct agw_history *h, const char *run_id, const json_t *ev)
 {
     const char *id = str_field(ev, "messageId"), *type = str_field(ev, "activityType");
@@ -1765,9 +1766,10 @@ static int on_activity_snapshot(struct agw_history *h, const char *run_id, const
     return replace_if_changed(h, i, m);
 }
 
-/* ACTIVITY_DELTA {messageId, activityType, patch}: the activity message of that id gets its content
- * (an empty object when it has none) patched (RFC 6902, agw_json_patch()) and the type given; a
- * patch that fails leaves it as it was, as does an id that is not an activity message's. */
+/* ACTIVITY_DELTA {messageId, activityType, patch, metadata?}: the activity message of that id takes
+ * the event's metadata, then gets its content (an empty object when it has none) patched (RFC 6902,
+ * agw_json_patch()) and the type given; a patch that fails leaves the content and type as they
+ * were, and an id that is not an activity message's changes nothing. */
 static int on_activity_delta(struct agw_history *h, const json_t *ev)
 {
     const char *id = str_field(ev, "messageId"), *type = str_field(ev, "activityType");
