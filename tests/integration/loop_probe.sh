@@ -33,7 +33,9 @@ check_contains "and of that, its part spent running" "." "$(metric agw_event_loo
 #    and waits for that CPU the whole time. Without the right to real-time priorities, the check is
 #    skipped (a weaker stand-in, SCHED_IDLE behind a busy process, depends on the machine's load).
 cpu=$(taskset -pc $$ | sed 's/.*: //; s/[,-].*//')
-if chrt -f 1 true 2>/dev/null; then
+# One trial: lag and own (ms) of the loop behind the busy process. The figures are the gateway's
+# maxima since it started.
+rt_trial() {
     for t in /proc/"$GW_PID"/task/*; do
         taskset -pc "$cpu" "${t##*/}" >/dev/null
     done
@@ -42,6 +44,20 @@ if chrt -f 1 true 2>/dev/null; then
     lag=$(ms "$(metric agw_event_loop_lag_seconds_max)")
     own=$(ms "$(metric agw_event_loop_self_lag_seconds_max)")
     echo "its CPU taken for 0.3 s: lateness ${lag} ms, less the waits for a CPU ${own} ms (before: ${base_own} ms)"
+}
+if chrt -f 1 true 2>/dev/null; then
+    rt_trial
+    if [ "$lag" -lt 250 ] || [ "$own" -ge 100 ]; then
+        # On a virtual machine whose host takes its CPU away, the guest sees the loop neither run nor
+        # wait meanwhile, and counts that time as its own (this kernel does not account stolen
+        # time; seen once in CI, 284 of 309 ms). A second trial on a fresh gateway: a loop whose
+        # waits for a CPU were counted as its own would fail both.
+        echo "a second trial, on a fresh gateway"
+        stop_pid "$GW_PID" >/dev/null
+        AGW_LOOP_PROBE_MS=1 start_gateway "$T/gw.json" || exit 1
+        sleep 0.5
+        rt_trial
+    fi
     CHECKS=$((CHECKS + 1))
     if [ "$lag" -ge 250 ] && [ "$own" -lt 100 ]; then
         ok "waiting for a CPU makes the loop late (${lag} ms) but is not its own lateness (${own} ms)"
