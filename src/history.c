@@ -866,11 +866,21 @@ static int meta_merge_value(json_t *target, const json_t *in)
     return 1;
 }
 
+/* The event <ev>'s "metadata", when it is an object, merged into the value <target>. 1 when it
+ * changed. */
+static int meta_merge_event(json_t *target, const json_t *ev)
+{
+    const json_t *in = json_object_get(ev, "metadata");
+
+    return json_is_object(in) ? meta_merge_value(target, in) : 0;
+}
+
 /* The same for a message held as text, which stays text: its "metadata" member is written (or
  * replaced) before its "content", the last member, whose body goes on growing at the end; the
  * store's pieces are then no longer a prefix of it, so it is written whole next. A metadata that
  * does not change costs a parse of the member and a comparison; one that does, a copy of the
- * text. 1 when it changed. */
+ * text. 1 when it changed; AGW_AGAIN when it is (or, its text lost, has become) a value or its
+ * text is past the scanner's limits: merge into the value. */
 static int meta_merge_text(struct agw_history *h, size_t i, const json_t *in)
 {
     struct item *it = h->items[i];
@@ -879,12 +889,11 @@ static int meta_merge_text(struct agw_history *h, size_t i, const json_t *in)
     size_t klen, dlen, head, tail;
     json_t *holder;
     char *dump, *b;
-    int rc;
 
     if (text_whole(h, it) != 0)
         text_lost(it); /* (a value from now on) */
     if (!is_text(it) || !agw_jscan_open(&w, it->text, it->text + it->text_len, 32, false))
-        goto as_value;
+        return AGW_AGAIN;
     while (at == NULL && agw_jscan_next(&w, &key, &klen) == 1) {
         const char *v = w.p;
 
@@ -893,14 +902,14 @@ static int meta_merge_text(struct agw_history *h, size_t i, const json_t *in)
             break;
         }
         if (!agw_jscan_skip(&w))
-            goto as_value;
+            return AGW_AGAIN;
         if (agw_streq_n(key, klen, "metadata")) {
             from = v;
             to = w.p;
         }
     }
     if (at == NULL)
-        goto as_value;
+        return AGW_AGAIN;
     holder = must(json_object());
     if (from != NULL)
         must_ok(json_object_set_new(holder, "metadata",
@@ -936,11 +945,6 @@ static int meta_merge_text(struct agw_history *h, size_t i, const json_t *in)
     it->whole = true;
     touch(h, i);
     return 1;
-as_value:
-    rc = meta_merge_value(item_msg(h, it), in);
-    if (rc)
-        touch(h, i);
-    return rc;
 }
 
 /* The event <ev>'s "metadata", when it is an object, merged into message <i>'s. 1 when it
@@ -953,8 +957,8 @@ static int meta_merge(struct agw_history *h, size_t i, const json_t *ev)
 
     if (!json_is_object(in))
         return 0;
-    if (it->msg == NULL && !it->shed_value)
-        return meta_merge_text(h, i, in);
+    if (it->msg == NULL && !it->shed_value && (rc = meta_merge_text(h, i, in)) != AGW_AGAIN)
+        return rc;
     rc = meta_merge_value(item_msg(h, it), in);
     if (rc)
         touch(h, i);
@@ -964,9 +968,7 @@ static int meta_merge(struct agw_history *h, size_t i, const json_t *ev)
 /* The same into tool call <tc> of message <at>. */
 static int meta_merge_call(struct agw_history *h, json_t *tc, size_t at, const json_t *ev)
 {
-    const json_t *in = json_object_get(ev, "metadata");
-
-    if (!json_is_object(in) || !meta_merge_value(tc, in))
+    if (!meta_merge_event(tc, ev))
         return 0;
     touch(h, at);
     return 1;
@@ -1426,8 +1428,7 @@ static int on_tool_result(struct agw_history *h, const char *run_id, const json_
     msg = must(json_pack("{s:s, s:s, s:s, s:s}", "id", id, "role", "tool", "toolCallId", tc_id,
                          "content", content));
     extras_set(msg, &x);
-    if (json_is_object(json_object_get(ev, "metadata")))
-        meta_merge_value(msg, json_object_get(ev, "metadata"));
+    meta_merge_event(msg, ev);
     if (find_tool_call(h, tc_id, true, &at) == NULL) {
         append(h, msg_item(msg, run_id));
         return 1;
@@ -1750,15 +1751,13 @@ static int on_activity_snapshot(struct agw_history *h, const char *run_id, const
         must_ok(json_object_set_new(m, "content", must(json_deep_copy(content))));
         json_object_del(m, "subagentRunId");
         extras_set(m, &x);
-        if (json_is_object(json_object_get(ev, "metadata")))
-            meta_merge_value(m, json_object_get(ev, "metadata"));
+        meta_merge_event(m, ev);
         return replace_if_changed(h, i, m);
     }
     m = must(json_pack("{s:s, s:s, s:s}", "id", id, "role", "activity", "activityType", type));
     must_ok(json_object_set_new(m, "content", must(json_deep_copy(content))));
     extras_set(m, &x);
-    if (json_is_object(json_object_get(ev, "metadata")))
-        meta_merge_value(m, json_object_get(ev, "metadata"));
+    meta_merge_event(m, ev);
     if (i == SIZE_MAX) {
         append(h, msg_item(m, run_id));
         return 1;
@@ -1784,8 +1783,7 @@ static int on_activity_delta(struct agw_history *h, const json_t *ev)
         return 0;
     m = must(json_deep_copy(item_msg(h, h->items[i])));
     /* the metadata first: it stays merged when the patch fails */
-    if (json_is_object(json_object_get(ev, "metadata")))
-        meta_merge_value(m, json_object_get(ev, "metadata"));
+    meta_merge_event(m, ev);
     content = json_object_get(m, "content");
     content = content != NULL && !json_is_null(content) ? must(json_deep_copy(content))
                                                         : must(json_object());

@@ -19,13 +19,14 @@
  * may not outnumber those of the document and the patch plus AGW_JSON_PATCH_COPY_MARGIN (a patch
  * that copies the document into itself again and again would double it each time: thirty copies,
  * a billion values); past that the copy fails. */
-#define AGW_JSON_PATCH_COPY_MARGIN 65536
 #ifndef AGW_JSONPATCH_H
 #define AGW_JSONPATCH_H
 
 #include <jansson.h>
 
 #include "agw/common.h"
+
+#define AGW_JSON_PATCH_COPY_MARGIN 65536
 
 /* Applies <patch> to *<doc> (owned; may be replaced). Returns 0, or -AGW_EINVAL when the patch
  * is not one or an operation fails: *<doc> is then part-way patched, so callers patch a copy and
