@@ -702,6 +702,9 @@ struct span {
 
 struct flat_event {
     struct span type, message_id, tool_call_id, step_name, delta, role, thread_id, run_id;
+    /* relayed as it is; read so that a content event that has one is not offered to the sink as
+     * plain content (agw_agui_emitting_content()): history reads it */
+    struct span subagent_run_id;
 };
 
 /* Bytes that need no attention inside a JSON string: printable ASCII except '"' and '\\'. */
@@ -867,7 +870,9 @@ static bool scan_members(const char **pp, const char *end, struct flat_event *fe
                 : key_is(&k, "role")       ? !take(&fe->role, &v)
                 : key_is(&k, "threadId")   ? !take(&fe->thread_id, &v)
                 : key_is(&k, "runId")      ? !take(&fe->run_id, &v)
-                                      : k.escaped || key_is(&k, "timestamp") || key_is(&k, "args"))
+                : key_is(&k, "subagentRunId")
+                    ? !take(&fe->subagent_run_id, &v)
+                    : k.escaped || key_is(&k, "timestamp") || key_is(&k, "args"))
                 return false;
         } else if (k.escaped || key_is(&k, "type") || key_is(&k, "messageId") ||
                    key_is(&k, "toolCallId") || key_is(&k, "stepName") || key_is(&k, "delta") ||
@@ -967,7 +972,7 @@ static bool fast_cached(struct agw_agui *a, const char *data, size_t len,
         if (p == end || *p++ != ',' || !scan_members(&p, end, &tail, &ts) || ts || p != end ||
             tail.type.p != NULL || tail.message_id.p != NULL || tail.tool_call_id.p != NULL ||
             tail.step_name.p != NULL || tail.delta.p != NULL || tail.role.p != NULL ||
-            tail.thread_id.p != NULL || tail.run_id.p != NULL)
+            tail.thread_id.p != NULL || tail.run_id.p != NULL || tail.subagent_run_id.p != NULL)
             return false;
     }
     if (delta.n == 0 && a->cached_kind != ITEM_TOOL_CALL)
@@ -1090,6 +1095,13 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len,
     if ((id = flat_id(&fe, kind)) == NULL || fe.delta.p == NULL ||
         !find_open(a, kind, id->p, id->n, NULL))
         return false;
+    if (fe.subagent_run_id.p != NULL) {
+        /* a sub-agent's: relayed as it is, but offered to the sink by its type only (history
+         * keeps it whole, for the lane it names), and not cached */
+        if (fe.delta.n > 0 || kind == ITEM_TOOL_CALL)
+            write_flat(a, out, &fe, data, len);
+        return true;
+    }
     /* Remember the bytes before the delta: the next content event of the item likely starts with
      * them (an agent writes its events alike), and then only its delta and what follows it is
      * read (fast_cached()). */

@@ -330,8 +330,10 @@ void agw_capture_event(struct agw_capture *c, const char *json, size_t len)
     if (kind == KIND_RUN)
         return;
     id = kind == KIND_TEXT ? &ev.message_id : &ev.tool_call_id;
-    if (!id->string || !ev.delta.string || ev.metadata.p != NULL) {
-        keep(c, json, len); /* malformed for history (it says so), or metadata to merge */
+    if (!id->string || !ev.delta.string || ev.metadata.p != NULL || ev.subagent_run_id.p != NULL) {
+        /* malformed for history (it says so), metadata to merge, or the lane of a sub-agent's
+         * chunk streams it ends (doc/internals/history.md, "Chunks") */
+        keep(c, json, len);
         return;
     }
     coalesce(c, kind, id, &ev.delta);

@@ -88,6 +88,24 @@ struct item {
     char strings[]; /* id, then run_id, each NUL-terminated */
 };
 
+/* An open chunk stream, as the client's chunk transformation keeps them: per run and lane (the
+ * chunks' subagentRunId; NULL for the parent agent's), the message or tool call that chunks
+ * continue, and what its first chunk said that later ones may not contradict (a text's role and
+ * name; a tool call's name and parent message). */
+enum chunk_kind { CHUNK_TEXT, CHUNK_TOOL, CHUNK_REASONING };
+
+struct lane {
+    char *run, *sub, *id, *f1, *f2; /* owned; run, sub, f1 and f2 may be NULL */
+    enum chunk_kind kind;
+};
+
+/* At most this many streams open per thread: a run's are closed by its end, which history does not
+ * see (a run's capture keeps no RUN_FINISHED), so the oldest go when a new one opens. A run has one
+ * per agent streaming chunks at a time. */
+#define LANES_MAX 16
+
+static void lane_free(struct lane *l);
+
 struct agw_history {
     struct item **items;       /* oldest first */
     agw_history_load_fn *load; /* reads a shed text's bytes back (agw_history_set_loader()) */
@@ -105,9 +123,9 @@ struct agw_history {
     uint64_t *multi;
     size_t n_multi, multi_cap;
     uint64_t dropped, malformed;
-    /* The text message and the tool call that chunks without an id continue (as the client's
-     * chunk transformation: until an event that is not a chunk of the same kind), or NULL. */
-    char *chunk_text, *chunk_tool, *chunk_reasoning;
+    /* The chunk streams open (see "Chunks" in doc/internals/history.md), oldest first. */
+    struct lane *lanes;
+    size_t n_lanes;
 };
 
 /* The out-of-memory policy (include/agw/common.h): abort. jansson's constructors fail only on
@@ -1004,9 +1022,9 @@ void agw_history_free(struct agw_history *h)
     free(h->items);
     free(h->buckets);
     free(h->multi);
-    free(h->chunk_text);
-    free(h->chunk_tool);
-    free(h->chunk_reasoning);
+    for (size_t k = 0; k < h->n_lanes; k++)
+        lane_free(&h->lanes[k]);
+    free(h->lanes);
     free(h);
 }
 
@@ -1440,89 +1458,220 @@ static int on_tool_result(struct agw_history *h, const char *run_id, const json_
     return 1;
 }
 
-static void set_chunk(char **slot, const char *id)
+/* Two optional strings alike (both NULL, or equal). */
+static bool opt_eq(const char *a, const char *b)
 {
-    if (id == *slot)
-        return; /* a chunk without an id continues what is there */
-    free(*slot);
-    *slot = id != NULL ? agw_xstrdup(id) : NULL;
+    return a == NULL ? b == NULL : b != NULL && strcmp(a, b) == 0;
 }
 
-/* TEXT_MESSAGE_CHUNK {messageId?, role?, delta?}: what TEXT_MESSAGE_START and _CONTENT would make,
- * a chunk without an id continuing the text its predecessor opened; REASONING_MESSAGE_CHUNK
- * (<reasoning>) the same with REASONING_MESSAGE_START and _CONTENT (role "reasoning", whatever the
- * event says). */
+static char *opt_dup(const char *s)
+{
+    return s != NULL ? agw_xstrdup(s) : NULL;
+}
+
+static void lane_free(struct lane *l)
+{
+    free(l->run);
+    free(l->sub);
+    free(l->id);
+    free(l->f1);
+    free(l->f2);
+}
+
+static void lane_drop(struct agw_history *h, size_t k)
+{
+    lane_free(&h->lanes[k]);
+    memmove(&h->lanes[k], &h->lanes[k + 1], (h->n_lanes - k - 1) * sizeof(*h->lanes));
+    h->n_lanes--;
+}
+
+/* The stream open in lane <sub> of run <run>: its index, or SIZE_MAX. */
+static size_t lane_find(const struct agw_history *h, const char *run, const char *sub)
+{
+    for (size_t k = 0; k < h->n_lanes; k++)
+        if (opt_eq(h->lanes[k].run, run) && opt_eq(h->lanes[k].sub, sub))
+            return k;
+    return SIZE_MAX;
+}
+
+/* Ends the stream of lane <sub> of run <run> (<all>: every stream of the run). */
+static void lanes_close(struct agw_history *h, const char *run, bool all, const char *sub)
+{
+    for (size_t k = h->n_lanes; k-- > 0;)
+        if (opt_eq(h->lanes[k].run, run) && (all || opt_eq(h->lanes[k].sub, sub)))
+            lane_drop(h, k);
+}
+
+/* Opens a stream of <kind> for <id> in lane <sub> of run <run>, ending the one open there. The
+ * strings are copied first: they may be the ended stream's. */
+static void lane_open(struct agw_history *h, const char *run, const char *sub, enum chunk_kind kind,
+                      const char *id, const char *f1, const char *f2)
+{
+    struct lane l = {.run = opt_dup(run),
+                     .sub = opt_dup(sub),
+                     .id = agw_xstrdup(id),
+                     .f1 = opt_dup(f1),
+                     .f2 = opt_dup(f2),
+                     .kind = kind};
+
+    lanes_close(h, run, false, sub);
+    if (h->n_lanes == LANES_MAX)
+        lane_drop(h, 0);
+    if (h->lanes == NULL)
+        h->lanes = agw_xmalloc(LANES_MAX * sizeof(*h->lanes));
+    h->lanes[h->n_lanes++] = l;
+}
+
+/* The lane a chunk of <kind> goes to, as the client's transformation chooses it: the lane of the
+ * stream open for its <id> (of its run), else its own <sub>; without an id, its <sub>, else the
+ * parent's lane when a stream of <kind> is open there, else the one lane with such a stream. 0 with
+ * *<lane> set (NULL: the parent's; it may point into a stream), or -AGW_EINVAL where the client
+ * fails the run instead: an id whose stream is another lane's than <sub>, or no id, no <sub> and
+ * several lanes with a stream of <kind>. */
+static int chunk_lane(const struct agw_history *h, const char *run, enum chunk_kind kind,
+                      const char *id, const char *sub, const char **lane)
+{
+    size_t k, found = SIZE_MAX, n = 0;
+
+    *lane = sub;
+    if (id != NULL) {
+        for (k = 0; k < h->n_lanes; k++) {
+            const struct lane *l = &h->lanes[k];
+            if (opt_eq(l->run, run) && l->kind == kind && strcmp(l->id, id) == 0) {
+                if (sub != NULL && !opt_eq(sub, l->sub))
+                    return -AGW_EINVAL;
+                *lane = l->sub;
+                return 0;
+            }
+        }
+        return 0;
+    }
+    if (sub != NULL)
+        return 0;
+    k = lane_find(h, run, NULL);
+    if (k != SIZE_MAX && h->lanes[k].kind == kind)
+        return 0;
+    for (k = 0; k < h->n_lanes; k++)
+        if (opt_eq(h->lanes[k].run, run) && h->lanes[k].kind == kind) {
+            found = k;
+            n++;
+        }
+    if (n > 1)
+        return -AGW_EINVAL;
+    if (n == 1)
+        *lane = h->lanes[found].sub;
+    return 0;
+}
+
+/* The stream in lane <lane> of run <run> that a chunk of <kind> naming <id> (may be NULL)
+ * continues: its index, or SIZE_MAX when the chunk opens a new one. */
+static size_t chunk_continues(const struct agw_history *h, const char *run, const char *lane,
+                              enum chunk_kind kind, const char *id)
+{
+    size_t k = lane_find(h, run, lane);
+
+    if (k != SIZE_MAX && h->lanes[k].kind == kind &&
+        (id == NULL || strcmp(id, h->lanes[k].id) == 0))
+        return k;
+    return SIZE_MAX;
+}
+
+/* TEXT_MESSAGE_CHUNK {messageId?, role?, name?, delta?}: a chunk that opens a stream (in its lane:
+ * chunk_lane()) is what TEXT_MESSAGE_START and _CONTENT would make; one that continues its lane's
+ * stream (no id, or the stream's) appends its delta to the stream's message, and may not say
+ * another role or name than the stream's first chunk. REASONING_MESSAGE_CHUNK (<reasoning>) the
+ * same with REASONING_MESSAGE_START and _CONTENT (role "reasoning", whatever the event says; no
+ * check of role or name). */
 static int on_text_chunk(struct agw_history *h, const char *run_id, const json_t *ev,
                          bool reasoning)
 {
-    char **slot = reasoning ? &h->chunk_reasoning : &h->chunk_text;
-    const char *id, *role;
+    enum chunk_kind kind = reasoning ? CHUNK_REASONING : CHUNK_TEXT;
+    const char *id, *role, *lane;
     const json_t *delta = json_object_get(ev, "delta");
     struct extras x;
-    size_t i;
+    size_t i, k;
 
     if (opt_str_field(ev, "messageId", &id) < 0 || opt_str_field(ev, "role", &role) < 0 ||
-        extras_of(ev, !reasoning, &x) < 0 || (delta != NULL && !json_is_string(delta)))
+        extras_of(ev, !reasoning, &x) < 0 || (delta != NULL && !json_is_string(delta)) ||
+        chunk_lane(h, run_id, kind, id, x.subagent_run_id, &lane) < 0)
         return -AGW_EINVAL;
     if (reasoning)
         role = "reasoning";
-    if (id == NULL)
-        id = *slot;
-    if (id == NULL)
-        return -AGW_EINVAL; /* the first chunk must name its message */
-    i = find_msg(h, id);
-    if (i == SIZE_MAX) {
-        append(h, text_item(id, strlen(id), role ? role : "assistant", role ? strlen(role) : 9,
-                            false, &x, run_id));
-        i = h->n - 1;
+    k = chunk_continues(h, run_id, lane, kind, id);
+    if (k != SIZE_MAX) {
+        const struct lane *l = &h->lanes[k];
+        if (!reasoning && ((role != NULL && strcmp(role, l->f1) != 0) ||
+                           (x.name != NULL && !opt_eq(x.name, l->f2))))
+            return -AGW_EINVAL; /* the client fails the run */
+        i = find_msg(h, l->id);
+    } else {
+        if (id == NULL)
+            return -AGW_EINVAL; /* the first chunk must name its message */
+        lane_open(h, run_id, lane, kind, id,
+                  reasoning ? NULL
+                  : role    ? role
+                            : "assistant",
+                  reasoning ? NULL : x.name);
+        i = find_msg(h, id);
+        if (i == SIZE_MAX) {
+            append(h, text_item(id, strlen(id), role ? role : "assistant", role ? strlen(role) : 9,
+                                false, &x, run_id));
+            i = h->n - 1;
+        }
     }
-    set_chunk(slot, id);
-    if (item_role(h->items[i]) == ROLE_ACTIVITY)
-        return 1;
+    if (i == SIZE_MAX || item_role(h->items[i]) == ROLE_ACTIVITY)
+        return 0; /* its message is gone (the cap), or an activity message: left alone */
     if (delta != NULL)
         append_content(h, i, delta);
     meta_merge(h, i, ev);
     return 1;
 }
 
-/* TOOL_CALL_CHUNK {toolCallId?, toolCallName?, parentMessageId?, delta?}: what TOOL_CALL_START and
- * _ARGS would make; the first chunk of a call names it. */
+/* TOOL_CALL_CHUNK {toolCallId?, toolCallName?, parentMessageId?, delta?}: a chunk that opens a
+ * stream is what TOOL_CALL_START (it names the call and its tool) and _ARGS would make; one that
+ * continues its lane's stream appends its delta to the stream's call, and may not say another
+ * tool name or parent message than the stream's first chunk. */
 static int on_tool_chunk(struct agw_history *h, const char *run_id, const json_t *ev)
 {
-    const char *tc_id, *name;
+    const char *tc_id, *name, *parent, *sub, *lane;
     const json_t *delta = json_object_get(ev, "delta");
     json_t *tc, *fn;
-    size_t at;
-    int rc;
+    size_t at, k;
 
     if (opt_str_field(ev, "toolCallId", &tc_id) < 0 ||
-        opt_str_field(ev, "toolCallName", &name) < 0 || (delta != NULL && !json_is_string(delta)))
+        opt_str_field(ev, "toolCallName", &name) < 0 ||
+        opt_str_field(ev, "parentMessageId", &parent) < 0 ||
+        opt_str_field(ev, "subagentRunId", &sub) < 0 || (delta != NULL && !json_is_string(delta)) ||
+        chunk_lane(h, run_id, CHUNK_TOOL, tc_id, sub, &lane) < 0)
         return -AGW_EINVAL;
-    if (tc_id == NULL)
-        tc_id = h->chunk_tool;
-    if (tc_id == NULL)
-        return -AGW_EINVAL;
-    tc = find_tool_call(h, tc_id, false, &at);
-    if (tc == NULL) {
-        if (name == NULL)
-            return -AGW_EINVAL; /* the first chunk must name its tool */
+    k = chunk_continues(h, run_id, lane, CHUNK_TOOL, tc_id);
+    if (k != SIZE_MAX) {
+        const struct lane *l = &h->lanes[k];
+        if ((name != NULL && strcmp(name, l->f1) != 0) ||
+            (parent != NULL && !opt_eq(parent, l->f2)))
+            return -AGW_EINVAL; /* the client fails the run */
+        tc_id = l->id;
+    } else {
+        int rc;
+        if (tc_id == NULL || name == NULL)
+            return -AGW_EINVAL; /* the first chunk names its call and its tool */
         json_t *start = must(json_pack("{s:s, s:s, s:s}", "type", "TOOL_CALL_START", "toolCallId",
                                        tc_id, "toolCallName", name));
-        const json_t *parent = json_object_get(ev, "parentMessageId");
-        const json_t *sub = json_object_get(ev, "subagentRunId");
-        if (json_is_string(parent))
-            must_ok(json_object_set(start, "parentMessageId", (json_t *)(uintptr_t)parent));
+        if (parent != NULL)
+            must_ok(json_object_set_new(start, "parentMessageId", must(json_string(parent))));
         if (sub != NULL)
-            must_ok(json_object_set(start, "subagentRunId", (json_t *)(uintptr_t)sub));
+            must_ok(json_object_set_new(start, "subagentRunId", must(json_string(sub))));
         rc = on_tool_start(h, run_id, start);
         json_decref(start);
         if (rc < 0)
             return rc;
-        tc = find_tool_call(h, tc_id, false, &at);
+        lane_open(h, run_id, lane, CHUNK_TOOL, tc_id, name, parent);
     }
-    set_chunk(&h->chunk_tool, tc_id);
+    tc = find_tool_call(h, tc_id, false, &at);
     fn = json_object_get(tc, "function");
-    if (delta != NULL && json_is_object(fn)) {
+    if (!json_is_object(fn))
+        return 0; /* its message is gone (the cap) */
+    if (delta != NULL) {
         append_str(fn, "arguments", delta);
         touch(h, at);
     }
@@ -1814,27 +1963,32 @@ static int on_run_started(struct agw_history *h, const char *run_id, const json_
     return rc;
 }
 
-/* What an event is, for the chunks' continuation. */
-enum known { KNOWN_NOT, KNOWN_TEXT_CHUNK, KNOWN_TOOL_CHUNK, KNOWN_REASONING_CHUNK, KNOWN_OTHER };
+/* Which chunk streams an event ends (the client's chunk transformation): none (a chunk, which
+ * sees to its own lane; ACTIVITY_*, REASONING_ENCRYPTED_VALUE; a type that makes no message), its
+ * lane's (the message and tool-call events: the lane of their subagentRunId), or every one of its
+ * run (MESSAGES_SNAPSHOT, RUN_STARTED). */
+enum ends { ENDS_NONE, ENDS_LANE, ENDS_RUN };
 
-/* The end of applying an event of kind <k> that returned <rc>: counts it when malformed, else
- * trims the thread and ends the chunks' continuation. A chunk without an id continues its
- * predecessor's message or call until another event this recorder applies comes between. (Only
- * those: a run's capture keeps no other, so the thread rebuilt from it must not depend on them. The
- * client also stops at STEP_*, STATE_* and CUSTOM events, where a chunk without an id then fails
- * its run.) Returns <rc>. */
-static int applied(struct agw_history *h, enum known k, int rc)
+/* The lane of event <ev>: its subagentRunId, or NULL (the parent's) when it has none or null. */
+static const char *ev_lane(const json_t *ev)
+{
+    return str_field(ev, "subagentRunId");
+}
+
+/* The end of applying an event of run <run_id> that returned <rc>: counts it when malformed, else
+ * ends the chunk streams it ends (<e>; <lane> for ENDS_LANE) and trims the thread. A malformed
+ * event ends nothing: the client fails a run at it. (Of the events that end a lane's stream, a
+ * run's capture keeps only those this recorder applies: STEP_*, STATE_*, CUSTOM and REASONING_START
+ * or _END end one in the client too, and a chunk without an id after them then fails the run
+ * there, while it continues the stream here.) Returns <rc>. */
+static int applied(struct agw_history *h, const char *run_id, enum ends e, const char *lane, int rc)
 {
     if (rc < 0) {
         h->malformed++;
         return rc;
     }
-    if (k != KNOWN_NOT && k != KNOWN_TEXT_CHUNK)
-        set_chunk(&h->chunk_text, NULL);
-    if (k != KNOWN_NOT && k != KNOWN_TOOL_CHUNK)
-        set_chunk(&h->chunk_tool, NULL);
-    if (k != KNOWN_NOT && k != KNOWN_REASONING_CHUNK)
-        set_chunk(&h->chunk_reasoning, NULL);
+    if (e != ENDS_NONE && h->n_lanes > 0)
+        lanes_close(h, run_id, e == ENDS_RUN, lane);
     trim(h);
     return rc;
 }
@@ -1842,19 +1996,19 @@ static int applied(struct agw_history *h, enum known k, int rc)
 int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *event)
 {
     const char *type = str_field(event, "type");
-    enum known k = KNOWN_OTHER;
+    enum ends e = ENDS_LANE;
     int rc = 0;
 
     if (type == NULL) {
         rc = -AGW_EINVAL;
     } else if (strcmp(type, "TEXT_MESSAGE_CHUNK") == 0) {
-        k = KNOWN_TEXT_CHUNK;
+        e = ENDS_NONE;
         rc = on_text_chunk(h, run_id, event, false);
     } else if (strcmp(type, "REASONING_MESSAGE_CHUNK") == 0) {
-        k = KNOWN_REASONING_CHUNK;
+        e = ENDS_NONE;
         rc = on_text_chunk(h, run_id, event, true);
     } else if (strcmp(type, "TOOL_CALL_CHUNK") == 0) {
-        k = KNOWN_TOOL_CHUNK;
+        e = ENDS_NONE;
         rc = on_tool_chunk(h, run_id, event);
     } else if (strcmp(type, "TEXT_MESSAGE_START") == 0) {
         rc = on_text_start(h, run_id, event);
@@ -1864,6 +2018,7 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
     } else if (strcmp(type, "REASONING_MESSAGE_START") == 0) {
         rc = on_reasoning_start(h, run_id, event);
     } else if (strcmp(type, "REASONING_ENCRYPTED_VALUE") == 0) {
+        e = ENDS_NONE;
         rc = on_encrypted_value(h, event);
     } else if (strcmp(type, "TEXT_MESSAGE_END") == 0 ||
                strcmp(type, "REASONING_MESSAGE_END") == 0) {
@@ -1880,35 +2035,40 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
     } else if (strcmp(type, "TOOL_CALL_RESULT") == 0) {
         rc = on_tool_result(h, run_id, event);
     } else if (strcmp(type, "MESSAGES_SNAPSHOT") == 0) {
+        e = ENDS_RUN;
         rc = on_snapshot(h, run_id, event);
     } else if (strcmp(type, "ACTIVITY_SNAPSHOT") == 0) {
+        e = ENDS_NONE;
         rc = on_activity_snapshot(h, run_id, event);
     } else if (strcmp(type, "ACTIVITY_DELTA") == 0) {
+        e = ENDS_NONE;
         rc = on_activity_delta(h, event);
     } else if (strcmp(type, "RUN_STARTED") == 0 && json_object_get(event, "input") != NULL) {
+        e = ENDS_RUN;
         rc = on_run_started(h, run_id, event); /* (the capture keeps only these) */
     } else {
-        k = KNOWN_NOT;
+        e = ENDS_NONE;
     }
-    return applied(h, k, rc);
+    return applied(h, run_id, e, e == ENDS_LANE ? ev_lane(event) : NULL, rc);
 }
 
-int agw_history_append_text(struct agw_history *h, const char *id, size_t id_len, const char *delta,
-                            size_t delta_len)
+int agw_history_append_text(struct agw_history *h, const char *run_id, const char *id,
+                            size_t id_len, const char *delta, size_t delta_len)
 {
     size_t i = find_msgn(h, id, id_len);
     struct item *it;
 
-    /* as agw_history_apply() with a TEXT_MESSAGE_CONTENT: an unknown id changes nothing but ends
-     * the chunks' continuation */
+    /* as agw_history_apply() with a TEXT_MESSAGE_CONTENT (of the parent's lane: the capture
+     * coalesces no content event with a subagentRunId): an unknown id changes nothing but ends the
+     * lane's chunk stream */
     if (i == SIZE_MAX)
-        return applied(h, KNOWN_OTHER, 0);
+        return applied(h, run_id, ENDS_LANE, NULL, 0);
     it = h->items[i];
     if (!is_text(it))
         return AGW_AGAIN;
     text_put(it, delta, delta_len);
     touch(h, i);
-    return applied(h, KNOWN_OTHER, 1);
+    return applied(h, run_id, ENDS_LANE, NULL, 1);
 }
 
 /* A line that is not a text's coalesced deltas, or whose message is not held as text. */
@@ -1921,18 +2081,18 @@ static int apply_other_line(struct agw_history *h, const char *run_id, const cha
     /* a text's boundaries need no JSON value either: its start and end */
     if (agw_capture_line_fields(line, len, &f) && f.message_id != NULL && !f.more) {
         if (agw_streq_n(f.type, f.type_len, "TEXT_MESSAGE_START"))
-            return applied(h, KNOWN_OTHER,
+            return applied(h, run_id, ENDS_LANE, NULL,
                            text_start(h, run_id, f.message_id, f.message_id_len,
                                       f.role != NULL ? f.role : "assistant",
                                       f.role != NULL ? f.role_len : 9, true, NULL));
         if (agw_streq_n(f.type, f.type_len, "REASONING_MESSAGE_START"))
             return applied(
-                h, KNOWN_OTHER,
+                h, run_id, ENDS_LANE, NULL,
                 text_start(h, run_id, f.message_id, f.message_id_len, "reasoning", 9, true, NULL));
         if (agw_streq_n(f.type, f.type_len, "TEXT_MESSAGE_END") ||
             agw_streq_n(f.type, f.type_len, "REASONING_MESSAGE_END")) {
             text_end(h, f.message_id, f.message_id_len);
-            return applied(h, KNOWN_OTHER, 0);
+            return applied(h, run_id, ENDS_LANE, NULL, 0);
         }
     }
     ev = json_loadb(line, len, 0, NULL);
@@ -1947,11 +2107,12 @@ static int apply_other_line(struct agw_history *h, const char *run_id, const cha
 
 /* A text's coalesced deltas (<d>, read from the line), the bulk of the bytes, go to a message held
  * as text as they are (escaped): no JSON value is built. AGW_AGAIN when the message is not one. */
-static int append_delta_line(struct agw_history *h, const struct agw_capture_delta *d)
+static int append_delta_line(struct agw_history *h, const char *run_id,
+                             const struct agw_capture_delta *d)
 {
     if (d->args || d->id_escaped)
         return AGW_AGAIN;
-    return agw_history_append_text(h, d->id, d->id_len, d->delta, d->delta_len);
+    return agw_history_append_text(h, run_id, d->id, d->id_len, d->delta, d->delta_len);
 }
 
 int agw_history_apply_line(struct agw_history *h, const char *run_id, const char *line, size_t len)
@@ -1959,7 +2120,8 @@ int agw_history_apply_line(struct agw_history *h, const char *run_id, const char
     struct agw_capture_delta d;
     int rc;
 
-    if (agw_capture_line_delta(line, len, &d) && (rc = append_delta_line(h, &d)) != AGW_AGAIN)
+    if (agw_capture_line_delta(line, len, &d) &&
+        (rc = append_delta_line(h, run_id, &d)) != AGW_AGAIN)
         return rc;
     return apply_other_line(h, run_id, line, len);
 }
@@ -1978,7 +2140,7 @@ int agw_history_apply_lines(struct agw_history *h, const char *run_id, const cha
         /* a text's coalesced deltas (most of the bytes) are read once: their end is where the
          * delta's string ends; any other line is read once too, from its end on */
         if (agw_capture_line_delta_at(p, (size_t)(end - p), &d, &n)) {
-            if ((rc = append_delta_line(h, &d)) == AGW_AGAIN)
+            if ((rc = append_delta_line(h, run_id, &d)) == AGW_AGAIN)
                 rc = apply_other_line(h, run_id, p, n);
         } else {
             const char *nl = memchr(p, '\n', (size_t)(end - p));

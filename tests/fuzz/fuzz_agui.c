@@ -83,7 +83,8 @@ struct sink_ctx {
 
 /* What agw_agui_emitting_content() says of the event emitted must be what the event is: a
  * TEXT_MESSAGE_CONTENT or REASONING_MESSAGE_CONTENT (TOOL_CALL_ARGS with <args>) whose id and delta
- * are those tokens (a string each, the id without an escape), inside its bytes. */
+ * are those tokens (a string each, the id without an escape), inside its bytes, and that has no
+ * "subagentRunId" (history reads that one whole). */
 static void check_content_hint(const struct agw_agui *a, const char *json, size_t len)
 {
     struct agw_agui_content c;
@@ -105,7 +106,8 @@ static void check_content_hint(const struct agw_agui *a, const char *json, size_
          (json_equal(json_object_get(ev, "type"), type) ||
           json_equal(json_object_get(ev, "type"), reasoning)) &&
          json_equal(json_object_get(ev, c.args ? "toolCallId" : "messageId"), id) &&
-         json_equal(json_object_get(ev, "delta"), delta);
+         json_equal(json_object_get(ev, "delta"), delta) &&
+         json_object_get(ev, "subagentRunId") == NULL;
     json_decref(ev);
     json_decref(id);
     json_decref(delta);
@@ -116,8 +118,8 @@ static void check_content_hint(const struct agw_agui *a, const char *json, size_
 }
 
 /* What agw_agui_emitting_type() says of the event emitted must be what the event is: one JSON
- * object whose "type" is that string (written without an escape, inside its bytes); and never for a
- * content event, which agw_agui_emitting_content() describes. (An "ag-kit" backend's event is the
+ * object whose "type" is that string (written without an escape, inside its bytes); and never
+ * beside a content hint (agw_agui_emitting_content()). (An "ag-kit" backend's event is the
  * translation the fast path read, not the data fed.) */
 static void check_type_hint(const struct agw_agui *a, const char *json, size_t len)
 {

@@ -1383,6 +1383,32 @@ static void type_emit(void *arg, const char *json, size_t len, bool pass)
     snprintf(h->seen[h->n++], sizeof(h->seen[0]), "%.*s", (int)n, type);
 }
 
+/* A sub-agent's content event (one with a "subagentRunId") is relayed by the fast path as it is,
+ * but the sink is told only its type: history keeps it whole, for the chunk streams it ends
+ * (doc/internals/history.md, "Chunks"). Nor is its prefix cached for the next one: that one is told
+ * of by its type as well, wherever its subagentRunId stands. */
+Test(agui, a_sub_agents_content_is_told_of_by_its_type)
+{
+    const char *const frames[] = {
+        "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"subagentRunId\":\"s\","
+        "\"delta\":\"a\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"subagentRunId\":\"s\","
+        "\"delta\":\"b\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"c\"}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"d\","
+        "\"subagentRunId\":\"s\"}",
+    };
+    const char *const content[] = {"-", "-", "-", "-", "T \"m\" \"c\"", "-"};
+    const char *const typed[] = {
+        "RUN_STARTED", "TEXT_MESSAGE_START",  "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CONTENT",
+        "-",           "TEXT_MESSAGE_CONTENT"};
+
+    expect_hints(hint_emit, frames, AGW_ARRAY_LEN(frames), content, AGW_ARRAY_LEN(content), 4);
+    expect_hints(type_emit, frames, AGW_ARRAY_LEN(frames), typed, AGW_ARRAY_LEN(typed), 4);
+}
+
 /* The sink learns the type of every event a fast path relayed unchanged but a content one (which
  * says more through agw_agui_emitting_content()), and nothing of an event the full path wrote. */
 Test(agui, the_sink_is_told_the_type_of_a_flat_event)

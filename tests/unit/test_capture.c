@@ -1270,6 +1270,25 @@ Test(capture, metadata_rebuilds_the_same_thread)
     expect_same_thread(events, AGW_ARRAY_LEN(events), 8);
 }
 
+/* A sub-agent's content event is kept as it is too: the lane its subagentRunId names is the one
+ * whose chunk stream it ends, and a parent's stream goes on across it. */
+Test(capture, a_sub_agents_content_rebuilds_the_same_thread)
+{
+    static const char *const events[] = {
+        "{'type':'TEXT_MESSAGE_CHUNK','messageId':'p1','delta':'a'}",
+        "{'type':'TEXT_MESSAGE_START','messageId':'s1','subagentRunId':'x'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'s1','delta':'y','subagentRunId':'x'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'s1','delta':'z','subagentRunId':'x'}",
+        "{'type':'TEXT_MESSAGE_CHUNK','delta':'b'}",
+        "{'type':'TEXT_MESSAGE_CHUNK','messageId':'s2','subagentRunId':'x','delta':'q'}",
+        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'p1','delta':'!'}",
+        "{'type':'TEXT_MESSAGE_CHUNK','subagentRunId':'x','delta':'r'}",
+        "{'type':'TEXT_MESSAGE_CHUNK','delta':'lost'}",
+    };
+
+    expect_same_thread(events, AGW_ARRAY_LEN(events), 9);
+}
+
 Test(capture, a_tool_call_run_rebuilds_the_same_thread)
 {
     static const char *const events[] = {
