@@ -71,6 +71,7 @@ static const struct knob_def knob_defs[] = {
     {"reasoning", KNOB_BOOL, KOFF(reasoning), 0, 1, NULL},
     {"activity", KNOB_BOOL, KOFF(activity), 0, 1, NULL},
     {"metadata", KNOB_BOOL, KOFF(metadata), 0, 1, NULL},
+    {"subagent", KNOB_BOOL, KOFF(subagent), 0, 1, NULL},
     {"framing", KNOB_ENUM, KOFF(framing), 0, 2, framing_words},
     {"hangup", KNOB_ENUM, KOFF(hangup), 0, 2, hangup_words},
     {"ids", KNOB_ENUM, KOFF(ids), 0, 1, ids_words},

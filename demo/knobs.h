@@ -31,10 +31,11 @@ struct knobs {
     int64_t decision;      /* enum decision_mode: what a decision for a waiting run gets */
     int64_t status;        /* 0 = stream; else answer this status with a JSON error */
     int64_t crlf, bytewise, done, fail, multiline, comments, ts; /* booleans */
-    int64_t reasoning;      /* 1 = the conversation's answer follows a reasoning message */
-    int64_t activity;       /* 1 = the conversation shows a plan as an activity message */
-    int64_t metadata;       /* 1 = text messages' start and end events carry metadata */
-    int64_t write_each;     /* 1 = every event its own chunk in its own write(), even unpaced */
+    int64_t reasoning;  /* 1 = the conversation's answer follows a reasoning message */
+    int64_t activity;   /* 1 = the conversation shows a plan as an activity message */
+    int64_t metadata;   /* 1 = text messages' start and end events carry metadata */
+    int64_t subagent;   /* 1 = the conversation's answer streams as chunks beside a sub-agent's */
+    int64_t write_each; /* 1 = every event its own chunk in its own write(), even unpaced */
     int64_t lifecycle_none; /* 1 = no RUN_STARTED / RUN_FINISHED */
     int64_t dialect;        /* enum dialect */
     int64_t framing;        /* enum framing */

@@ -35,6 +35,7 @@ static const char *const ev_names[] = {
     "REASONING_END",
     "ACTIVITY_SNAPSHOT",
     "ACTIVITY_DELTA",
+    NULL, /* EV_LITERAL: its step's name */
     NULL,
     NULL,
     NULL,
@@ -187,6 +188,17 @@ void plan_activity(struct run *r, const char *id, bool delta, const char *json)
 
     s->id = agw_xstrdup(id);
     s->text = agw_xstrdup(json);
+}
+
+void plan_literal(struct run *r, json_t *ev)
+{
+    struct step *s = plan_add(r, EV_LITERAL);
+
+    s->name = agw_xstrdup(json_string_value(json_object_get(ev, "type")));
+    s->text = json_dumps(ev, JSON_COMPACT);
+    if (s->text == NULL)
+        abort(); /* out of memory, the daemon's policy */
+    json_decref(ev);
 }
 
 void plan_begin(struct run *r)
@@ -373,10 +385,11 @@ static json_t *step_json(const struct run *r, const struct step *s, uint64_t rep
         json_object_set_new(ev, s->kind == EV_ACTIVITY_DELTA ? "patch" : "content",
                             json_loads(s->text, 0, NULL));
         break;
+    case EV_LITERAL:
     case EV_DONE:
     case EV_STALL:
     case EV_WAIT:
-        assert(!"not an event");
+        assert(!"not an event built here");
         break;
     }
     return ev;
@@ -456,6 +469,8 @@ void emit_next(struct run *r)
 
     if (s->kind == EV_DONE) {
         put_frame(r, r->batch, NULL, "[DONE]", 6);
+    } else if (s->kind == EV_LITERAL) {
+        put_frame(r, r->batch, s->name, s->text, strlen(s->text));
     } else if (s->kind == EV_TEXT_CONTENT && !r->k.multiline) {
         /* the hot path of every benchmark: no JSON library, one copy into the scratch buffer */
         const struct piece *p = &s->pieces[r->rep % s->npieces];

@@ -9,6 +9,8 @@
 #ifndef DEMO_RUN_H
 #define DEMO_RUN_H
 
+#include <jansson.h>
+
 #include "agw/common.h"
 
 #include "knobs.h"
@@ -33,6 +35,7 @@ enum ev_kind {
     EV_REASONING_END,
     EV_ACTIVITY_SNAPSHOT, /* <id>, and <text>: the content's JSON */
     EV_ACTIVITY_DELTA,    /* <id>, and <text>: the patch's JSON */
+    EV_LITERAL,           /* <text>: the event's JSON as it is sent, <name>: its type */
     EV_DONE,              /* data: [DONE] */
     EV_STALL,             /* not an event: production stops here for good */
     EV_WAIT,              /* not an event: production waits here for a decision (wait_decision=1) */
@@ -104,6 +107,8 @@ void plan_begin(struct run *r);
 /* Adds an ACTIVITY_SNAPSHOT (<delta> false) or ACTIVITY_DELTA of activity message <id> (type
  * "plan"), <json> its content or patch. */
 void plan_activity(struct run *r, const char *id, bool delta, const char *json);
+/* Adds event <ev> (taken: a JSON object with a string "type"), sent as its compact dump. */
+void plan_literal(struct run *r, json_t *ev);
 /* Adds a reasoning span <span> holding reasoning message <id>, one REASONING_MESSAGE_CONTENT per
  * text of <texts>. */
 void plan_reasoning(struct run *r, const char *span, const char *id, const char *const *texts,

@@ -578,6 +578,36 @@ static void scenario_weather(struct run *r, const char *text, size_t n)
     plan_end(r);
 }
 
+/* The answer <id> of <n_texts> deltas as TEXT_MESSAGE_CHUNKs, only the first naming the message,
+ * while a sub-agent (subagent=1) streams its own message as chunks of its lane between them: what
+ * an orchestrating agent's stream looks like (n: the message number for the ids). */
+static void plan_subagent_chat(struct run *r, const char *id, const char *const *texts,
+                               size_t n_texts, size_t n)
+{
+    char sub[ID_LEN], sub_msg[ID_LEN];
+
+    make_id(r, sub, "sub_", 1, n + 1);
+    make_id(r, sub_msg, "sub_msg_", 1, n + 1);
+    for (size_t i = 0; i < n_texts; i++) {
+        json_t *ev = json_pack("{s:s, s:s}", "type", "TEXT_MESSAGE_CHUNK", "delta", texts[i]);
+        if (i == 0)
+            json_object_set_new(ev, "messageId", json_string(id));
+        plan_literal(r, ev);
+        if (i == 0) {
+            plan_literal(r, json_pack("{s:s, s:s, s:s}", "type", "SUBAGENT_STARTED",
+                                      "subagentRunId", sub, "name", "helper"));
+            plan_literal(r, json_pack("{s:s, s:s, s:s, s:s}", "type", "TEXT_MESSAGE_CHUNK",
+                                      "messageId", sub_msg, "subagentRunId", sub, "delta",
+                                      "Looking "));
+        } else if (i == 1) {
+            plan_literal(r, json_pack("{s:s, s:s, s:s}", "type", "TEXT_MESSAGE_CHUNK",
+                                      "subagentRunId", sub, "delta", "it up."));
+            plan_literal(
+                r, json_pack("{s:s, s:s}", "type", "SUBAGENT_FINISHED", "subagentRunId", sub));
+        }
+    }
+}
+
 /* (e) Conversation: a friendly reply echoing the user's text, over several deltas. */
 static void scenario_chat(struct run *r, const char *text, const char *lower, size_t n)
 {
@@ -608,7 +638,10 @@ static void scenario_chat(struct run *r, const char *text, const char *lower, si
         make_id(r, plan, "plan_", 1, n + 1);
         plan_activity(r, plan, false, "{\"steps\":[\"read\",\"answer\"],\"done\":0}");
     }
-    if (greeting)
+    if (r->k.subagent && r->k.dialect == DIALECT_AGUI)
+        plan_subagent_chat(r, id, greeting ? greet : reply,
+                           greeting ? AGW_ARRAY_LEN(greet) : AGW_ARRAY_LEN(reply), n);
+    else if (greeting)
         plan_text(r, id, greet, AGW_ARRAY_LEN(greet), true);
     else
         plan_text(r, id, reply, AGW_ARRAY_LEN(reply), true);

@@ -106,6 +106,24 @@ const idsMatch = (r) =>
   await historyMatches("activity (two runs)", r.threadId, r2.messages);
 }
 
+// 1d. An orchestrator that streams its answer as chunks while a sub-agent streams its own: the chunks
+// without an id go to their lane's message (the parent's, or the sub-agent's), as the client's chunk
+// transformation keeps one stream per lane; the thread's history holds the same messages.
+{
+  const r = await run(`${GW}/agents/subagent/runs`, { messages: [user("m1", "Look it up")] });
+  check("sub-agent: the verifier accepts the stream", !r.error, r.error);
+  const answer = r.messages.find((m) => m.role === "assistant" && m.subagentRunId === undefined);
+  const helper = r.messages.find((m) => m.subagentRunId !== undefined);
+  check("sub-agent: the client holds the whole answer and the sub-agent's message apart",
+        answer?.content === 'Hello! You said: "Look it up". How can I help you?' &&
+        helper?.content === "Looking it up.", JSON.stringify(r.messages));
+  await historyMatches("sub-agent", r.threadId, r.messages);
+  const r2 = await run(`${GW}/agents/subagent/runs`,
+                       { threadId: r.threadId, messages: [...r.messages, user("m2", "Again")] });
+  check("sub-agent: the second run is accepted", !r2.error, r2.error);
+  await historyMatches("sub-agent (two runs)", r.threadId, r2.messages);
+}
+
 // 2. Server-side tool get_weather (scenario 2).
 {
   const r = await run(`${GW}/agents/demo/runs`, { messages: [user("m1", "What is the weather in Paris?")] });

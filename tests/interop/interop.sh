@@ -35,7 +35,7 @@ cat >"$T/gw.json" <<JSON
     $(agent bare "?lifecycle=none&done=1"), $(agent multiline "?multiline=1"),
     $(agent cloudbase "?dialect=cloudbase&fail=1"), $(agent drop "?drop_after=4"),
     $(agent hitl "?wait_decision=1"), $(agent reasoning "?reasoning=1"),
-    $(agent activity "?activity=1&reasoning=1&metadata=1"), $(agent hitlstream "?wait_decision=1&decision=stream"),
+    $(agent activity "?activity=1&reasoning=1&metadata=1"), $(agent subagent "?subagent=1"), $(agent hitlstream "?wait_decision=1&decision=stream"),
     $(agent hitlempty "?wait_decision=1&decision=empty"), $(agent hitlrefuse "?wait_decision=1&decision=refuse"),
     "legacy": { "upstreams": ["$D/send-message?dialect=ag-kit"], "protocol": "ag-kit" }
   }
