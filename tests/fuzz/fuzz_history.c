@@ -3,7 +3,7 @@
  * (the rest of the line, put in a body {"threadId":"t","messages":<line>} read with
  * JSON_REJECT_DUPLICATES) for agw_history_merge_input(), any other line an event for
  * agw_history_apply(); lines that are not JSON are skipped. Byte 0 picks the cap (1 + b % 16). The
- * run id changes every line, and every fourth line has none.
+ * run id changes every eight lines (chunk streams are a run's), and every eighth line has none.
  *
  * Invariants on top of the sanitizers: the thread never holds more than the cap; every message is
  * an object with a string "id"; apply returns -AGW_EINVAL, 0 or 1 and the malformed count grows by
@@ -333,8 +333,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *run_id = NULL;
         json_t *v = json_loadb(doc, (size_t)(stop - doc), JSON_DECODE_ANY, NULL);
 
-        if (line % 4 != 3) {
-            snprintf(run, sizeof(run), "r%zu", line);
+        if (line % 8 != 7) {
+            snprintf(run, sizeof(run), "r%zu", line / 8);
             run_id = run;
         }
         if (v != NULL) {
