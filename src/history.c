@@ -1679,15 +1679,151 @@ static int on_tool_chunk(struct agw_history *h, const char *run_id, const json_t
     return 1;
 }
 
-/* A snapshot's message as the client takes it (a new value): a "subagentRunId" that is null is
- * removed. */
-static json_t *snapshot_copy(const json_t *m)
-{
-    json_t *c = must(json_deep_copy(m));
+/* ---- a message as the client's schemas leave it ------------------------------------------------
+ *
+ * The client passes every event through its schemas (@ag-ui/core 1.0) before applying it, and
+ * strips what they do not describe: the members of a message, a tool call, its function, a content
+ * part or a part's source that its schema does not name; a message of a role no schema has, a
+ * content part of a type none has, or one whose source is of such a type, is dropped whole. That
+ * concerns the messages an event carries whole: a MESSAGES_SNAPSHOT's and a RUN_STARTED's input's.
+ */
 
+static const char *const KEEP_TEXT[] = {"subagentRunId",  "id",       "role",    "name",
+                                        "encryptedValue", "metadata", "content", NULL};
+static const char *const KEEP_ASSISTANT[] = {
+    "subagentRunId", "id",      "role",      "name", "encryptedValue",
+    "metadata",      "content", "toolCalls", NULL};
+static const char *const KEEP_TOOL[] = {"subagentRunId",  "id",         "role",
+                                        "content",        "toolCallId", "error",
+                                        "encryptedValue", "metadata",   NULL};
+static const char *const KEEP_ACTIVITY[] = {"subagentRunId", "id",       "role", "activityType",
+                                            "content",       "metadata", NULL};
+static const char *const KEEP_REASONING[] = {"subagentRunId",  "id",       "role", "content",
+                                             "encryptedValue", "metadata", NULL};
+static const char *const KEEP_TOOL_CALL[] = {"id",       "type", "function", "encryptedValue",
+                                             "metadata", NULL};
+static const char *const KEEP_FUNCTION[] = {"name", "arguments", NULL};
+static const char *const KEEP_TEXT_PART[] = {"type", "id", "text", "metadata", NULL};
+static const char *const KEEP_MEDIA_PART[] = {"type", "id", "source", "metadata", NULL};
+static const char *const KEEP_DATA_SOURCE[] = {"type", "value", "mimeType", NULL};
+static const char *const KEEP_FILE_SOURCE[] = {"type", "value", "provider", "mimeType", NULL};
+
+/* Removes the members of object <o> (anything else is left alone) that <keep> does not name. */
+static void strip_members(json_t *o, const char *const *keep)
+{
+    const char *key;
+    json_t *v;
+    void *tmp;
+
+    json_object_foreach_safe(o, tmp, key, v)
+    {
+        const char *const *k = keep;
+        while (*k != NULL && strcmp(*k, key) != 0)
+            k++;
+        if (*k == NULL)
+            must_ok(json_object_del(o, key));
+    }
+}
+
+/* A content part (an element of a user's or a tool's content): false when the client drops it. */
+static bool strip_part(json_t *part)
+{
+    const char *type = str_field(part, "type");
+    json_t *source;
+
+    if (!json_is_object(part))
+        return true; /* left as it is (the client's parse refuses it) */
+    if (type != NULL && strcmp(type, "text") == 0) {
+        strip_members(part, KEEP_TEXT_PART);
+        return true;
+    }
+    if (type == NULL || (strcmp(type, "image") != 0 && strcmp(type, "audio") != 0 &&
+                         strcmp(type, "video") != 0 && strcmp(type, "document") != 0))
+        return false;
+    strip_members(part, KEEP_MEDIA_PART);
+    source = json_object_get(part, "source");
+    if (json_is_object(source)) {
+        type = str_field(source, "type");
+        if (type == NULL ||
+            (strcmp(type, "data") != 0 && strcmp(type, "url") != 0 && strcmp(type, "file") != 0))
+            return false; /* a required member the client drops: the part with it */
+        strip_members(source, strcmp(type, "file") == 0 ? KEEP_FILE_SOURCE : KEEP_DATA_SOURCE);
+    }
+    return true;
+}
+
+/* Message <m> (an object) as the client holds it once its schemas have read it: a new value, or
+ * NULL when the client drops it (a role it has no schema for). A "subagentRunId" that is null is
+ * left out too, as the client's snapshot rule leaves it out. */
+static json_t *client_message(const json_t *m)
+{
+    static const struct {
+        const char *role;
+        const char *const *keep;
+    } roles[] = {{"developer", KEEP_TEXT},      {"system", KEEP_TEXT}, {"user", KEEP_TEXT},
+                 {"assistant", KEEP_ASSISTANT}, {"tool", KEEP_TOOL},   {"activity", KEEP_ACTIVITY},
+                 {"reasoning", KEEP_REASONING}};
+    const char *role = str_field(m, "role");
+    json_t *c, *v, *e;
+    size_t i, k;
+
+    for (i = 0; i < AGW_ARRAY_LEN(roles); i++)
+        if (role != NULL && strcmp(role, roles[i].role) == 0)
+            break;
+    if (i == AGW_ARRAY_LEN(roles))
+        return NULL;
+    c = must(json_deep_copy(m));
+    strip_members(c, roles[i].keep);
     if (json_is_null(json_object_get(c, "subagentRunId")))
         must_ok(json_object_del(c, "subagentRunId"));
+    if (json_is_array(v = json_object_get(c, "toolCalls"))) {
+        json_array_foreach(v, k, e)
+        {
+            if (!json_is_object(e))
+                continue;
+            strip_members(e, KEEP_TOOL_CALL);
+            if (json_is_object(json_object_get(e, "function")))
+                strip_members(json_object_get(e, "function"), KEEP_FUNCTION);
+        }
+    }
+    if ((strcmp(role, "user") == 0 || strcmp(role, "tool") == 0) &&
+        json_is_array(v = json_object_get(c, "content"))) {
+        for (k = 0; k < json_array_size(v);)
+            if (strip_part(json_array_get(v, k)))
+                k++;
+            else
+                must_ok(json_array_remove(v, k));
+    }
     return c;
+}
+
+/* The messages of array <msgs> as the client holds them (client_message()), those it drops left
+ * out: a new array, or NULL when <msgs> is not an array or one of the messages it holds is not an
+ * object with a string "id" (the client fails the run). */
+static json_t *client_messages(const json_t *msgs)
+{
+    json_t *out, *m, *c;
+    size_t k;
+
+    if (!json_is_array(msgs))
+        return NULL;
+    out = must(json_array());
+    json_array_foreach(msgs, k, m)
+    {
+        if (!json_is_object(m)) {
+            json_decref(out);
+            return NULL;
+        }
+        if ((c = client_message(m)) == NULL)
+            continue;
+        if (!valid_msg(c)) {
+            json_decref(c);
+            json_decref(out);
+            return NULL;
+        }
+        must_ok(json_array_append_new(out, c));
+    }
+    return out;
 }
 
 /* What a MESSAGES_SNAPSHOT says, read once. */
@@ -1769,18 +1905,12 @@ static bool snapshot_keeps(struct agw_history *h, struct item *it, const struct 
  * new ones are appended in its order. */
 static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *ev)
 {
-    const json_t *snap = json_object_get(ev, "messages");
-    json_t *m;
+    json_t *snap = client_messages(json_object_get(ev, "messages")), *m;
     size_t k, kept = 0, known;
     struct snapshot sn = {0};
 
-    if (!json_is_array(snap))
+    if (snap == NULL)
         return -AGW_EINVAL;
-    json_array_foreach(snap, k, m)
-    {
-        if (!valid_msg(m))
-            return -AGW_EINVAL;
-    }
     /* one pass over the snapshot: a thread of n messages and a snapshot of m cost n + m look-ups,
      * not n times m comparisons */
     sn.by_id = must(json_object());
@@ -1808,13 +1938,7 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
             touch_moved(h, kept);
         }
         /* (one kept aside stays as it is) */
-        if (s != NULL && json_is_null(json_object_get(s, "subagentRunId"))) {
-            json_t *c = snapshot_copy(s);
-            if (!json_equal(item_msg(h, it), c))
-                replace_at(h, kept, c);
-            else
-                json_decref(c);
-        } else if (s != NULL && !json_equal(item_msg(h, it), s)) {
+        if (s != NULL && !json_equal(item_msg(h, it), s)) {
             replace_at(h, kept, must(json_deep_copy(s)));
         }
         kept++;
@@ -1827,9 +1951,10 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
     {
         size_t i = find_msg(h, msg_id(m));
         if (i == SIZE_MAX || i >= known)
-            append(h, msg_item(snapshot_copy(m), run_id));
+            append(h, msg_item(must(json_deep_copy(m)), run_id));
     }
     json_decref(sn.by_id);
+    json_decref(snap);
     return 1;
 }
 
@@ -1946,7 +2071,7 @@ static int on_activity_delta(struct agw_history *h, const json_t *ev)
 }
 
 /* RUN_STARTED {input: {messages}}: the input's messages whose ids the thread does not know are
- * appended, in order, with this run's id (a "subagentRunId" that is null left out). */
+ * appended, in order, with this run's id, as the client holds them (client_message()). */
 static int on_run_started(struct agw_history *h, const char *run_id, const json_t *ev)
 {
     const json_t *msgs = json_object_get(json_object_get(ev, "input"), "messages"), *m;
@@ -1955,9 +2080,12 @@ static int on_run_started(struct agw_history *h, const char *run_id, const json_
 
     json_array_foreach(msgs, k, m)
     {
-        if (valid_msg(m) && find_msg(h, msg_id(m)) == SIZE_MAX) {
-            append(h, msg_item(snapshot_copy(m), run_id));
+        json_t *c = json_is_object(m) ? client_message(m) : NULL;
+        if (c != NULL && valid_msg(c) && find_msg(h, msg_id(c)) == SIZE_MAX) {
+            append(h, msg_item(c, run_id));
             rc = 1;
+        } else {
+            json_decref(c);
         }
     }
     return rc;

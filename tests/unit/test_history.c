@@ -1749,6 +1749,77 @@ Test(history, chunk_streams_refuse_what_contradicts_their_first_chunk)
     agw_history_free(h);
 }
 
+/* The messages a snapshot or a run's start carries whole are held as the client holds them once
+ * its schemas have read them: members no schema names stripped (of a message, a tool call, its
+ * function, a content part, a part's source; an activity's content and any metadata left whole), a
+ * message of an unknown role, a content part of an unknown type or with a source of one, dropped.
+ */
+Test(history, whole_messages_are_held_as_the_clients_schemas_leave_them)
+{
+    struct agw_history *h = agw_history_new(100);
+    size_t len;
+
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":["
+           "{\"id\":\"u1\",\"role\":\"user\",\"x\":1,\"content\":[{\"type\":\"text\",\"text\":"
+           "\"hi\","
+           "\"y\":2},{\"type\":\"image\",\"source\":{\"type\":\"url\",\"value\":\"u\",\"z\":3},"
+           "\"metadata\":{\"k\":[1]}},{\"type\":\"sticker\",\"id\":\"s\"},{\"type\":\"audio\","
+           "\"source\":{\"type\":\"ftp\",\"value\":\"v\"}},{\"type\":\"document\",\"source\":{"
+           "\"type\":\"file\",\"value\":\"f\",\"provider\":\"p\",\"w\":0}}]},"
+           "{\"id\":\"bot\",\"role\":\"robot\",\"content\":\"?\"},"
+           "{\"id\":\"a1\",\"role\":\"assistant\",\"parts\":[],\"metadata\":{\"deep\":{\"q\":1}},"
+           "\"toolCalls\":[{\"id\":\"c1\",\"type\":\"function\",\"index\":0,\"function\":{\"name\":"
+           "\"f\",\"arguments\":\"{}\",\"strict\":true}}]},"
+           "{\"id\":\"t1\",\"role\":\"tool\",\"toolCallId\":\"c1\",\"content\":\"ok\",\"error\":"
+           "\"e\","
+           "\"status\":\"done\"},"
+           "{\"id\":\"p1\",\"role\":\"activity\",\"activityType\":\"plan\",\"content\":{\"any\":{"
+           "\"x\":1}},\"extra\":1},"
+           "{\"id\":\"r1\",\"role\":\"reasoning\",\"content\":\"hm\",\"subagentRunId\":null,"
+           "\"signature\":\"s\"}]}"),
+        1);
+    expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"},"
+              "{\"type\":\"image\",\"source\":{\"type\":\"url\",\"value\":\"u\"},\"metadata\":{"
+              "\"k\":[1]}},{\"type\":\"document\",\"source\":{\"type\":\"file\",\"value\":\"f\","
+              "\"provider\":\"p\"}}]},"
+              "{\"id\":\"a1\",\"role\":\"assistant\",\"metadata\":{\"deep\":{\"q\":1}},"
+              "\"toolCalls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+              "\"arguments\":\"{}\"}}]},"
+              "{\"id\":\"t1\",\"role\":\"tool\",\"toolCallId\":\"c1\",\"content\":\"ok\","
+              "\"error\":\"e\"},"
+              "{\"id\":\"p1\",\"role\":\"activity\",\"activityType\":\"plan\",\"content\":{\"any\":"
+              "{\"x\":1}}},"
+              "{\"id\":\"r1\",\"role\":\"reasoning\",\"content\":\"hm\"}]");
+    /* a run's start: the same, for the input's messages the thread lacks */
+    cr_assert_eq(
+        ev(h, "r2",
+           "{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r2\",\"input\":{"
+           "\"messages\":[{\"id\":\"u2\",\"role\":\"user\",\"content\":\"q\",\"lang\":\"fr\"},"
+           "{\"id\":\"x\",\"role\":\"bot\",\"content\":\"-\"},7]}}"),
+        1);
+    cr_assert_str_eq(agw_history_message_json(h, 5, &len),
+                     "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"q\"}");
+    cr_assert_eq(agw_history_count(h), 6);
+    /* what the client's parse refuses spoils the snapshot: a message of a known role without an id,
+     * or one that is not an object */
+    cr_assert_lt(ev(h, "r1",
+                    "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"role\":\"user\",\"content\":"
+                    "\"a\"}]}"),
+                 0);
+    cr_assert_lt(ev(h, "r1", "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[3]}"), 0);
+    cr_assert_eq(agw_history_count(h), 6);
+    /* one with no message the client keeps empties the thread, but for what it keeps aside (the
+     * reasoning and the activity messages: the snapshot holds none) */
+    cr_assert_eq(
+        ev(h, "r1",
+           "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"q\",\"role\":\"x\"}]}"),
+        1);
+    cr_assert_eq(agw_history_count(h), 2);
+    agw_history_free(h);
+}
+
 /* ---- reasoning messages, encrypted values, what a snapshot keeps aside
  * ---------------------------
  */
