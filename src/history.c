@@ -1708,98 +1708,132 @@ static const char *const KEEP_MEDIA_PART[] = {"type", "id", "source", "metadata"
 static const char *const KEEP_DATA_SOURCE[] = {"type", "value", "mimeType", NULL};
 static const char *const KEEP_FILE_SOURCE[] = {"type", "value", "provider", "mimeType", NULL};
 
-/* Removes the members of object <o> (anything else is left alone) that <keep> does not name. */
-static void strip_members(json_t *o, const char *const *keep)
+/* Whether object <o> has members that <keep> does not name (anything else: false); with <apply>,
+ * removes them. */
+static bool strip_members(json_t *o, const char *const *keep, bool apply)
 {
     const char *key;
     json_t *v;
     void *tmp;
+    bool found = false;
 
     json_object_foreach_safe(o, tmp, key, v)
     {
         const char *const *k = keep;
         while (*k != NULL && strcmp(*k, key) != 0)
             k++;
-        if (*k == NULL)
-            must_ok(json_object_del(o, key));
+        if (*k != NULL)
+            continue;
+        if (!apply)
+            return true;
+        must_ok(json_object_del(o, key));
+        found = true;
     }
+    return found;
 }
 
-/* A content part (an element of a user's or a tool's content): false when the client drops it. */
-static bool strip_part(json_t *part)
+/* What the client's schemas do to a content part (an element of a user's or a tool's content). */
+enum strip { STRIP_NONE, STRIP_MEMBERS, STRIP_DROP };
+
+/* The same for content part <part>; with <apply>, its members are removed (not the part). */
+static enum strip strip_part(json_t *part, bool apply)
 {
     const char *type = str_field(part, "type");
     json_t *source;
+    bool found;
 
     if (!json_is_object(part))
-        return true; /* left as it is (the client's parse refuses it) */
-    if (type != NULL && strcmp(type, "text") == 0) {
-        strip_members(part, KEEP_TEXT_PART);
-        return true;
-    }
+        return STRIP_NONE; /* left as it is (the client's parse refuses it) */
+    if (type != NULL && strcmp(type, "text") == 0)
+        return strip_members(part, KEEP_TEXT_PART, apply) ? STRIP_MEMBERS : STRIP_NONE;
     if (type == NULL || (strcmp(type, "image") != 0 && strcmp(type, "audio") != 0 &&
                          strcmp(type, "video") != 0 && strcmp(type, "document") != 0))
-        return false;
-    strip_members(part, KEEP_MEDIA_PART);
+        return STRIP_DROP;
     source = json_object_get(part, "source");
     if (json_is_object(source)) {
         type = str_field(source, "type");
         if (type == NULL ||
             (strcmp(type, "data") != 0 && strcmp(type, "url") != 0 && strcmp(type, "file") != 0))
-            return false; /* a required member the client drops: the part with it */
-        strip_members(source, strcmp(type, "file") == 0 ? KEEP_FILE_SOURCE : KEEP_DATA_SOURCE);
+            return STRIP_DROP; /* a required member the client drops: the part with it */
     }
-    return true;
+    found = strip_members(part, KEEP_MEDIA_PART, apply);
+    if (json_is_object(source) &&
+        strip_members(source, strcmp(type, "file") == 0 ? KEEP_FILE_SOURCE : KEEP_DATA_SOURCE,
+                      apply))
+        found = true;
+    return found ? STRIP_MEMBERS : STRIP_NONE;
 }
 
-/* Message <m> (an object) as the client holds it once its schemas have read it: a new value, or
- * NULL when the client drops it (a role it has no schema for). A "subagentRunId" that is null is
- * left out too, as the client's snapshot rule leaves it out. */
-static json_t *client_message(const json_t *m)
+/* Whether message <m> of a known role is not what the client holds of it: members <keep> does not
+ * name, a "subagentRunId" that is null, or in its tool calls, or in its content's parts (<parts>:
+ * a user's or a tool's, which may be parts); with <apply>, makes it so. */
+static bool strip_message(json_t *m, const char *const *keep, bool parts, bool apply)
+{
+    bool found = strip_members(m, keep, apply);
+    json_t *v, *e;
+    size_t k;
+
+    if (json_is_null(json_object_get(m, "subagentRunId"))) {
+        if (apply)
+            must_ok(json_object_del(m, "subagentRunId"));
+        found = true;
+    }
+    if (json_is_array(v = json_object_get(m, "toolCalls"))) {
+        json_array_foreach(v, k, e)
+        {
+            if (!json_is_object(e))
+                continue;
+            found |= strip_members(e, KEEP_TOOL_CALL, apply);
+            if (json_is_object(json_object_get(e, "function")))
+                found |= strip_members(json_object_get(e, "function"), KEEP_FUNCTION, apply);
+        }
+    }
+    v = json_object_get(m, "content");
+    for (k = 0; parts && json_is_array(v) && k < json_array_size(v);) {
+        enum strip st = strip_part(json_array_get(v, k), apply);
+        found |= st != STRIP_NONE;
+        if (st == STRIP_DROP && apply)
+            must_ok(json_array_remove(v, k));
+        else
+            k++;
+    }
+    return found;
+}
+
+/* Message <m> (an object) as the client holds it once its schemas have read it: -1 when the client
+ * drops it (a role it has no schema for), 0 when it holds <m> as it is, 1 with *<out> a new value
+ * when it holds less (members its schemas do not name; a "subagentRunId" that is null, which the
+ * client's snapshot rule leaves out too). */
+static int client_message(const json_t *m, json_t **out)
 {
     static const struct {
         const char *role;
         const char *const *keep;
-    } roles[] = {{"developer", KEEP_TEXT},      {"system", KEEP_TEXT}, {"user", KEEP_TEXT},
-                 {"assistant", KEEP_ASSISTANT}, {"tool", KEEP_TOOL},   {"activity", KEEP_ACTIVITY},
-                 {"reasoning", KEEP_REASONING}};
+        bool parts; /* its content may be parts */
+    } roles[] = {{"developer", KEEP_TEXT, false},     {"system", KEEP_TEXT, false},
+                 {"user", KEEP_TEXT, true},           {"assistant", KEEP_ASSISTANT, false},
+                 {"tool", KEEP_TOOL, true},           {"activity", KEEP_ACTIVITY, false},
+                 {"reasoning", KEEP_REASONING, false}};
     const char *role = str_field(m, "role");
-    json_t *c, *v, *e;
-    size_t i, k;
+    size_t i;
 
     for (i = 0; i < AGW_ARRAY_LEN(roles); i++)
         if (role != NULL && strcmp(role, roles[i].role) == 0)
             break;
     if (i == AGW_ARRAY_LEN(roles))
-        return NULL;
-    c = must(json_deep_copy(m));
-    strip_members(c, roles[i].keep);
-    if (json_is_null(json_object_get(c, "subagentRunId")))
-        must_ok(json_object_del(c, "subagentRunId"));
-    if (json_is_array(v = json_object_get(c, "toolCalls"))) {
-        json_array_foreach(v, k, e)
-        {
-            if (!json_is_object(e))
-                continue;
-            strip_members(e, KEEP_TOOL_CALL);
-            if (json_is_object(json_object_get(e, "function")))
-                strip_members(json_object_get(e, "function"), KEEP_FUNCTION);
-        }
-    }
-    if ((strcmp(role, "user") == 0 || strcmp(role, "tool") == 0) &&
-        json_is_array(v = json_object_get(c, "content"))) {
-        for (k = 0; k < json_array_size(v);)
-            if (strip_part(json_array_get(v, k)))
-                k++;
-            else
-                must_ok(json_array_remove(v, k));
-    }
-    return c;
+        return -1;
+    /* (the walk without <apply> changes nothing) */
+    if (!strip_message((json_t *)(uintptr_t)m, roles[i].keep, roles[i].parts, false))
+        return 0;
+    *out = must(json_deep_copy(m));
+    strip_message(*out, roles[i].keep, roles[i].parts, true);
+    return 1;
 }
 
 /* The messages of array <msgs> as the client holds them (client_message()), those it drops left
- * out: a new array, or NULL when <msgs> is not an array or one of the messages it holds is not an
- * object with a string "id" (the client fails the run). */
+ * out: a new array (of <msgs>'s own values where the client holds them as they are: to be read
+ * only), or NULL when <msgs> is not an array or one of the messages it holds is not an object with
+ * a string "id" (the client fails the run). */
 static json_t *client_messages(const json_t *msgs)
 {
     json_t *out, *m, *c;
@@ -1810,12 +1844,11 @@ static json_t *client_messages(const json_t *msgs)
     out = must(json_array());
     json_array_foreach(msgs, k, m)
     {
-        if (!json_is_object(m)) {
-            json_decref(out);
-            return NULL;
-        }
-        if ((c = client_message(m)) == NULL)
+        int rc = json_is_object(m) ? client_message(m, &c) : 0;
+        if (rc < 0)
             continue;
+        if (rc == 0)
+            c = json_incref(m);
         if (!valid_msg(c)) {
             json_decref(c);
             json_decref(out);
@@ -2080,7 +2113,10 @@ static int on_run_started(struct agw_history *h, const char *run_id, const json_
 
     json_array_foreach(msgs, k, m)
     {
-        json_t *c = json_is_object(m) ? client_message(m) : NULL;
+        json_t *c = NULL;
+        int st = json_is_object(m) ? client_message(m, &c) : -1;
+        if (st == 0)
+            c = must(json_deep_copy(m));
         if (c != NULL && valid_msg(c) && find_msg(h, msg_id(c)) == SIZE_MAX) {
             append(h, msg_item(c, run_id));
             rc = 1;
