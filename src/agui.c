@@ -10,6 +10,7 @@
 
 #include <assert.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "agw/agui.h"
 #include "agw/agkit.h"
 #include "agw/log.h"
+#include "agw/schema.h"
 
 const char AGW_AGUI_UPSTREAM_ERROR[] = "UPSTREAM_ERROR";
 const char AGW_AGUI_TIMEOUT[] = "TIMEOUT";
@@ -436,25 +438,30 @@ static bool is_done_marker(const char *data, size_t len)
  * Returns true if the upstream's bytes no longer describe <ev>. */
 static bool sanitise(json_t *ev, bool ints_as_real)
 {
-    const char *key;
+    const char *key, *type = json_string_value(json_object_get(ev, "type"));
     json_t *v;
     void *tmp;
     bool changed = false;
 
     json_object_foreach_safe(ev, tmp, key, v)
     {
-        if (json_is_null(v)) {
+        /* (but where the protocol gives null a meaning: a STATE_SNAPSHOT's "snapshot", ...) */
+        if (json_is_null(v) && (type == NULL || !agw_schema_keeps_null(type, key))) {
             json_object_del(ev, key);
             changed = true;
         }
     }
     v = json_object_get(ev, "timestamp");
-    if (v == NULL || json_is_integer(v))
+    if (v == NULL)
+        return changed;
+    if (json_is_integer(v) && json_integer_value(v) >= -AGW_SCHEMA_MAX_INT &&
+        json_integer_value(v) <= AGW_SCHEMA_MAX_INT)
         return changed;
     if (json_is_real(v)) {
         double d = json_real_value(v);
-        /* Outside this range the conversion is undefined; such a "timestamp" is no time at all. */
-        if (d > -9.2e18 && d < 9.2e18) {
+        /* Past JavaScript's exact integers the client refuses it; such a "timestamp" is no time
+         * at all. */
+        if (d >= -(double)AGW_SCHEMA_MAX_INT && d <= (double)AGW_SCHEMA_MAX_INT) {
             json_int_t t = (json_int_t)d;
             /* Stored as an integer even when unchanged, in case another rule re-serialises. */
             set_new(ev, "timestamp", json_integer(t));
@@ -463,6 +470,19 @@ static bool sanitise(json_t *ev, bool ints_as_real)
     }
     json_object_del(ev, "timestamp");
     return true;
+}
+
+/* Whether the client accepts <ev> (agw_schema_check()); if not, the run ends with INVALID_EVENT
+ * naming the member. Called before an upstream event is relayed, and before the bookkeeping its
+ * relaying does. */
+static bool schema_ok(struct agw_agui *a, const struct agw_agui_sink *out, const json_t *ev)
+{
+    char why[320];
+
+    if (agw_schema_check(ev, why, sizeof(why)))
+        return true;
+    invalid_event(a, out, "%s", why);
+    return false;
 }
 
 /* Sets <key> to <value> unless it holds exactly that string. Returns true if <ev> changed. */
@@ -607,14 +627,19 @@ static void on_open(struct agw_agui *a, const struct agw_agui_sink *out, json_t 
     size_t id_len = json_string_length(idv);
     if (find_open(a, kind, id, id_len, NULL))
         return; /* duplicate start: the item is open already */
+    /* A start without its role gets the only one it can have (a reasoning message's), or the
+     * CloudBase dialect's (a text message's). */
+    if ((kind == ITEM_TEXT_MESSAGE || kind == ITEM_REASONING_MESSAGE) &&
+        json_object_get(ev, "role") == NULL) {
+        set_new(ev, "role", json_string(kind == ITEM_TEXT_MESSAGE ? "assistant" : "reasoning"));
+        changed = true;
+    }
+    if (!schema_ok(a, out, ev))
+        return;
     if (!push_open(a, kind, id, id_len)) {
         invalid_event(a, out, "%s \"%s\": over %d simultaneously open items (%d bytes of ids)",
                       d->start, excerpt(id, ex), AGUI_MAX_OPEN, AGUI_MAX_OPEN_ID_BYTES);
         return;
-    }
-    if (kind == ITEM_TEXT_MESSAGE && json_object_get(ev, "role") == NULL) {
-        set_new(ev, "role", json_string("assistant"));
-        changed = true;
     }
     if (kind == ITEM_TOOL_CALL) {
         json_t *args = json_object_get(ev, "args");
@@ -660,6 +685,8 @@ static void on_content(struct agw_agui *a, const struct agw_agui_sink *out, json
     }
     if (json_string_length(delta) == 0 && kind != ITEM_TOOL_CALL)
         return; /* the official client rejected empty deltas before 1.0 */
+    if (!schema_ok(a, out, ev))
+        return;
     begin(a, out);
     write_upstream(a, out, ev, data, len, changed);
 }
@@ -678,6 +705,8 @@ static void on_close(struct agw_agui *a, const struct agw_agui_sink *out, json_t
     }
     if (!find_open(a, kind, json_string_value(idv), json_string_length(idv), &i))
         return; /* nothing to close: already closed, or never opened */
+    if (!schema_ok(a, out, ev))
+        return;
     remove_open(a, i);
     begin(a, out);
     write_upstream(a, out, ev, data, len, changed);
@@ -700,11 +729,18 @@ struct span {
     bool escaped;
 };
 
+/* Members of a flat event the fast paths take; one with more goes to the full path. */
+#define FLAT_MEMBERS 16
+
 struct flat_event {
     struct span type, message_id, tool_call_id, step_name, delta, role, thread_id, run_id;
     /* relayed as it is; read so that a content event that has one is not offered to the sink as
      * plain content (agw_agui_emitting_content()): history reads it */
     struct span subagent_run_id;
+    /* every member, for the schema's check of the events that are not content
+     * (agw_schema_flat_ok()); not cleared with the spans above */
+    size_t n_members;
+    struct agw_schema_member members[FLAT_MEMBERS];
 };
 
 /* Bytes that need no attention inside a JSON string: printable ASCII except '"' and '\\'. */
@@ -850,33 +886,44 @@ static bool scan_members(const char **pp, const char *end, struct flat_event *fe
 
     for (;;) {
         struct span k, v;
+        struct agw_schema_member *m;
+
         p = skip_ws(p, end);
-        if (p == end || *p != '"' || !scan_string(&p, end, &k))
+        if (p == end || *p != '"' || !scan_string(&p, end, &k) || k.escaped ||
+            fe->n_members == FLAT_MEMBERS)
             return false;
+        m = &fe->members[fe->n_members++];
+        m->key = k.p;
+        m->key_len = k.n;
         p = skip_ws(p, end);
         if (p == end || *p++ != ':')
             return false;
         p = skip_ws(p, end);
         if (p == end)
             return false;
+        /* Every event's "metadata" is an object: one that is not, the full path refuses. */
+        if (key_is(&k, "metadata"))
+            return false;
         if (*p == '"') {
             if (!scan_string(&p, end, &v))
                 return false;
-            if (key_is(&k, "type")         ? !take(&fe->type, &v)
-                : key_is(&k, "messageId")  ? !take(&fe->message_id, &v)
-                : key_is(&k, "toolCallId") ? !take(&fe->tool_call_id, &v)
-                : key_is(&k, "stepName")   ? !take(&fe->step_name, &v)
-                : key_is(&k, "delta")      ? !take(&fe->delta, &v)
-                : key_is(&k, "role")       ? !take(&fe->role, &v)
-                : key_is(&k, "threadId")   ? !take(&fe->thread_id, &v)
-                : key_is(&k, "runId")      ? !take(&fe->run_id, &v)
-                : key_is(&k, "subagentRunId")
-                    ? !take(&fe->subagent_run_id, &v)
-                    : k.escaped || key_is(&k, "timestamp") || key_is(&k, "args"))
+            m->kind = AGW_FLAT_STRING;
+            m->s = v.escaped ? NULL : v.p;
+            m->n = v.n;
+            if (key_is(&k, "type")            ? !take(&fe->type, &v)
+                : key_is(&k, "messageId")     ? !take(&fe->message_id, &v)
+                : key_is(&k, "toolCallId")    ? !take(&fe->tool_call_id, &v)
+                : key_is(&k, "stepName")      ? !take(&fe->step_name, &v)
+                : key_is(&k, "delta")         ? !take(&fe->delta, &v)
+                : key_is(&k, "role")          ? !take(&fe->role, &v)
+                : key_is(&k, "threadId")      ? !take(&fe->thread_id, &v)
+                : key_is(&k, "runId")         ? !take(&fe->run_id, &v)
+                : key_is(&k, "subagentRunId") ? !take(&fe->subagent_run_id, &v)
+                                              : key_is(&k, "timestamp") || key_is(&k, "args"))
                 return false;
-        } else if (k.escaped || key_is(&k, "type") || key_is(&k, "messageId") ||
-                   key_is(&k, "toolCallId") || key_is(&k, "stepName") || key_is(&k, "delta") ||
-                   key_is(&k, "role") || key_is(&k, "threadId") || key_is(&k, "runId") ||
+        } else if (key_is(&k, "type") || key_is(&k, "messageId") || key_is(&k, "toolCallId") ||
+                   key_is(&k, "stepName") || key_is(&k, "delta") || key_is(&k, "role") ||
+                   key_is(&k, "threadId") || key_is(&k, "runId") || key_is(&k, "subagentRunId") ||
                    key_is(&k, "args")) {
             /* Not a string where one is required (the full path says why), or a key the full path
              * acts on ("args" of a CloudBase TOOL_CALL_START). */
@@ -892,15 +939,20 @@ static bool scan_members(const char **pp, const char *end, struct flat_event *fe
             *seen_ts = *seen_ts || ts;
             for (p = d; p < end && *p >= '0' && *p <= '9'; p++)
                 ;
-            if (p == d || (p - d > 1 && *d == '0') || p - d > 18 ||
+            /* (a timestamp of 16 digits or more may be past the client's exact integers: the full
+             * path decides) */
+            if (p == d || (p - d > 1 && *d == '0') || p - d > (ts ? 15 : 18) ||
                 (p < end && (*p == '.' || *p == 'e' || *p == 'E')))
                 return false;
+            m->kind = AGW_FLAT_INT;
         } else if (key_is(&k, "timestamp")) {
             return false; /* not a number: the full path removes it */
         } else if (end - p >= 4 && memcmp(p, "true", 4) == 0) {
             p += 4;
+            m->kind = AGW_FLAT_BOOL;
         } else if (end - p >= 5 && memcmp(p, "false", 5) == 0) {
             p += 5;
+            m->kind = AGW_FLAT_BOOL;
         } else {
             return false; /* null (removed by the full path), objects, arrays, floats */
         }
@@ -923,7 +975,7 @@ static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
     const char *p = data, *end = data + len;
     bool seen_ts = false;
 
-    memset(fe, 0, sizeof(*fe));
+    memset(fe, 0, offsetof(struct flat_event, members));
     p = skip_ws(p, end);
     if (p == end || *p++ != '{' || !scan_members(&p, end, fe, &seen_ts))
         return false;
@@ -965,8 +1017,10 @@ static bool fast_cached(struct agw_agui *a, const char *data, size_t len,
         /* Members after the delta (a sequence number, the time the agent sent it): read as the
          * whole scan reads them. A key the fast paths read (a second delta, say) or a timestamp
          * sends the event to the whole scan, which knows what came before. */
-        struct flat_event tail = {0};
+        struct flat_event tail;
         bool ts = false;
+
+        memset(&tail, 0, offsetof(struct flat_event, members));
 
         p = skip_ws(p, end);
         if (p == end || *p++ != ',' || !scan_members(&p, end, &tail, &ts) || ts || p != end ||
@@ -1026,6 +1080,9 @@ static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, cons
         return false;
     memcpy(type, fe->type.p, fe->type.n);
     type[fe->type.n] = '\0';
+    /* Nothing the client would refuse goes this way: the full path says what is wrong. */
+    if (!agw_schema_flat_ok(fe->type.p, fe->type.n, fe->members, fe->n_members))
+        return false;
     switch (classify(type, &kind)) {
     case EV_RUN_STARTED:
         if (a->state != AGW_AGUI_ST_IDLE || !span_is(&fe->thread_id, a->thread_id) ||
@@ -1043,7 +1100,7 @@ static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, cons
         return true;
     case EV_OPEN:
         if (a->state != AGW_AGUI_ST_RUNNING || (id = flat_id(fe, kind)) == NULL ||
-            (kind == ITEM_TEXT_MESSAGE && fe->role.p == NULL) ||
+            ((kind == ITEM_TEXT_MESSAGE || kind == ITEM_REASONING_MESSAGE) && fe->role.p == NULL) ||
             find_open(a, kind, id->p, id->n, NULL) || !push_open(a, kind, id->p, id->n))
             return false;
         write_flat(a, out, fe, data, len);
@@ -1229,20 +1286,32 @@ static int feed_event(struct agw_agui *a, const char *data, size_t len,
         if (a->state != AGW_AGUI_ST_IDLE)
             break; /* one RUN_STARTED per run */
         changed = set_client_ids(a, ev) || changed;
+        if (!schema_ok(a, out, ev))
+            break;
         write_upstream(a, out, ev, data, len, changed);
         set_state(a, AGW_AGUI_ST_RUNNING);
         break;
     case EV_RUN_FINISHED:
+        changed = set_client_ids(a, ev) || changed;
+        if (!schema_ok(a, out, ev))
+            break;
         begin(a, out);
         close_all(a, out);
-        changed = set_client_ids(a, ev) || changed;
         write_upstream(a, out, ev, data, len, changed);
         finish(a, NULL, false);
         break;
     case EV_RUN_ERROR: {
+        changed = normalise_run_error(ev) || changed;
+        /* The backend's error is worth more than its token counts: a "usage" the client would
+         * refuse goes, the error stays. */
+        if (json_object_get(ev, "usage") != NULL && !agw_schema_check(ev, NULL, 0)) {
+            json_object_del(ev, "usage");
+            changed = true;
+        }
+        if (!schema_ok(a, out, ev))
+            break;
         begin(a, out);
         close_all(a, out);
-        changed = normalise_run_error(ev) || changed;
         write_upstream(a, out, ev, data, len, changed);
         json_t *code = json_object_get(ev, "code");
         finish(a, json_is_string(code) ? json_string_value(code) : NULL, true);
@@ -1258,6 +1327,8 @@ static int feed_event(struct agw_agui *a, const char *data, size_t len,
         on_close(a, out, ev, kind, data, len, changed);
         break;
     case EV_PASS:
+        if (!schema_ok(a, out, ev))
+            break;
         begin(a, out);
         write_upstream(a, out, ev, data, len, changed);
         break;

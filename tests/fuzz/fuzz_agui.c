@@ -14,7 +14,8 @@
  * must write the same bytes (the timestamps of gateway-made events aside).
  *
  * Invariants of the output: it is a sequence of "data: <json>\n\n" frames, each a JSON object with
- * a non-empty string "type" and no null top-level field (none at all in gateway-made events); the
+ * a non-empty string "type", no null top-level field but where the protocol gives null a meaning
+ * (none at all in gateway-made events), one the client's schemas accept (agw_schema_check()); the
  * first is the run's only RUN_STARTED, with the client's ids; at most one terminal event
  * (RUN_FINISHED, with the client's ids, or RUN_ERROR with a string message) and nothing after it;
  * after agw_agui_end()/agw_agui_fail() the stream is terminated; content events name an open item,
@@ -38,6 +39,7 @@
 
 #include "agw/agui.h"
 #include "agw/log.h"
+#include "agw/schema.h"
 #include "agw/sse.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -360,6 +362,7 @@ static void check_output(const struct setup *s, const char *out, size_t len, uin
         json_error_t jerr;
         const char *key, *t;
         json_t *v;
+        char why[320];
 
         if (terminal)
             fatal("an event after the terminal event");
@@ -379,9 +382,11 @@ static void check_output(const struct setup *s, const char *out, size_t len, uin
         t = json_string_value(type);
         json_object_foreach(ev, key, v)
         {
-            if (json_is_null(v))
+            if (json_is_null(v) && !agw_schema_keeps_null(t, key))
                 fatal("an output event with a null top-level field");
         }
+        if (!agw_schema_check(ev, why, sizeof(why)))
+            fatal(why); /* an event the official client's schemas refuse */
         ts = json_object_get(ev, "timestamp");
         if (json_is_integer(ts) && json_integer_value(ts) >= (json_int_t)t0 &&
             json_integer_value(ts) <= (json_int_t)t1 && has_null(ev))

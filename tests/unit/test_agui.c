@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "agw/agui.h"
+#include "agw/schema.h"
 #include "agw/sse.h"
 
 #define TID "t1"
@@ -331,11 +332,14 @@ static char *frame_of(const char *data)
  * first RUN_STARTED with the client's ids; one terminal event, last; no RUN_STARTED inside the run;
  * START/END balanced per kind and id, CONTENT/ARGS only for open ids; nothing open at the terminal
  * event (RUN_FINISHED or RUN_ERROR: every ending closes what is open first);
- * non-empty string "type"; no top-level null; integer timestamps; string ids and deltas; RUN_ERROR
- * {message: string, code?: string}; TEXT_MESSAGE_START has a role; no "args" on TOOL_CALL_START. */
+ * non-empty string "type"; no top-level null but where the protocol gives null a meaning; what
+ * the client's schemas accept (agw_schema_check()); integer timestamps; string ids and deltas;
+ * RUN_ERROR {message: string, code?: string}; TEXT_MESSAGE_START has a role; no "args" on
+ * TOOL_CALL_START. */
 static const char *verify_stream(json_t *events)
 {
     static char why[512];
+    char schema_why[320];
     static const struct {
         const char *start, *content, *end, *key;
     } kinds[] = {
@@ -372,9 +376,11 @@ static const char *verify_stream(json_t *events)
         const char *type = json_string_value(tv);
         json_object_foreach(ev, key, v)
         {
-            if (json_is_null(v))
+            if (json_is_null(v) && !agw_schema_keeps_null(type, key))
                 FAIL("event %zu (%s): null field %s", i, type, key);
         }
+        if (!agw_schema_check(ev, schema_why, sizeof(schema_why)))
+            FAIL("event %zu: the client's schemas refuse it: %s", i, schema_why);
         json_t *ts = json_object_get(ev, "timestamp");
         if (ts != NULL && !json_is_integer(ts))
             FAIL("event %zu (%s): timestamp is not an integer", i, type);
@@ -501,8 +507,8 @@ Test(agui, clean_stream_is_byte_identical)
 
 Test(agui, done_marker_dropped)
 {
-    struct result r =
-        RUN(END_NONE, "[DONE]", " \t[DONE]\r\n ", "{\"type\":\"CUSTOM\",\"name\":\"a\"}", "[DONE]");
+    struct result r = RUN(END_NONE, "[DONE]", " \t[DONE]\r\n ",
+                          "{\"type\":\"CUSTOM\",\"name\":\"a\",\"value\":1}", "[DONE]");
     cr_assert_eq(r.n_out, 2);
     assert_type(&r, 0, "RUN_STARTED");
     assert_type(&r, 1, "CUSTOM");
@@ -610,7 +616,8 @@ Test(agui, run_started_ids_rewritten)
 {
     struct result r =
         RUN(END_NONE, "{\"runId\":\"up-run\",\"type\":\"RUN_STARTED\",\"threadId\":\"up-thread\","
-                      "\"parentRunId\":\"p0\",\"input\":{\"messages\":[]},\"timestamp\":5}");
+                      "\"parentRunId\":\"p0\",\"input\":{\"threadId\":\"t0\",\"runId\":\"r0\","
+                      "\"messages\":[]},\"timestamp\":5}");
     cr_assert_eq(r.n_out, 1);
     assert_type(&r, 0, "RUN_STARTED");
     assert_type_first(&r, 0);
@@ -618,13 +625,16 @@ Test(agui, run_started_ids_rewritten)
     cr_assert_str_eq(str_at(&r, 0, "parentRunId"), "p0");
     cr_assert(json_is_object(json_object_get(ev_at(&r, 0), "input")));
     cr_assert_eq(json_integer_value(json_object_get(ev_at(&r, 0), "timestamp")), 5);
-    cr_assert_str_eq(r.text,
-                     "data: {\"type\":\"RUN_STARTED\",\"runId\":\"r1\",\"threadId\":\"t1\","
-                     "\"parentRunId\":\"p0\",\"input\":{\"messages\":[]},\"timestamp\":5}\n\n");
+    cr_assert_str_eq(
+        r.text,
+        "data: {\"type\":\"RUN_STARTED\",\"runId\":\"r1\",\"threadId\":\"t1\","
+        "\"parentRunId\":\"p0\",\"input\":{\"threadId\":\"t0\",\"runId\":\"r0\",\"messages\":[]},"
+        "\"timestamp\":5}\n\n");
     result_free(&r);
 
     /* Missing ids are filled in; only one of them differing is enough to rewrite. */
-    r = RUN(END_NONE, "{\"type\":\"RUN_STARTED\"}", "{\"type\":\"CUSTOM\"}");
+    r = RUN(END_NONE, "{\"type\":\"RUN_STARTED\"}",
+            "{\"type\":\"CUSTOM\",\"name\":\"c\",\"value\":1}");
     cr_assert_str_eq(str_at(&r, 0, "threadId"), TID);
     cr_assert_str_eq(str_at(&r, 0, "runId"), RID);
     result_free(&r);
@@ -645,7 +655,7 @@ Test(agui, second_run_started_dropped)
     result_free(&r);
 
     /* Also after an injected one. */
-    r = RUN(END_EOF, "{\"type\":\"CUSTOM\"}",
+    r = RUN(END_EOF, "{\"type\":\"CUSTOM\",\"name\":\"c\",\"value\":1}",
             "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}");
     cr_assert_eq(r.n_out, 3);
     assert_type(&r, 1, "CUSTOM");
@@ -1179,19 +1189,20 @@ Test(agui, null_fields_stripped)
 Test(agui, timestamps_made_integer)
 {
     struct result r =
-        RUN(END_NONE, "{\"type\":\"CUSTOM\",\"timestamp\":1700000000123.987,\"name\":\"a\"}",
-            "{\"type\":\"CUSTOM\",\"timestamp\":\"2024-01-01\",\"name\":\"b\"}",
-            "{\"type\":\"CUSTOM\",\"timestamp\":true,\"name\":\"c\"}",
-            "{\"type\":\"CUSTOM\",\"timestamp\":1e300,\"name\":\"d\"}",
-            "{\"type\":\"CUSTOM\",\"timestamp\":1700000000123,\"name\":\"e\"}",
-            "{\"type\":\"CUSTOM\",\"timestamp\":-1.5,\"name\":\"f\"}");
+        RUN(END_NONE,
+            "{\"type\":\"CUSTOM\",\"timestamp\":1700000000123.987,\"name\":\"a\",\"value\":1}",
+            "{\"type\":\"CUSTOM\",\"timestamp\":\"2024-01-01\",\"name\":\"b\",\"value\":1}",
+            "{\"type\":\"CUSTOM\",\"timestamp\":true,\"name\":\"c\",\"value\":1}",
+            "{\"type\":\"CUSTOM\",\"timestamp\":1e300,\"name\":\"d\",\"value\":1}",
+            "{\"type\":\"CUSTOM\",\"timestamp\":1700000000123,\"name\":\"e\",\"value\":1}",
+            "{\"type\":\"CUSTOM\",\"timestamp\":-1.5,\"name\":\"f\",\"value\":1}");
     const char *expect =
-        "data: {\"type\":\"CUSTOM\",\"timestamp\":1700000000123,\"name\":\"a\"}\n\n"
-        "data: {\"type\":\"CUSTOM\",\"name\":\"b\"}\n\n"
-        "data: {\"type\":\"CUSTOM\",\"name\":\"c\"}\n\n"
-        "data: {\"type\":\"CUSTOM\",\"name\":\"d\"}\n\n"
-        "data: {\"type\":\"CUSTOM\",\"timestamp\":1700000000123,\"name\":\"e\"}\n\n"
-        "data: {\"type\":\"CUSTOM\",\"timestamp\":-1,\"name\":\"f\"}\n\n";
+        "data: {\"type\":\"CUSTOM\",\"timestamp\":1700000000123,\"name\":\"a\",\"value\":1}\n\n"
+        "data: {\"type\":\"CUSTOM\",\"name\":\"b\",\"value\":1}\n\n"
+        "data: {\"type\":\"CUSTOM\",\"name\":\"c\",\"value\":1}\n\n"
+        "data: {\"type\":\"CUSTOM\",\"name\":\"d\",\"value\":1}\n\n"
+        "data: {\"type\":\"CUSTOM\",\"timestamp\":1700000000123,\"name\":\"e\",\"value\":1}\n\n"
+        "data: {\"type\":\"CUSTOM\",\"timestamp\":-1,\"name\":\"f\",\"value\":1}\n\n";
     cr_assert_str_eq(strstr(r.text, "data: {\"type\":\"CUSTOM\""), expect);
     result_free(&r);
 }
@@ -1204,8 +1215,9 @@ Test(agui, reserialised_events_put_type_first)
     result_free(&r);
 
     /* Raw pass-through keeps the upstream's order (nothing to change). */
-    r = RUN(END_NONE, "{\"name\":\"n\",\"type\":\"CUSTOM\"}");
-    cr_assert_not_null(strstr(r.text, "data: {\"name\":\"n\",\"type\":\"CUSTOM\"}\n\n"));
+    r = RUN(END_NONE, "{\"name\":\"n\",\"type\":\"CUSTOM\",\"value\":1}");
+    cr_assert_not_null(
+        strstr(r.text, "data: {\"name\":\"n\",\"type\":\"CUSTOM\",\"value\":1}\n\n"));
     result_free(&r);
 }
 
@@ -1240,7 +1252,7 @@ Test(agui, unchanged_events_are_passed_as_the_upstreams_bytes)
         "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}\n\n"
         "data: {\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}\n\n"
         "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"a\"}\n\n"
-        "data: {\"type\":\"CUSTOM\",\"name\":\"x\",\"value\":null}\n\n" /* rewritten */
+        "data: {\"type\":\"CUSTOM\",\"name\":\"x\",\"value\":1,\"v\":null}\n\n" /* rewritten */
         "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"b\"}\n\n"
         "data: [DONE]\n\n" /* dropped */
         "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"c\"}\n\n";
@@ -1248,7 +1260,7 @@ Test(agui, unchanged_events_are_passed_as_the_upstreams_bytes)
         "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}\n\n"
         "data: {\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}\n\n"
         "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"a\"}\n\n"
-        "data: {\"type\":\"CUSTOM\",\"name\":\"x\"}\n\n"
+        "data: {\"type\":\"CUSTOM\",\"name\":\"x\",\"value\":1}\n\n"
         "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"b\"}\n\n"
         "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"c\"}\n\n";
     struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
@@ -1445,7 +1457,7 @@ Test(agui, other_events_pass_through_raw)
         "{\"type\":\"RAW\",\"event\":{\"x\":[null]}}",
         "{\"type\":\"REASONING_ENCRYPTED_VALUE\",\"subtype\":\"message\",\"entityId\":\"m\","
         "\"encryptedValue\":\"e\"}",
-        "{\"type\":\"SUBAGENT_STARTED\",\"subagentId\":\"s\",\"name\":\"n\"}",
+        "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"s\",\"name\":\"n\"}",
         "{\"type\":\"THINKING_START\"}",
         "{\"type\":\"run_finished\"}",
         "{\"type\":\"SOMETHING_NEW\",\"a\":1}",
@@ -1456,11 +1468,7 @@ Test(agui, other_events_pass_through_raw)
     struct result r = run_frames(frames, END_NONE);
     char *expect = framed(frames);
 
-    /* Except the top-level null of STATE_SNAPSHOT, which goes. */
-    char *p = strstr(expect, "{\"type\":\"STATE_SNAPSHOT\",\"snapshot\":null}");
-    cr_assert_not_null(p);
-    memmove(p + 25, p + 41, strlen(p + 41) + 1);
-    memcpy(p + 24, "}", 1);
+    /* (the null of STATE_SNAPSHOT too: the protocol gives it a meaning, the client takes it) */
     cr_assert_str_eq(r.text, expect);
     cr_assert_eq(r.last_rc, 0);
     free(expect);
@@ -1475,7 +1483,8 @@ Test(agui, huge_integers_survive_a_rewrite)
         RUN(END_NONE,
             "{\"type\":\"STATE_SNAPSHOT\",\"timestamp\":1700000000000,"
             "\"snapshot\":{\"big\":123456789012345678901234567890}}",
-            "{\"type\":\"CUSTOM\",\"x\":null,\"timestamp\":5,\"v\":99999999999999999999}");
+            "{\"type\":\"CUSTOM\",\"x\":null,\"timestamp\":5,\"v\":99999999999999999999,"
+            "\"name\":\"n\",\"value\":1}");
     cr_assert_not_null(strstr(r.text,
                               "data: {\"type\":\"STATE_SNAPSHOT\",\"timestamp\":1700000000000,"
                               "\"snapshot\":{\"big\":123456789012345678901234567890}}\n\n"));
@@ -1666,12 +1675,12 @@ Test(agui, not_nul_terminated_input)
 {
     struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
     struct evbuffer *out = evbuffer_new();
-    const char buf[] = "{\"type\":\"CUSTOM\"}GARBAGE";
+    const char buf[] = "{\"type\":\"RAW\",\"event\":1}GARBAGE";
 
-    cr_assert_eq(agw_agui_feed(a, buf, 17, SINK(out)), 0);
+    cr_assert_eq(agw_agui_feed(a, buf, 24, SINK(out)), 0);
     cr_assert_eq(agw_agui_events_out(a), 2);
     char *text = drain(out);
-    cr_assert_not_null(strstr(text, "data: {\"type\":\"CUSTOM\"}\n\n"));
+    cr_assert_not_null(strstr(text, "data: {\"type\":\"RAW\",\"event\":1}\n\n"));
     free(text);
     evbuffer_free(out);
     agw_agui_free(a);

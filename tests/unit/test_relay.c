@@ -738,10 +738,10 @@ Test(relay, passed_frames_leave_byte_for_byte)
     struct agw_req *req = fake_req_new();
     struct opts o = {0};
     static const char in[] =
-        START TSTART TCONT "data: {\"type\":\"CUSTOM\",\"name\":\"x\",\"value\":null}\n\n"
+        START TSTART TCONT "data: {\"type\":\"CUSTOM\",\"name\":\"x\",\"value\":1,\"v\":null}\n\n"
                            "data: [DONE]\n\n" TCONT TEND FIN;
-    static const char want[] =
-        START TSTART TCONT "data: {\"type\":\"CUSTOM\",\"name\":\"x\"}\n\n" TCONT TEND FIN;
+    static const char want[] = START TSTART TCONT
+        "data: {\"type\":\"CUSTOM\",\"name\":\"x\",\"value\":1}\n\n" TCONT TEND FIN;
 
     start(req, &o);
     fake_up_head(last_up(), 200, SSE);

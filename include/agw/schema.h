@@ -1,0 +1,49 @@
+/* What the official client accepts of an event: the AG-UI 1.0 event schemas, as @ag-ui/client 1.0
+ * reads an event before it applies it (doc/protocol.md#events-the-client-accepts). The client
+ * first drops what its schemas do not describe: members they do not name, an array element whose
+ * kind ("role" of a message, "type" of a content part, "op" of a JSON Patch operation, ...) none
+ * of them has, and an optional member of an unknown kind; then it checks the rest, and one event
+ * that fails fails the client's whole run. The normaliser relays no event that would fail: it ends
+ * the run with INVALID_EVENT and a message naming the member instead. Pure: no I/O, no logging.
+ *
+ * Events of a type the protocol does not have pass (the client drops them). "timestamp" is the
+ * normaliser's (rule 8): not checked here. */
+#ifndef AGW_SCHEMA_H
+#define AGW_SCHEMA_H
+
+#include <jansson.h>
+
+#include "agw/common.h"
+
+/* JavaScript's largest exact integer (2^53 - 1): the schemas' bound on integers. */
+#define AGW_SCHEMA_MAX_INT 9007199254740991LL
+
+/* Whether event <ev> (an object with a string "type") is one the client accepts. If not, false,
+ * with a message naming the member in <why> ("TOOL_CALL_START without a string \"toolCallName\"",
+ * "MESSAGES_SNAPSHOT \"messages[0].content\" must be a string"). */
+bool agw_schema_check(const json_t *ev, char *why, size_t why_len);
+
+/* Whether a null <key> of an event of <type> is a value the client accepts (STATE_SNAPSHOT's
+ * "snapshot", CUSTOM's "value", RAW's "event"): the normaliser keeps such a null. */
+bool agw_schema_keeps_null(const char *type, const char *key);
+
+/* One member of an event made only of strings, integers and booleans (the normaliser's fast path
+ * reads such events without building them). */
+enum agw_schema_flat { AGW_FLAT_STRING, AGW_FLAT_INT, AGW_FLAT_BOOL };
+
+struct agw_schema_member {
+    const char *key; /* its bytes between the quotes, unescaped */
+    size_t key_len;
+    enum agw_schema_flat kind;
+    const char *s; /* a string's bytes between the quotes; NULL when it holds an escape */
+    size_t n;
+};
+
+/* Whether a flat event of type <type> (<type_len> bytes, unescaped) with members <m> (<n>, the
+ * type's among them or not: it is skipped) is one the client accepts. False also where only a
+ * full check can tell (an integer member other than "timestamp", an escaped string compared with a
+ * set of values): the caller then checks the event with agw_schema_check(). */
+bool agw_schema_flat_ok(const char *type, size_t type_len, const struct agw_schema_member *m,
+                        size_t n);
+
+#endif
