@@ -737,10 +737,11 @@ struct flat_event {
     /* relayed as it is; read so that a content event that has one is not offered to the sink as
      * plain content (agw_agui_emitting_content()): history reads it */
     struct span subagent_run_id;
-    /* every member, for the schema's check of the events that are not content
-     * (agw_schema_flat_ok()); not cleared with the spans above */
+    /* the members the spans above do not hold ("timestamp" aside), for the schema's check of the
+     * events that are not content (agw_schema_flat_ok(), which fast_lifecycle() gives the spans
+     * too); not cleared with the spans */
     size_t n_members;
-    struct agw_schema_member members[FLAT_MEMBERS];
+    struct agw_schema_member members[FLAT_MEMBERS + 8];
 };
 
 /* Bytes that need no attention inside a JSON string: printable ASCII except '"' and '\\'. */
@@ -880,21 +881,32 @@ static bool take(struct span *slot, const struct span *v)
 /* The members of a flat event from <*pp> (just past its '{', or past a ',' between members)
  * through its closing '}', *<pp> then past it: the string of each key the fast paths read into
  * <fe>, and whether an integer "timestamp" came in *<seen_ts> (a second one is refused). */
+/* Records member <k> of <kind> (a string's <v>) in fe->members; false when it is full. */
+static bool keep_member(struct flat_event *fe, const struct span *k, enum agw_schema_flat kind,
+                        const struct span *v)
+{
+    if (fe->n_members == FLAT_MEMBERS)
+        return false;
+    fe->members[fe->n_members++] = (struct agw_schema_member){
+        .key = k->p,
+        .key_len = k->n,
+        .kind = kind,
+        .s = v != NULL && !v->escaped ? v->p : NULL,
+        .n = v != NULL ? v->n : 0,
+    };
+    return true;
+}
+
 static bool scan_members(const char **pp, const char *end, struct flat_event *fe, bool *seen_ts)
 {
     const char *p = *pp;
 
     for (;;) {
         struct span k, v;
-        struct agw_schema_member *m;
 
         p = skip_ws(p, end);
-        if (p == end || *p != '"' || !scan_string(&p, end, &k) || k.escaped ||
-            fe->n_members == FLAT_MEMBERS)
+        if (p == end || *p != '"' || !scan_string(&p, end, &k) || k.escaped)
             return false;
-        m = &fe->members[fe->n_members++];
-        m->key = k.p;
-        m->key_len = k.n;
         p = skip_ws(p, end);
         if (p == end || *p++ != ':')
             return false;
@@ -907,9 +919,6 @@ static bool scan_members(const char **pp, const char *end, struct flat_event *fe
         if (*p == '"') {
             if (!scan_string(&p, end, &v))
                 return false;
-            m->kind = AGW_FLAT_STRING;
-            m->s = v.escaped ? NULL : v.p;
-            m->n = v.n;
             if (key_is(&k, "type")            ? !take(&fe->type, &v)
                 : key_is(&k, "messageId")     ? !take(&fe->message_id, &v)
                 : key_is(&k, "toolCallId")    ? !take(&fe->tool_call_id, &v)
@@ -919,7 +928,9 @@ static bool scan_members(const char **pp, const char *end, struct flat_event *fe
                 : key_is(&k, "threadId")      ? !take(&fe->thread_id, &v)
                 : key_is(&k, "runId")         ? !take(&fe->run_id, &v)
                 : key_is(&k, "subagentRunId") ? !take(&fe->subagent_run_id, &v)
-                                              : key_is(&k, "timestamp") || key_is(&k, "args"))
+                : key_is(&k, "timestamp") || key_is(&k, "args")
+                    ? true
+                    : !keep_member(fe, &k, AGW_FLAT_STRING, &v))
                 return false;
         } else if (key_is(&k, "type") || key_is(&k, "messageId") || key_is(&k, "toolCallId") ||
                    key_is(&k, "stepName") || key_is(&k, "delta") || key_is(&k, "role") ||
@@ -942,17 +953,19 @@ static bool scan_members(const char **pp, const char *end, struct flat_event *fe
             /* (a timestamp of 16 digits or more may be past the client's exact integers: the full
              * path decides) */
             if (p == d || (p - d > 1 && *d == '0') || p - d > (ts ? 15 : 18) ||
-                (p < end && (*p == '.' || *p == 'e' || *p == 'E')))
+                (p < end && (*p == '.' || *p == 'e' || *p == 'E')) ||
+                (!ts && !keep_member(fe, &k, AGW_FLAT_INT, NULL)))
                 return false;
-            m->kind = AGW_FLAT_INT;
         } else if (key_is(&k, "timestamp")) {
             return false; /* not a number: the full path removes it */
         } else if (end - p >= 4 && memcmp(p, "true", 4) == 0) {
             p += 4;
-            m->kind = AGW_FLAT_BOOL;
+            if (!keep_member(fe, &k, AGW_FLAT_BOOL, NULL))
+                return false;
         } else if (end - p >= 5 && memcmp(p, "false", 5) == 0) {
             p += 5;
-            m->kind = AGW_FLAT_BOOL;
+            if (!keep_member(fe, &k, AGW_FLAT_BOOL, NULL))
+                return false;
         } else {
             return false; /* null (removed by the full path), objects, arrays, floats */
         }
@@ -1068,8 +1081,39 @@ static void write_flat(struct agw_agui *a, const struct agw_agui_sink *out,
  * building a tree. Everything else (a rewrite, a drop, an error) is left to the full path, which
  * decides; test_agui runs the hostile streams both ways. Returns true when the frame was handled.
  */
-static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, const char *data,
-                           size_t len, const struct agw_agui_sink *out)
+/* Adds the members the spans of <fe> hold to fe->members (the room is kept for them). */
+static void add_spans(struct flat_event *fe)
+{
+    static const struct {
+        const char *key;
+        size_t key_len;
+        size_t at; /* the span's offset in struct flat_event */
+    } spans[] = {
+        {"messageId", 9, offsetof(struct flat_event, message_id)},
+        {"toolCallId", 10, offsetof(struct flat_event, tool_call_id)},
+        {"stepName", 8, offsetof(struct flat_event, step_name)},
+        {"delta", 5, offsetof(struct flat_event, delta)},
+        {"role", 4, offsetof(struct flat_event, role)},
+        {"threadId", 8, offsetof(struct flat_event, thread_id)},
+        {"runId", 5, offsetof(struct flat_event, run_id)},
+        {"subagentRunId", 13, offsetof(struct flat_event, subagent_run_id)},
+    };
+
+    for (size_t i = 0; i < AGW_ARRAY_LEN(spans); i++) {
+        const struct span *v = (const struct span *)(const void *)((const char *)fe + spans[i].at);
+        if (v->p != NULL)
+            fe->members[fe->n_members++] = (struct agw_schema_member){
+                .key = spans[i].key,
+                .key_len = spans[i].key_len,
+                .kind = AGW_FLAT_STRING,
+                .s = v->escaped ? NULL : v->p,
+                .n = v->n,
+            };
+    }
+}
+
+static bool fast_lifecycle(struct agw_agui *a, struct flat_event *fe, const char *data, size_t len,
+                           const struct agw_agui_sink *out)
 {
     enum item_kind kind = ITEM_STEP;
     const struct span *id;
@@ -1081,6 +1125,7 @@ static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, cons
     memcpy(type, fe->type.p, fe->type.n);
     type[fe->type.n] = '\0';
     /* Nothing the client would refuse goes this way: the full path says what is wrong. */
+    add_spans(fe);
     if (!agw_schema_flat_ok(fe->type.p, fe->type.n, fe->members, fe->n_members))
         return false;
     switch (classify(type, &kind)) {

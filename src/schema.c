@@ -2,7 +2,9 @@
  * schemas as tables, read the way @ag-ui/client 1.0 reads them. */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,6 +31,7 @@ struct node;
 
 struct field {
     const char *key; /* NULL: the end of a list */
+    unsigned char key_len;
     unsigned char kind;
     bool required;
     const char *const *values; /* K_ENUM */
@@ -49,13 +52,14 @@ struct node {
 };
 
 /* clang-format off */
-#define REQ(k, kind)     {k, kind, true, NULL, NULL}
-#define OPT(k, kind)     {k, kind, false, NULL, NULL}
-#define REQ_ENUM(k, v)   {k, K_ENUM, true, v, NULL}
-#define OPT_ENUM(k, v)   {k, K_ENUM, false, v, NULL}
-#define REQ_NODE(k, t, n) {k, t, true, NULL, n}
-#define OPT_NODE(k, t, n) {k, t, false, NULL, n}
-#define END              {NULL, 0, false, NULL, NULL}
+#define REQ(k, kind)      {k, sizeof(k) - 1, kind, true, NULL, NULL}
+#define OPT(k, kind)      {k, sizeof(k) - 1, kind, false, NULL, NULL}
+#define REQ_ENUM(k, v)    {k, sizeof(k) - 1, K_ENUM, true, v, NULL}
+#define OPT_ENUM(k, v)    {k, sizeof(k) - 1, K_ENUM, false, v, NULL}
+#define REQ_NODE(k, t, n) {k, sizeof(k) - 1, t, true, NULL, n}
+#define OPT_NODE(k, t, n) {k, sizeof(k) - 1, t, false, NULL, n}
+#define END               {NULL, 0, 0, false, NULL, NULL}
+#define TYPE(t)           t, sizeof(t) - 1
 /* clang-format on */
 
 /* ---- messages and their parts ---------------------------------------------------------------- */
@@ -199,88 +203,113 @@ static const char *const ENCRYPTED_SUBTYPES[] = {"tool-call", "message", NULL};
 static const struct field EVENT_COMMON[] = {OPT("metadata", K_OBJECT), OPT("rawEvent", K_NONNULL),
                                             END};
 
+/* (a run's usual events first: the flat check looks one up by its type for each) */
 static const struct {
     const char *type;
+    size_t type_len;
     bool subagent; /* it may carry a "subagentRunId" */
     const struct field *fields;
 } EVENTS[] = {
-    {"TEXT_MESSAGE_START", true,
-     (const struct field[]){REQ("messageId", K_STRING), OPT_ENUM("role", TEXT_ROLES),
-                            OPT("name", K_STRING), END}},
-    {"TEXT_MESSAGE_CONTENT", true,
-     (const struct field[]){REQ("messageId", K_STRING), REQ("delta", K_STRING), END}},
-    {"TEXT_MESSAGE_END", true, (const struct field[]){REQ("messageId", K_STRING), END}},
-    {"TEXT_MESSAGE_CHUNK", true,
-     (const struct field[]){OPT("messageId", K_STRING), OPT_ENUM("role", TEXT_ROLES),
-                            OPT("delta", K_STRING), OPT("name", K_STRING), END}},
-    {"TOOL_CALL_START", true,
-     (const struct field[]){REQ("toolCallId", K_STRING), REQ("toolCallName", K_STRING),
-                            OPT("parentMessageId", K_STRING), END}},
-    {"TOOL_CALL_ARGS", true,
-     (const struct field[]){REQ("toolCallId", K_STRING), REQ("delta", K_STRING), END}},
-    {"TOOL_CALL_END", true, (const struct field[]){REQ("toolCallId", K_STRING), END}},
-    {"TOOL_CALL_CHUNK", true,
-     (const struct field[]){OPT("toolCallId", K_STRING), OPT("toolCallName", K_STRING),
-                            OPT("parentMessageId", K_STRING), OPT("delta", K_STRING), END}},
-    {"TOOL_CALL_RESULT", true,
-     (const struct field[]){REQ("messageId", K_STRING), REQ("toolCallId", K_STRING),
-                            REQ("content", K_CONTENT), OPT_ENUM("role", TOOL_ROLE), END}},
-    {"STATE_SNAPSHOT", true, (const struct field[]){REQ("snapshot", K_ANY), END}},
-    {"STATE_DELTA", true, (const struct field[]){REQ_NODE("delta", K_NODES, &PATCH_OP), END}},
-    {"MESSAGES_SNAPSHOT", false,
-     (const struct field[]){REQ_NODE("messages", K_NODES, &MESSAGE), END}},
-    {"ACTIVITY_SNAPSHOT", true,
-     (const struct field[]){REQ("messageId", K_STRING), REQ("activityType", K_STRING),
-                            REQ("content", K_OBJECT), OPT("replace", K_BOOL), END}},
-    {"ACTIVITY_DELTA", true,
-     (const struct field[]){REQ("messageId", K_STRING), REQ("activityType", K_STRING),
-                            REQ_NODE("patch", K_NODES, &PATCH_OP), END}},
-    {"RAW", true, (const struct field[]){REQ("event", K_ANY), OPT("source", K_STRING), END}},
-    {"CUSTOM", true, (const struct field[]){REQ("name", K_STRING), REQ("value", K_ANY), END}},
-    {"RUN_STARTED", false,
+    {TYPE("RUN_STARTED"), false,
      (const struct field[]){REQ("threadId", K_STRING), REQ("runId", K_STRING),
                             OPT("protocolVersion", K_STRING), OPT("parentRunId", K_STRING),
                             OPT_NODE("input", K_NODE, &INPUT_NODE), END}},
-    {"RUN_FINISHED", false,
+    {TYPE("RUN_FINISHED"), false,
      (const struct field[]){REQ("threadId", K_STRING), REQ("runId", K_STRING),
                             OPT("result", K_NONNULL), OPT_NODE("outcome", K_NODE, &OUTCOME),
                             OPT_NODE("usage", K_NODES, &USAGE_NODE), END}},
-    {"RUN_ERROR", false,
+    {TYPE("TEXT_MESSAGE_START"), true,
+     (const struct field[]){REQ("messageId", K_STRING), OPT_ENUM("role", TEXT_ROLES),
+                            OPT("name", K_STRING), END}},
+    {TYPE("TEXT_MESSAGE_END"), true, (const struct field[]){REQ("messageId", K_STRING), END}},
+    {TYPE("TOOL_CALL_START"), true,
+     (const struct field[]){REQ("toolCallId", K_STRING), REQ("toolCallName", K_STRING),
+                            OPT("parentMessageId", K_STRING), END}},
+    {TYPE("TOOL_CALL_END"), true, (const struct field[]){REQ("toolCallId", K_STRING), END}},
+    {TYPE("TEXT_MESSAGE_CONTENT"), true,
+     (const struct field[]){REQ("messageId", K_STRING), REQ("delta", K_STRING), END}},
+    {TYPE("TEXT_MESSAGE_CHUNK"), true,
+     (const struct field[]){OPT("messageId", K_STRING), OPT_ENUM("role", TEXT_ROLES),
+                            OPT("delta", K_STRING), OPT("name", K_STRING), END}},
+    {TYPE("TOOL_CALL_ARGS"), true,
+     (const struct field[]){REQ("toolCallId", K_STRING), REQ("delta", K_STRING), END}},
+    {TYPE("TOOL_CALL_CHUNK"), true,
+     (const struct field[]){OPT("toolCallId", K_STRING), OPT("toolCallName", K_STRING),
+                            OPT("parentMessageId", K_STRING), OPT("delta", K_STRING), END}},
+    {TYPE("TOOL_CALL_RESULT"), true,
+     (const struct field[]){REQ("messageId", K_STRING), REQ("toolCallId", K_STRING),
+                            REQ("content", K_CONTENT), OPT_ENUM("role", TOOL_ROLE), END}},
+    {TYPE("STATE_SNAPSHOT"), true, (const struct field[]){REQ("snapshot", K_ANY), END}},
+    {TYPE("STATE_DELTA"), true, (const struct field[]){REQ_NODE("delta", K_NODES, &PATCH_OP), END}},
+    {TYPE("MESSAGES_SNAPSHOT"), false,
+     (const struct field[]){REQ_NODE("messages", K_NODES, &MESSAGE), END}},
+    {TYPE("ACTIVITY_SNAPSHOT"), true,
+     (const struct field[]){REQ("messageId", K_STRING), REQ("activityType", K_STRING),
+                            REQ("content", K_OBJECT), OPT("replace", K_BOOL), END}},
+    {TYPE("ACTIVITY_DELTA"), true,
+     (const struct field[]){REQ("messageId", K_STRING), REQ("activityType", K_STRING),
+                            REQ_NODE("patch", K_NODES, &PATCH_OP), END}},
+    {TYPE("RAW"), true, (const struct field[]){REQ("event", K_ANY), OPT("source", K_STRING), END}},
+    {TYPE("CUSTOM"), true, (const struct field[]){REQ("name", K_STRING), REQ("value", K_ANY), END}},
+    {TYPE("RUN_ERROR"), false,
      (const struct field[]){REQ("message", K_STRING), OPT("code", K_STRING),
                             OPT_NODE("usage", K_NODES, &USAGE_NODE), END}},
-    {"STEP_STARTED", true, (const struct field[]){REQ("stepName", K_STRING), END}},
-    {"STEP_FINISHED", true, (const struct field[]){REQ("stepName", K_STRING), END}},
-    {"REASONING_START", true, (const struct field[]){REQ("messageId", K_STRING), END}},
-    {"REASONING_MESSAGE_START", true,
+    {TYPE("STEP_STARTED"), true, (const struct field[]){REQ("stepName", K_STRING), END}},
+    {TYPE("STEP_FINISHED"), true, (const struct field[]){REQ("stepName", K_STRING), END}},
+    {TYPE("REASONING_START"), true, (const struct field[]){REQ("messageId", K_STRING), END}},
+    {TYPE("REASONING_MESSAGE_START"), true,
      (const struct field[]){REQ("messageId", K_STRING), REQ_ENUM("role", REASONING_ROLE), END}},
-    {"REASONING_MESSAGE_CONTENT", true,
+    {TYPE("REASONING_MESSAGE_CONTENT"), true,
      (const struct field[]){REQ("messageId", K_STRING), REQ("delta", K_STRING), END}},
-    {"REASONING_MESSAGE_END", true, (const struct field[]){REQ("messageId", K_STRING), END}},
-    {"REASONING_MESSAGE_CHUNK", true,
+    {TYPE("REASONING_MESSAGE_END"), true, (const struct field[]){REQ("messageId", K_STRING), END}},
+    {TYPE("REASONING_MESSAGE_CHUNK"), true,
      (const struct field[]){OPT("messageId", K_STRING), OPT("delta", K_STRING), END}},
-    {"REASONING_END", true, (const struct field[]){REQ("messageId", K_STRING), END}},
-    {"REASONING_ENCRYPTED_VALUE", true,
+    {TYPE("REASONING_END"), true, (const struct field[]){REQ("messageId", K_STRING), END}},
+    {TYPE("REASONING_ENCRYPTED_VALUE"), true,
      (const struct field[]){REQ_ENUM("subtype", ENCRYPTED_SUBTYPES), REQ("entityId", K_STRING),
                             REQ("encryptedValue", K_STRING), END}},
-    {"SUBAGENT_STARTED", false,
+    {TYPE("SUBAGENT_STARTED"), false,
      (const struct field[]){REQ("subagentRunId", K_STRING), REQ("name", K_STRING),
                             OPT("description", K_STRING), OPT("parentSubagentRunId", K_STRING),
                             OPT("parentToolCallId", K_STRING), OPT("parentMessageId", K_STRING),
                             END}},
-    {"SUBAGENT_FINISHED", false,
+    {TYPE("SUBAGENT_FINISHED"), false,
      (const struct field[]){REQ("subagentRunId", K_STRING), OPT("result", K_NONNULL),
                             OPT_NODE("outcome", K_NODE, &SUBAGENT_OUTCOME), END}},
-    {"SUBAGENT_ERROR", false,
+    {TYPE("SUBAGENT_ERROR"), false,
      (const struct field[]){REQ("subagentRunId", K_STRING), REQ("message", K_STRING),
                             OPT("code", K_STRING), END}},
 };
 
 static const struct field SUBAGENT_RUN_ID[] = {OPT("subagentRunId", K_STRING), END};
 
+/* memcmp() == 0 for the short names of the tables (at most 25 bytes), without a call: eight bytes
+ * at a time, the last eight overlapping */
+static bool same_bytes(const char *a, const char *b, size_t n)
+{
+    uint64_t x, y;
+
+    if (n >= 8) {
+        for (size_t i = 0; i + 8 < n; i += 8) {
+            memcpy(&x, a + i, 8);
+            memcpy(&y, b + i, 8);
+            if (x != y)
+                return false;
+        }
+        memcpy(&x, a + n - 8, 8);
+        memcpy(&y, b + n - 8, 8);
+        return x == y;
+    }
+    while (n-- > 0)
+        if (*a++ != *b++)
+            return false;
+    return true;
+}
+
 static int event_index(const char *type, size_t len)
 {
     for (size_t i = 0; i < AGW_ARRAY_LEN(EVENTS); i++)
-        if (strlen(EVENTS[i].type) == len && memcmp(EVENTS[i].type, type, len) == 0)
+        if (EVENTS[i].type_len == len && same_bytes(EVENTS[i].type, type, len))
             return (int)i;
     return -1;
 }
@@ -559,24 +588,89 @@ static bool flat_value_ok(const struct field *f, const struct agw_schema_member 
     return false;
 }
 
+/* Each event type's fields by name, hashed, for the flat check: built once. */
+#define SLOTS 64
+
+struct type_fields {
+    const struct field *by_key[SLOTS]; /* open addressing from key_hash() */
+    uint8_t bit[SLOTS];                /* the field's index in the type's own list; NOT_OWN */
+    uint64_t required;                 /* the bits of its own list's required fields */
+};
+
+#define NOT_OWN 0xff
+
+static struct type_fields FIELDS[AGW_ARRAY_LEN(EVENTS)];
+static int8_t TYPES[SLOTS]; /* the index in EVENTS of a type, from key_hash(); -1: none */
+static pthread_once_t fields_once = PTHREAD_ONCE_INIT;
+
+static unsigned key_hash(const char *k, size_t n)
+{
+    return ((unsigned)n * 7u + (unsigned char)k[0] * 3u + (unsigned char)k[n - 1] * 5u +
+            (unsigned char)k[n / 2]) %
+           SLOTS;
+}
+
+static void build_fields(void)
+{
+    const struct field *lists[3];
+
+    memset(TYPES, -1, sizeof(TYPES));
+    for (size_t i = 0; i < AGW_ARRAY_LEN(EVENTS); i++) {
+        unsigned h = key_hash(EVENTS[i].type, EVENTS[i].type_len);
+        size_t nl = event_lists((int)i, lists);
+
+        while (TYPES[h] >= 0)
+            h = (h + 1) % SLOTS;
+        TYPES[h] = (int8_t)i;
+        for (size_t l = 0; l < nl; l++) {
+            for (size_t k = 0; lists[l][k].key != NULL; k++) {
+                const struct field *f = &lists[l][k];
+                h = key_hash(f->key, f->key_len);
+                while (FIELDS[i].by_key[h] != NULL)
+                    h = (h + 1) % SLOTS;
+                FIELDS[i].by_key[h] = f;
+                FIELDS[i].bit[h] = lists[l] == EVENTS[i].fields ? (uint8_t)k : NOT_OWN;
+                if (lists[l] == EVENTS[i].fields && f->required)
+                    FIELDS[i].required |= UINT64_C(1) << k;
+            }
+        }
+    }
+}
+
 bool agw_schema_flat_ok(const char *type, size_t type_len, const struct agw_schema_member *m,
                         size_t n)
 {
-    const struct field *lists[3];
-    int i = event_index(type, type_len);
+    const struct type_fields *tf;
+    uint64_t seen = 0;
+    unsigned h;
+    int i;
 
-    if (i < 0)
+    if (type_len == 0)
         return true;
-    for (size_t k = 0, nl = event_lists(i, lists); k < nl; k++) {
-        for (const struct field *f = lists[k]; f->key != NULL; f++) {
-            size_t key_len = strlen(f->key), j;
-
-            for (j = 0; j < n; j++)
-                if (m[j].key_len == key_len && memcmp(m[j].key, f->key, key_len) == 0)
-                    break;
-            if (j == n ? f->required : !flat_value_ok(f, &m[j]))
-                return false;
-        }
+    pthread_once(&fields_once, build_fields);
+    for (h = key_hash(type, type_len);; h = (h + 1) % SLOTS) {
+        if ((i = TYPES[h]) < 0)
+            return true; /* no type of the protocol */
+        if (EVENTS[i].type_len == type_len && same_bytes(EVENTS[i].type, type, type_len))
+            break;
     }
-    return true;
+    tf = &FIELDS[i];
+    /* each member by the field naming it (none: the client drops it), then the required fields
+     * seen (a member given twice counts once) */
+    for (size_t j = 0; j < n; j++) {
+        const struct field *f;
+
+        if (m[j].key_len == 0)
+            continue;
+        for (h = key_hash(m[j].key, m[j].key_len); (f = tf->by_key[h]) != NULL; h = (h + 1) % SLOTS)
+            if (f->key_len == m[j].key_len && same_bytes(f->key, m[j].key, m[j].key_len))
+                break;
+        if (f == NULL)
+            continue;
+        if (!flat_value_ok(f, &m[j]))
+            return false;
+        if (tf->bit[h] != NOT_OWN)
+            seen |= UINT64_C(1) << tf->bit[h];
+    }
+    return (seen & tf->required) == tf->required;
 }
