@@ -878,9 +878,6 @@ static bool take(struct span *slot, const struct span *v)
     return true;
 }
 
-/* The members of a flat event from <*pp> (just past its '{', or past a ',' between members)
- * through its closing '}', *<pp> then past it: the string of each key the fast paths read into
- * <fe>, and whether an integer "timestamp" came in *<seen_ts> (a second one is refused). */
 /* Records member <k> of <kind> (a string's <v>) in fe->members; false when it is full. */
 static bool keep_member(struct flat_event *fe, const struct span *k, enum agw_schema_flat kind,
                         const struct span *v)
@@ -897,6 +894,10 @@ static bool keep_member(struct flat_event *fe, const struct span *k, enum agw_sc
     return true;
 }
 
+/* The members of a flat event from <*pp> (just past its '{', or past a ',' between members)
+ * through its closing '}', *<pp> then past it: the string of each key the fast paths read into
+ * <fe>, every other member but "timestamp" into fe->members (keep_member()), and whether an integer
+ * "timestamp" came in *<seen_ts> (a second one is refused). */
 static bool scan_members(const char **pp, const char *end, struct flat_event *fe, bool *seen_ts)
 {
     const char *p = *pp;
@@ -1034,7 +1035,6 @@ static bool fast_cached(struct agw_agui *a, const char *data, size_t len,
         bool ts = false;
 
         memset(&tail, 0, offsetof(struct flat_event, members));
-
         p = skip_ws(p, end);
         if (p == end || *p++ != ',' || !scan_members(&p, end, &tail, &ts) || ts || p != end ||
             tail.type.p != NULL || tail.message_id.p != NULL || tail.tool_call_id.p != NULL ||
@@ -1075,12 +1075,6 @@ static void write_flat(struct agw_agui *a, const struct agw_agui_sink *out,
     a->emitting_type = NULL;
 }
 
-/* The lifecycle events of a plain run (RUN_STARTED and RUN_FINISHED with the client's ids, starts
- * with everything the full path would add, ends of open items, other events while running) need no
- * change either: they are relayed raw, with the bookkeeping the full path does, and without
- * building a tree. Everything else (a rewrite, a drop, an error) is left to the full path, which
- * decides; test_agui runs the hostile streams both ways. Returns true when the frame was handled.
- */
 /* Adds the members the spans of <fe> hold to fe->members (the room is kept for them). */
 static void add_spans(struct flat_event *fe)
 {
@@ -1112,6 +1106,12 @@ static void add_spans(struct flat_event *fe)
     }
 }
 
+/* The lifecycle events of a plain run (RUN_STARTED and RUN_FINISHED with the client's ids, starts
+ * with everything the full path would add, ends of open items, other events while running) need no
+ * change either: they are relayed raw, with the bookkeeping the full path does, and without
+ * building a tree. Everything else (a rewrite, a drop, an error) is left to the full path, which
+ * decides; test_agui runs the hostile streams both ways. Returns true when the frame was handled.
+ */
 static bool fast_lifecycle(struct agw_agui *a, struct flat_event *fe, const char *data, size_t len,
                            const struct agw_agui_sink *out)
 {
