@@ -723,26 +723,39 @@ static void on_close(struct agw_agui *a, const struct agw_agui_sink *out, json_t
  * decides exactly as before. The fast path only ever writes the upstream's own bytes, which is what
  * the full path writes for such events. */
 
-struct span {
-    const char *p;
-    size_t n;
-    bool escaped;
-};
-
 /* Members of a flat event the fast paths take; one with more goes to the full path. */
 #define FLAT_MEMBERS 16
 
 struct flat_event {
-    struct span type, message_id, tool_call_id, step_name, delta, role, thread_id, run_id;
-    /* relayed as it is; read so that a content event that has one is not offered to the sink as
-     * plain content (agw_agui_emitting_content()): history reads it */
-    struct span subagent_run_id;
-    /* the members the spans above do not hold ("timestamp" aside), for the schema's check of the
-     * events that are not content (agw_schema_flat_ok(), which fast_lifecycle() gives the spans
-     * too); not cleared with the spans */
+    struct agw_schema_span type;
+    union {
+        struct {
+            struct agw_schema_span message_id, tool_call_id, step_name, delta, role, thread_id,
+                run_id;
+            /* relayed as it is; read so that a content event that has one is not offered to the
+             * sink as plain content (agw_agui_emitting_content()): history reads it */
+            struct agw_schema_span subagent_run_id;
+        };
+        struct agw_schema_span spans[AGW_N_SPANS]; /* the same, for agw_schema_flat_ok() */
+    };
+    /* the members the spans do not hold ("type" and "timestamp" aside), for the schema's check of
+     * the events that are not content; not cleared with the spans */
     size_t n_members;
-    struct agw_schema_member members[FLAT_MEMBERS + 8];
+    struct agw_schema_member members[FLAT_MEMBERS];
 };
+
+#define SPAN_AT(name, k)                                                                           \
+    _Static_assert(offsetof(struct flat_event, name) ==                                            \
+                       offsetof(struct flat_event, spans) + (k) * sizeof(struct agw_schema_span),  \
+                   #name " is span " #k)
+SPAN_AT(message_id, AGW_SPAN_MESSAGE_ID);
+SPAN_AT(tool_call_id, AGW_SPAN_TOOL_CALL_ID);
+SPAN_AT(step_name, AGW_SPAN_STEP_NAME);
+SPAN_AT(delta, AGW_SPAN_DELTA);
+SPAN_AT(role, AGW_SPAN_ROLE);
+SPAN_AT(thread_id, AGW_SPAN_THREAD_ID);
+SPAN_AT(run_id, AGW_SPAN_RUN_ID);
+SPAN_AT(subagent_run_id, AGW_SPAN_SUBAGENT_RUN_ID);
 
 /* Bytes that need no attention inside a JSON string: printable ASCII except '"' and '\\'. */
 static const bool plain_char[256] = {
@@ -791,7 +804,7 @@ static size_t plain_run(const unsigned char *p)
 
 /* Scans a JSON string at *<pp> (on the opening quote). Returns false for anything the fast path
  * leaves to jansson. */
-static bool scan_string(const char **pp, const char *end, struct span *out)
+static bool scan_string(const char **pp, const char *end, struct agw_schema_span *out)
 {
     const unsigned char *p = (const unsigned char *)*pp + 1, *e = (const unsigned char *)end;
 
@@ -863,14 +876,14 @@ static const char *skip_ws(const char *p, const char *end)
     return p;
 }
 
-static bool key_is(const struct span *k, const char *name)
+static bool key_is(const struct agw_schema_span *k, const char *name)
 {
     size_t n = strlen(name);
     return !k->escaped && k->n == n && memcmp(k->p, name, n) == 0;
 }
 
 /* Sets <slot> from <v> unless it was set already (a duplicate key: left to jansson). */
-static bool take(struct span *slot, const struct span *v)
+static bool take(struct agw_schema_span *slot, const struct agw_schema_span *v)
 {
     if (slot->p != NULL)
         return false;
@@ -879,8 +892,8 @@ static bool take(struct span *slot, const struct span *v)
 }
 
 /* Records member <k> of <kind> (a string's <v>) in fe->members; false when it is full. */
-static bool keep_member(struct flat_event *fe, const struct span *k, enum agw_schema_flat kind,
-                        const struct span *v)
+static bool keep_member(struct flat_event *fe, const struct agw_schema_span *k,
+                        enum agw_schema_flat kind, const struct agw_schema_span *v)
 {
     if (fe->n_members == FLAT_MEMBERS)
         return false;
@@ -903,7 +916,7 @@ static bool scan_members(const char **pp, const char *end, struct flat_event *fe
     const char *p = *pp;
 
     for (;;) {
-        struct span k, v;
+        struct agw_schema_span k, v;
 
         p = skip_ws(p, end);
         if (p == end || *p != '"' || !scan_string(&p, end, &k) || k.escaped)
@@ -1022,7 +1035,7 @@ static bool fast_cached(struct agw_agui *a, const char *data, size_t len,
                         const struct agw_agui_sink *out)
 {
     const char *p = data + a->cached_len - 1, *end = data + len; /* the delta's opening quote */
-    struct span delta;
+    struct agw_schema_span delta;
 
     if (len < a->cached_len + 2 || data[len - 1] != '}' ||
         memcmp(data, a->cached, a->cached_len) != 0 || !scan_string(&p, end - 1, &delta))
@@ -1049,17 +1062,17 @@ static bool fast_cached(struct agw_agui *a, const char *data, size_t len,
     return true;
 }
 
-static bool span_is(const struct span *sp, const char *s)
+static bool span_is(const struct agw_schema_span *sp, const char *s)
 {
     return sp->p != NULL && !sp->escaped && sp->n == strlen(s) && memcmp(sp->p, s, sp->n) == 0;
 }
 
 /* The id of an item of <kind> in a flat event: its unescaped string, or NULL. */
-static const struct span *flat_id(const struct flat_event *fe, enum item_kind kind)
+static const struct agw_schema_span *flat_id(const struct flat_event *fe, enum item_kind kind)
 {
-    const struct span *id = kind == ITEM_STEP        ? &fe->step_name
-                            : kind == ITEM_TOOL_CALL ? &fe->tool_call_id
-                                                     : &fe->message_id;
+    const struct agw_schema_span *id = kind == ITEM_STEP        ? &fe->step_name
+                                       : kind == ITEM_TOOL_CALL ? &fe->tool_call_id
+                                                                : &fe->message_id;
 
     return id->p != NULL && !id->escaped ? id : NULL;
 }
@@ -1075,48 +1088,17 @@ static void write_flat(struct agw_agui *a, const struct agw_agui_sink *out,
     a->emitting_type = NULL;
 }
 
-/* Adds the members the spans of <fe> hold to fe->members (the room is kept for them). */
-static void add_spans(struct flat_event *fe)
-{
-    static const struct {
-        const char *key;
-        size_t key_len;
-        size_t at; /* the span's offset in struct flat_event */
-    } spans[] = {
-        {"messageId", 9, offsetof(struct flat_event, message_id)},
-        {"toolCallId", 10, offsetof(struct flat_event, tool_call_id)},
-        {"stepName", 8, offsetof(struct flat_event, step_name)},
-        {"delta", 5, offsetof(struct flat_event, delta)},
-        {"role", 4, offsetof(struct flat_event, role)},
-        {"threadId", 8, offsetof(struct flat_event, thread_id)},
-        {"runId", 5, offsetof(struct flat_event, run_id)},
-        {"subagentRunId", 13, offsetof(struct flat_event, subagent_run_id)},
-    };
-
-    for (size_t i = 0; i < AGW_ARRAY_LEN(spans); i++) {
-        const struct span *v = (const struct span *)(const void *)((const char *)fe + spans[i].at);
-        if (v->p != NULL)
-            fe->members[fe->n_members++] = (struct agw_schema_member){
-                .key = spans[i].key,
-                .key_len = spans[i].key_len,
-                .kind = AGW_FLAT_STRING,
-                .s = v->escaped ? NULL : v->p,
-                .n = v->n,
-            };
-    }
-}
-
 /* The lifecycle events of a plain run (RUN_STARTED and RUN_FINISHED with the client's ids, starts
  * with everything the full path would add, ends of open items, other events while running) need no
  * change either: they are relayed raw, with the bookkeeping the full path does, and without
  * building a tree. Everything else (a rewrite, a drop, an error) is left to the full path, which
  * decides; test_agui runs the hostile streams both ways. Returns true when the frame was handled.
  */
-static bool fast_lifecycle(struct agw_agui *a, struct flat_event *fe, const char *data, size_t len,
-                           const struct agw_agui_sink *out)
+static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, const char *data,
+                           size_t len, const struct agw_agui_sink *out)
 {
     enum item_kind kind = ITEM_STEP;
-    const struct span *id;
+    const struct agw_schema_span *id;
     char type[32];
     size_t at;
 
@@ -1125,8 +1107,7 @@ static bool fast_lifecycle(struct agw_agui *a, struct flat_event *fe, const char
     memcpy(type, fe->type.p, fe->type.n);
     type[fe->type.n] = '\0';
     /* Nothing the client would refuse goes this way: the full path says what is wrong. */
-    add_spans(fe);
-    if (!agw_schema_flat_ok(fe->type.p, fe->type.n, fe->members, fe->n_members))
+    if (!agw_schema_flat_ok(fe->type.p, fe->type.n, fe->spans, fe->members, fe->n_members))
         return false;
     switch (classify(type, &kind)) {
     case EV_RUN_STARTED:
@@ -1176,7 +1157,7 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len,
 {
     struct flat_event fe;
     enum item_kind kind;
-    const struct span *id;
+    const struct agw_schema_span *id;
     size_t before_delta;
 
     if (a->cached_len > 0 && fast_cached(a, data, len, out))

@@ -588,16 +588,29 @@ static bool flat_value_ok(const struct field *f, const struct agw_schema_member 
     return false;
 }
 
+const char *const agw_schema_span_keys[AGW_N_SPANS] = {
+    [AGW_SPAN_MESSAGE_ID] = "messageId",
+    [AGW_SPAN_TOOL_CALL_ID] = "toolCallId",
+    [AGW_SPAN_STEP_NAME] = "stepName",
+    [AGW_SPAN_DELTA] = "delta",
+    [AGW_SPAN_ROLE] = "role",
+    [AGW_SPAN_THREAD_ID] = "threadId",
+    [AGW_SPAN_RUN_ID] = "runId",
+    [AGW_SPAN_SUBAGENT_RUN_ID] = "subagentRunId",
+};
+
 /* Each event type's fields by name, hashed, for the flat check: built once. */
 #define SLOTS 64
 
 struct type_fields {
     const struct field *by_key[SLOTS]; /* open addressing from key_hash() */
     uint8_t bit[SLOTS];                /* the field's index in the type's own list; NOT_OWN */
+    uint8_t span_slot[AGW_N_SPANS];    /* where the field each span names is; NO_SLOT: none */
     uint64_t required;                 /* the bits of its own list's required fields */
 };
 
 #define NOT_OWN 0xff
+#define NO_SLOT 0xff
 
 static struct type_fields FIELDS[AGW_ARRAY_LEN(EVENTS)];
 static int8_t TYPES[SLOTS]; /* the index in EVENTS of a type, from key_hash(); -1: none */
@@ -608,6 +621,18 @@ static unsigned key_hash(const char *k, size_t n)
     return ((unsigned)n * 7u + (unsigned char)k[0] * 3u + (unsigned char)k[n - 1] * 5u +
             (unsigned char)k[n / 2]) %
            SLOTS;
+}
+
+/* The slot of the field named <key> (<len> bytes) in <tf>, or NO_SLOT. */
+static unsigned slot_of(const struct type_fields *tf, const char *key, size_t len)
+{
+    const struct field *f;
+    unsigned h;
+
+    for (h = key_hash(key, len); (f = tf->by_key[h]) != NULL; h = (h + 1) % SLOTS)
+        if (f->key_len == len && same_bytes(f->key, key, len))
+            return h;
+    return NO_SLOT;
 }
 
 static void build_fields(void)
@@ -634,11 +659,15 @@ static void build_fields(void)
                     FIELDS[i].required |= UINT64_C(1) << k;
             }
         }
+        for (size_t k = 0; k < AGW_N_SPANS; k++)
+            FIELDS[i].span_slot[k] = (uint8_t)slot_of(&FIELDS[i], agw_schema_span_keys[k],
+                                                      strlen(agw_schema_span_keys[k]));
     }
 }
 
-bool agw_schema_flat_ok(const char *type, size_t type_len, const struct agw_schema_member *m,
-                        size_t n)
+bool agw_schema_flat_ok(const char *type, size_t type_len,
+                        const struct agw_schema_span spans[AGW_N_SPANS],
+                        const struct agw_schema_member *m, size_t n)
 {
     const struct type_fields *tf;
     uint64_t seen = 0;
@@ -657,17 +686,20 @@ bool agw_schema_flat_ok(const char *type, size_t type_len, const struct agw_sche
     tf = &FIELDS[i];
     /* each member by the field naming it (none: the client drops it), then the required fields
      * seen (a member given twice counts once) */
+    for (size_t k = 0; k < AGW_N_SPANS; k++) {
+        if (spans[k].p == NULL || (h = tf->span_slot[k]) == NO_SLOT)
+            continue;
+        const struct agw_schema_member sm = {
+            .kind = AGW_FLAT_STRING, .s = spans[k].escaped ? NULL : spans[k].p, .n = spans[k].n};
+        if (!flat_value_ok(tf->by_key[h], &sm))
+            return false;
+        if (tf->bit[h] != NOT_OWN)
+            seen |= UINT64_C(1) << tf->bit[h];
+    }
     for (size_t j = 0; j < n; j++) {
-        const struct field *f;
-
-        if (m[j].key_len == 0)
+        if (m[j].key_len == 0 || (h = slot_of(tf, m[j].key, m[j].key_len)) == NO_SLOT)
             continue;
-        for (h = key_hash(m[j].key, m[j].key_len); (f = tf->by_key[h]) != NULL; h = (h + 1) % SLOTS)
-            if (f->key_len == m[j].key_len && same_bytes(f->key, m[j].key, m[j].key_len))
-                break;
-        if (f == NULL)
-            continue;
-        if (!flat_value_ok(f, &m[j]))
+        if (!flat_value_ok(tf->by_key[h], &m[j]))
             return false;
         if (tf->bit[h] != NOT_OWN)
             seen |= UINT64_C(1) << tf->bit[h];

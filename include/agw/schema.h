@@ -31,6 +31,30 @@ bool agw_schema_keeps_null(const char *type, const char *key);
  * reads such events without building them). */
 enum agw_schema_flat { AGW_FLAT_STRING, AGW_FLAT_INT, AGW_FLAT_BOOL };
 
+/* A string as the fast path reads it: its bytes between the quotes (<p> NULL: absent), <escaped>
+ * when they hold an escape. */
+struct agw_schema_span {
+    const char *p;
+    size_t n;
+    bool escaped;
+};
+
+/* The string members the fast path holds apart by name, in this order (the names:
+ * agw_schema_span_keys). */
+enum agw_schema_spans {
+    AGW_SPAN_MESSAGE_ID,
+    AGW_SPAN_TOOL_CALL_ID,
+    AGW_SPAN_STEP_NAME,
+    AGW_SPAN_DELTA,
+    AGW_SPAN_ROLE,
+    AGW_SPAN_THREAD_ID,
+    AGW_SPAN_RUN_ID,
+    AGW_SPAN_SUBAGENT_RUN_ID,
+    AGW_N_SPANS
+};
+
+extern const char *const agw_schema_span_keys[AGW_N_SPANS];
+
 struct agw_schema_member {
     const char *key; /* its bytes between the quotes, unescaped */
     size_t key_len;
@@ -39,11 +63,13 @@ struct agw_schema_member {
     size_t n;
 };
 
-/* Whether a flat event of type <type> (<type_len> bytes, unescaped) with members <m> (<n>, the
- * type's among them or not: it is skipped) is one the client accepts. False also where only a
- * full check can tell (an integer member other than "timestamp", an escaped string compared with a
- * set of values): the caller then checks the event with agw_schema_check(). */
-bool agw_schema_flat_ok(const char *type, size_t type_len, const struct agw_schema_member *m,
-                        size_t n);
+/* Whether a flat event of type <type> (<type_len> bytes, unescaped) is one the client accepts: its
+ * string members named in agw_schema_span_keys in <spans>, the others (its "type" and "timestamp"
+ * aside) in <m> (<n>). False also where only a full check can tell (an integer member other than
+ * "timestamp", an escaped string compared with a set of values): the caller then checks the event
+ * with agw_schema_check(). */
+bool agw_schema_flat_ok(const char *type, size_t type_len,
+                        const struct agw_schema_span spans[AGW_N_SPANS],
+                        const struct agw_schema_member *m, size_t n);
 
 #endif

@@ -309,15 +309,30 @@ static size_t flat_members(const char *text, char *buf, size_t cap, struct agw_s
     return n;
 }
 
+/* The flat check of <text>, its members split as the fast path splits them: the strings of the
+ * names agw_schema_span_keys lists in spans, the others ("type" aside) as members. */
 static bool flat_ok(const char *text)
 {
     char buf[1024];
-    struct agw_schema_member m[16];
+    struct agw_schema_member m[16], others[16];
+    struct agw_schema_span spans[AGW_N_SPANS] = {{0}};
     const char *type;
-    size_t type_len, n = flat_members(text, buf, sizeof(buf), m, 16, &type, &type_len);
+    size_t type_len, n = flat_members(text, buf, sizeof(buf), m, 16, &type, &type_len),
+                     n_others = 0;
 
     cr_assert_not_null(type);
-    return agw_schema_flat_ok(type, type_len, m, n);
+    for (size_t j = 0; j < n; j++) {
+        size_t k = 0;
+        if (strcmp(m[j].key, "type") == 0)
+            continue;
+        while (k < AGW_N_SPANS && strcmp(m[j].key, agw_schema_span_keys[k]) != 0)
+            k++;
+        if (k < AGW_N_SPANS && m[j].kind == AGW_FLAT_STRING)
+            spans[k] = (struct agw_schema_span){.p = m[j].s, .n = m[j].n};
+        else
+            others[n_others++] = m[j];
+    }
+    return agw_schema_flat_ok(type, type_len, spans, others, n_others);
 }
 
 Test(schema, the_flat_check_takes_the_usual_events)
