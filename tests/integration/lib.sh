@@ -68,14 +68,19 @@ check_not_contains() {
 
 # node_modules SRC CACHE: installs the node modules pinned by SRC/package.json and SRC/package-lock.json
 # into CACHE (outside the source tree), once per lock file: npm ci again only when either file changed.
+# Tests that share a CACHE may run at once (make check -j): the first installs under a lock (CACHE.lock),
+# the others wait for it and find the modules there.
 node_modules() {
     local src=$1 cache=$2 sum
     sum=$(cat "$src/package.json" "$src/package-lock.json" | sha256sum | cut -d' ' -f1)
-    [ "$(cat "$cache/.sum" 2>/dev/null)" = "$sum" ] && [ -d "$cache/node_modules" ] && return 0
     mkdir -p "$cache"
-    cp "$src/package.json" "$src/package-lock.json" "$cache/"
-    (cd "$cache" && timeout 600 npm ci --no-audit --no-fund --loglevel=error) || { echo "npm ci failed"; return 1; }
-    echo "$sum" >"$cache/.sum"
+    (
+        flock -w 900 9 || { echo "node_modules: $cache.lock still held after 900 s"; exit 1; }
+        [ "$(cat "$cache/.sum" 2>/dev/null)" = "$sum" ] && [ -d "$cache/node_modules" ] && exit 0
+        cp "$src/package.json" "$src/package-lock.json" "$cache/"
+        (cd "$cache" && timeout 600 npm ci --no-audit --no-fund --loglevel=error) || { echo "npm ci failed"; exit 1; }
+        echo "$sum" >"$cache/.sum"
+    ) 9>"$cache.lock"
 }
 
 # wait_port_file FILE [LINES]: waits (10 s max) until FILE has LINES lines; prints nothing.
