@@ -83,6 +83,20 @@ node_modules() {
     ) 9>"$cache.lock"
 }
 
+# interop_client MJS: for a test that runs the official client: skips it (77) without node and npm,
+# installs the pinned node modules of tests/interop into CACHE (node_modules) and copies
+# tests/interop/MJS beside them; sets CACHE.
+interop_client() {
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        echo "node and npm are needed (scripts/dev test installs them)"
+        exit 77
+    fi
+    # Node modules are installed once per lock file into a cache folder outside the source tree.
+    CACHE=${AGW_NODE_CACHE:-$AGW_BUILDDIR/node-cache}
+    node_modules "$AGW_SRCDIR/tests/interop" "$CACHE" || exit 1
+    cp "$AGW_SRCDIR/tests/interop/$1" "$CACHE/$1"
+}
+
 # wait_port_file FILE [LINES]: waits (10 s max) until FILE has LINES lines; prints nothing.
 wait_port_file() {
     local f=$1 n=${2:-1}

@@ -3,15 +3,7 @@
 # real gateway (plain and TLS listeners) in front of the real demo agent, on 127.0.0.1, bounded in time.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-    echo "node and npm are needed (scripts/dev test installs them)"
-    exit 77
-fi
-
-# Node modules are installed once per lock file into a cache folder outside the source tree.
-cache=${AGW_NODE_CACHE:-$AGW_BUILDDIR/node-cache}
-node_modules "$AGW_SRCDIR/tests/interop" "$cache" || exit 1
-cp "$AGW_SRCDIR/tests/interop/interop.mjs" "$cache/interop.mjs"
+interop_client interop.mjs
 
 # A CA and a certificate for the TLS listener.
 openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$T/ca.key" 2>/dev/null
@@ -45,7 +37,7 @@ start_gateway "$T/gw.json" || exit 1
 wait_port_file "$T/gw.port" 2 || exit 1
 TLS_PORT=$(sed -n 2p "$T/gw.port")
 
-(cd "$cache" && GW="http://127.0.0.1:$GW_PORT/v1/ag-ui" GWTLS="https://localhost:$TLS_PORT/v1/ag-ui" DEMO="$D" \
+(cd "$CACHE" && GW="http://127.0.0.1:$GW_PORT/v1/ag-ui" GWTLS="https://localhost:$TLS_PORT/v1/ag-ui" DEMO="$D" \
     TOKEN=interop-token NODE_EXTRA_CA_CERTS="$T/ca.pem" timeout 120 node interop.mjs)
 st=$?
 stop_pid "$GW_PID" >/dev/null

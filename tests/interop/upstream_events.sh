@@ -5,14 +5,7 @@
 # time. What the client's schemas would refuse must come as the gateway's RUN_ERROR INVALID_EVENT.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-    echo "node and npm are needed (scripts/dev test installs them)"
-    exit 77
-fi
-
-cache=${AGW_NODE_CACHE:-$AGW_BUILDDIR/node-cache}
-node_modules "$AGW_SRCDIR/tests/interop" "$cache" || exit 1
-cp "$AGW_SRCDIR/tests/interop/upstream_events.mjs" "$cache/upstream_events.mjs"
+interop_client upstream_events.mjs
 
 cases=$AGW_SRCDIR/tests/interop/upstream_events.json
 python3 "$AGW_SRCDIR/tests/interop/scripted_agent.py" "$cases" "$T/agent.port" >"$T/agent.log" 2>&1 &
@@ -32,7 +25,7 @@ cat >"$T/gw.json" <<JSON
 JSON
 start_gateway "$T/gw.json" || exit 1
 
-(cd "$cache" && GW="http://127.0.0.1:$GW_PORT/v1/ag-ui" TOKEN=interop-token CASES="$cases" \
+(cd "$CACHE" && GW="http://127.0.0.1:$GW_PORT/v1/ag-ui" TOKEN=interop-token CASES="$cases" \
     timeout 120 node upstream_events.mjs)
 st=$?
 stop_pid "$GW_PID" >/dev/null
