@@ -203,7 +203,6 @@ static const char *const ENCRYPTED_SUBTYPES[] = {"tool-call", "message", NULL};
 static const struct field EVENT_COMMON[] = {OPT("metadata", K_OBJECT), OPT("rawEvent", K_NONNULL),
                                             END};
 
-/* (a run's usual events first: the flat check looks one up by its type for each) */
 static const struct {
     const char *type;
     size_t type_len;
@@ -306,13 +305,8 @@ static bool same_bytes(const char *a, const char *b, size_t n)
     return true;
 }
 
-static int event_index(const char *type, size_t len)
-{
-    for (size_t i = 0; i < AGW_ARRAY_LEN(EVENTS); i++)
-        if (EVENTS[i].type_len == len && same_bytes(EVENTS[i].type, type, len))
-            return (int)i;
-    return -1;
-}
+/* The index in EVENTS of the type named <type> (<len> bytes), or -1: after the tables below. */
+static int event_index(const char *type, size_t len);
 
 /* The lists of fields an event of EVENTS[<i>] names, in order: common ones first. */
 static size_t event_lists(int i, const struct field *lists[3])
@@ -665,6 +659,19 @@ static void build_fields(void)
     }
 }
 
+static int event_index(const char *type, size_t len)
+{
+    int i;
+
+    if (len == 0)
+        return -1;
+    pthread_once(&fields_once, build_fields);
+    for (unsigned h = key_hash(type, len); (i = TYPES[h]) >= 0; h = (h + 1) % SLOTS)
+        if (EVENTS[i].type_len == len && same_bytes(EVENTS[i].type, type, len))
+            return i;
+    return -1;
+}
+
 bool agw_schema_flat_ok(const char *type, size_t type_len,
                         const struct agw_schema_span spans[AGW_N_SPANS],
                         const struct agw_schema_member *m, size_t n)
@@ -672,17 +679,10 @@ bool agw_schema_flat_ok(const char *type, size_t type_len,
     const struct type_fields *tf;
     uint64_t seen = 0;
     unsigned h;
-    int i;
+    int i = event_index(type, type_len);
 
-    if (type_len == 0)
-        return true;
-    pthread_once(&fields_once, build_fields);
-    for (h = key_hash(type, type_len);; h = (h + 1) % SLOTS) {
-        if ((i = TYPES[h]) < 0)
-            return true; /* no type of the protocol */
-        if (EVENTS[i].type_len == type_len && same_bytes(EVENTS[i].type, type, type_len))
-            break;
-    }
+    if (i < 0)
+        return true; /* no type of the protocol */
     tf = &FIELDS[i];
     /* each member by the field naming it (none: the client drops it), then the required fields
      * seen (a member given twice counts once) */
