@@ -65,15 +65,20 @@ static const struct item_desc {
     const char *content; /* NULL: the kind has no content event */
     const char *end;
     const char *id_key;
-    bool message; /* open at EOF = the stream was cut mid-message */
+    bool message;      /* open at EOF = the stream was cut mid-message */
+    const char *chunk; /* the chunk event that stands for start and content; NULL: none */
+    const char *what;  /* the item, in an error message */
 } item_descs[] = {
-    [ITEM_STEP] = {"STEP_STARTED", NULL, "STEP_FINISHED", "stepName", false},
-    [ITEM_REASONING] = {"REASONING_START", NULL, "REASONING_END", "messageId", false},
+    [ITEM_STEP] = {"STEP_STARTED", NULL, "STEP_FINISHED", "stepName", false, NULL, "step"},
+    [ITEM_REASONING] = {"REASONING_START", NULL, "REASONING_END", "messageId", false, NULL,
+                        "reasoning"},
     [ITEM_REASONING_MESSAGE] = {"REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT",
-                                "REASONING_MESSAGE_END", "messageId", true},
+                                "REASONING_MESSAGE_END", "messageId", true,
+                                "REASONING_MESSAGE_CHUNK", "reasoning message"},
     [ITEM_TEXT_MESSAGE] = {"TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
-                           "messageId", true},
-    [ITEM_TOOL_CALL] = {"TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "toolCallId", true},
+                           "messageId", true, "TEXT_MESSAGE_CHUNK", "text message"},
+    [ITEM_TOOL_CALL] = {"TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "toolCallId", true,
+                        "TOOL_CALL_CHUNK", "tool call"},
 };
 
 /* What an event type means to the normaliser; everything else passes through. */
@@ -85,11 +90,23 @@ enum event_role {
     EV_OPEN,
     EV_CONTENT,
     EV_CLOSE,
+    EV_CHUNK,
 };
 
 struct open_item {
     char *id; /* owned, NUL-terminated (jansson was told to refuse \u0000, so no id holds a NUL) */
     size_t id_len;
+    enum item_kind kind;
+};
+
+/* A chunk stream: the item the chunks of one lane continue until an event ends it
+ * (doc/internals/agui.md, "Chunks"). */
+struct chunk_lane {
+    char *owner; /* the lane: a sub-agent's run id (owned), NULL for the agent's own */
+    /* The start event made of the stream's first chunk, without its metadata and time: the item's
+     * id, and what a later chunk may not contradict (a text's role and name, a call's tool and
+     * parent message), and the sub-agent's run id the first chunk gave. */
+    json_t *start;
     enum item_kind kind;
 };
 
@@ -104,8 +121,11 @@ struct agw_agui {
     struct open_item *open; /* in order of opening; closed in reverse */
     size_t n_open;          /* <= AGUI_MAX_OPEN */
     size_t cap_open;
-    size_t open_id_bytes; /* sum of open[].id_len, <= AGUI_MAX_OPEN_ID_BYTES */
-    uint64_t events_out;  /* frames written to the client */
+    size_t open_id_bytes;     /* sum of open[].id_len, <= AGUI_MAX_OPEN_ID_BYTES */
+    struct chunk_lane *lanes; /* open chunk streams, oldest first (at most one per lane) */
+    size_t n_lanes;           /* <= AGUI_MAX_OPEN */
+    size_t lane_bytes;        /* sum of the lanes' owners' lengths, <= AGUI_MAX_OPEN_ID_BYTES */
+    uint64_t events_out;      /* frames written to the client */
     /* The last content frame accepted by the fast path, up to and including its delta's opening
      * quote (see fast_content()); cached_kind is its kind. */
     char cached[AGUI_CACHED_PREFIX];
@@ -250,6 +270,20 @@ static void begin(struct agw_agui *a, const struct agw_agui_sink *out)
     set_state(a, AGW_AGUI_ST_RUNNING);
 }
 
+/* Forgets every chunk stream (the run ended: what they were open for is closed or never will be).
+ */
+static void drop_lanes(struct agw_agui *a)
+{
+    for (size_t i = 0; i < a->n_lanes; i++) {
+        free(a->lanes[i].owner);
+        json_decref(a->lanes[i].start);
+    }
+    free(a->lanes);
+    a->lanes = NULL;
+    a->n_lanes = 0;
+    a->lane_bytes = 0;
+}
+
 static void finish(struct agw_agui *a, const char *code, bool error)
 {
     free(a->outcome_buf);
@@ -268,6 +302,7 @@ static void finish(struct agw_agui *a, const char *code, bool error)
         free(a->open[i].id);
     a->n_open = 0;
     a->open_id_bytes = 0;
+    drop_lanes(a);
     set_state(a, AGW_AGUI_ST_FINISHED);
 }
 
@@ -411,6 +446,8 @@ static enum event_role classify(const char *type, enum item_kind *kind)
             return EV_CONTENT;
         if (type_is(type, d->end))
             return EV_CLOSE;
+        if (d->chunk != NULL && type_is(type, d->chunk))
+            return EV_CHUNK;
     }
     return EV_PASS;
 }
@@ -710,6 +747,260 @@ static void on_close(struct agw_agui *a, const struct agw_agui_sink *out, json_t
     remove_open(a, i);
     begin(a, out);
     write_upstream(a, out, ev, data, len, changed);
+}
+
+/* ---- chunk streams -----------------------------------------------------------------------------
+ *
+ * TEXT_MESSAGE_CHUNK, TOOL_CALL_CHUNK and REASONING_MESSAGE_CHUNK stand for the start and content
+ * events of an item whose end is implied. The normaliser expands them as the official client's
+ * chunk transformation does, into the explicit events the rules above then take like any other:
+ * the client (any client) sees no chunk, and the stream it sees is the one it would have made of
+ * the chunks itself, or the run ends with INVALID_EVENT naming the chunk it would have failed on.
+ * Chunks go in lanes, one per sub-agent run (a chunk's "subagentRunId"; none: the agent's own), a
+ * lane holding at most one open stream; a chunk without an id continues its lane's. Events other
+ * than chunks end the streams of their lane (all of them: the run's start and end, a messages
+ * snapshot), before they are handled (doc/internals/agui.md, "Chunks"). */
+
+static const char *lane_id(const struct chunk_lane *l)
+{
+    return json_string_value(json_object_get(l->start, item_descs[l->kind].id_key));
+}
+
+static bool same_lane(const char *x, const char *y)
+{
+    return x == NULL ? y == NULL : y != NULL && strcmp(x, y) == 0;
+}
+
+/* The stream open in lane <owner>, or NULL. */
+static struct chunk_lane *lane_of(struct agw_agui *a, const char *owner)
+{
+    for (size_t i = 0; i < a->n_lanes; i++)
+        if (same_lane(a->lanes[i].owner, owner))
+            return &a->lanes[i];
+    return NULL;
+}
+
+/* Ends the stream of lanes[<i>]: the end event of its item, then the rules of an end. */
+static void lane_end(struct agw_agui *a, const struct agw_agui_sink *out, size_t i)
+{
+    struct chunk_lane l = a->lanes[i];
+    const struct item_desc *d = &item_descs[l.kind];
+    json_t *ev = new_event(d->end), *sub = json_object_get(l.start, "subagentRunId");
+
+    set_new(ev, d->id_key, json_incref(json_object_get(l.start, d->id_key)));
+    if (sub != NULL)
+        set_new(ev, "subagentRunId", json_incref(sub));
+    set_new(ev, "timestamp", json_integer((json_int_t)agw_wall_ms()));
+    memmove(&a->lanes[i], &a->lanes[i + 1], (a->n_lanes - i - 1) * sizeof(*a->lanes));
+    a->n_lanes--;
+    a->lane_bytes -= l.owner != NULL ? strlen(l.owner) : 0;
+    free(l.owner);
+    json_decref(l.start);
+    on_close(a, out, ev, l.kind, NULL, 0, true);
+    json_decref(ev);
+}
+
+/* Ends the chunk streams <ev> (of <role>, <type>) ends in the client, before it is handled. */
+static void end_lanes_before(struct agw_agui *a, const struct agw_agui_sink *out, const json_t *ev,
+                             enum event_role role, const char *type)
+{
+    json_t *sub = json_object_get(ev, "subagentRunId");
+    struct chunk_lane *l;
+    bool all = role == EV_RUN_STARTED || role == EV_RUN_FINISHED || role == EV_RUN_ERROR ||
+               type_is(type, "MESSAGES_SNAPSHOT");
+    bool own =
+        role == EV_OPEN || role == EV_CONTENT || role == EV_CLOSE ||
+        type_is(type, "TOOL_CALL_RESULT") || type_is(type, "STATE_SNAPSHOT") ||
+        type_is(type, "STATE_DELTA") || type_is(type, "CUSTOM") ||
+        ((type_is(type, "SUBAGENT_FINISHED") || type_is(type, "SUBAGENT_ERROR")) && sub != NULL);
+
+    if (all) {
+        while (a->n_lanes > 0 && a->state != AGW_AGUI_ST_FINISHED)
+            lane_end(a, out, 0); /* oldest first, as the client ends them */
+    } else if (own && (sub == NULL || json_is_string(sub)) &&
+               (l = lane_of(a, json_string_value(sub))) != NULL) {
+        lane_end(a, out, (size_t)(l - a->lanes));
+    }
+}
+
+/* The lane a chunk of <kind> naming <id> (may be NULL) and <sub> (may be NULL) goes to, as the
+ * client chooses it: the lane of the stream of that id, or <sub>'s, or the only lane with a stream
+ * of <kind>, or the agent's own. False (the run ended) where the client fails the run. */
+static bool chunk_lane(struct agw_agui *a, const struct agw_agui_sink *out, enum item_kind kind,
+                       const char *id, const char *sub, const char **owner)
+{
+    const struct item_desc *d = &item_descs[kind];
+    char ex[2][AGUI_EXCERPT + 4];
+    size_t n = 0;
+
+    *owner = sub;
+    if (id != NULL) {
+        for (size_t i = 0; i < a->n_lanes; i++) {
+            const struct chunk_lane *l = &a->lanes[i];
+            if (l->kind != kind || strcmp(lane_id(l), id) != 0)
+                continue;
+            if (sub != NULL && !same_lane(sub, l->owner)) {
+                invalid_event(
+                    a, out, "%s for %s \"%s\" with \"subagentRunId\" \"%s\": its stream is %s%s%s",
+                    d->chunk, d->what, excerpt(id, ex[0]), excerpt(sub, ex[1]),
+                    l->owner != NULL ? "sub-agent run \"" : "the agent's own",
+                    l->owner != NULL ? excerpt(l->owner, ex[0]) : "",
+                    l->owner != NULL ? "\"'s" : "");
+                return false;
+            }
+            *owner = l->owner;
+            return true;
+        }
+        return true;
+    }
+    if (sub != NULL)
+        return true;
+    const struct chunk_lane *own = lane_of(a, NULL);
+    if (own != NULL && own->kind == kind)
+        return true;
+    for (size_t i = 0; i < a->n_lanes; i++)
+        if (a->lanes[i].kind == kind && n++ == 0)
+            *owner = a->lanes[i].owner;
+    if (n > 1) {
+        invalid_event(a, out,
+                      "%s without a \"%s\" or a \"subagentRunId\", while %zu sub-agent runs have a "
+                      "%s open",
+                      d->chunk, d->id_key, n, d->what);
+        return false;
+    }
+    return true;
+}
+
+/* Whether a chunk continuing stream <l> agrees with its first chunk on <key>, as the client
+ * requires; if not, the run ends with INVALID_EVENT. */
+static bool chunk_agrees(struct agw_agui *a, const struct agw_agui_sink *out, const json_t *ev,
+                         const struct chunk_lane *l, const char *key)
+{
+    const struct item_desc *d = &item_descs[l->kind];
+    const char *v = json_string_value(json_object_get(ev, key));
+    const char *was = json_string_value(json_object_get(l->start, key));
+    char ex[3][AGUI_EXCERPT + 4];
+
+    if (v == NULL || (was != NULL && strcmp(v, was) == 0))
+        return true;
+    invalid_event(a, out, "%s for %s \"%s\" with \"%s\" \"%s\": its first chunk had %s%s%s",
+                  d->chunk, d->what, excerpt(lane_id(l), ex[0]), key, excerpt(v, ex[1]),
+                  was != NULL ? "\"" : "none", was != NULL ? excerpt(was, ex[2]) : "",
+                  was != NULL ? "\"" : "");
+    return false;
+}
+
+/* <e> with the chunk <ev>'s "metadata" and "timestamp", and its "rawEvent" if <raw>; then handed to
+ * the rules of its role. */
+static void chunk_emit(struct agw_agui *a, const struct agw_agui_sink *out, json_t *e,
+                       const json_t *ev, bool raw, enum event_role role, enum item_kind kind)
+{
+    static const char *const carried[] = {"metadata", "rawEvent", "timestamp"};
+
+    for (size_t i = 0; i < AGW_ARRAY_LEN(carried); i++) {
+        json_t *v = json_object_get(ev, carried[i]);
+        if (v != NULL && (raw || i != 1))
+            set_new(e, carried[i], json_incref(v));
+    }
+    if (role == EV_OPEN)
+        on_open(a, out, e, kind, NULL, 0, true);
+    else
+        on_content(a, out, e, kind, NULL, 0, true);
+    json_decref(e);
+}
+
+/* What a later chunk of a stream may not contradict of its first (the start event has it). */
+static const char *const *agreed_keys(enum item_kind kind)
+{
+    static const char *const text[] = {"role", "name", NULL};
+    static const char *const tool[] = {"toolCallName", "parentMessageId", NULL};
+    static const char *const none[] = {NULL};
+
+    return kind == ITEM_TEXT_MESSAGE ? text : kind == ITEM_TOOL_CALL ? tool : none;
+}
+
+/* A TEXT_MESSAGE_CHUNK, TOOL_CALL_CHUNK or REASONING_MESSAGE_CHUNK: continues the stream of its
+ * lane (chunk_lane()) when it names that stream's item or none, else ends it and opens one; then
+ * its delta is the item's content. */
+static void on_chunk(struct agw_agui *a, const struct agw_agui_sink *out, json_t *ev,
+                     enum item_kind kind)
+{
+    const struct item_desc *d = &item_descs[kind];
+    const char *const *agreed = agreed_keys(kind);
+    const char *id = json_string_value(json_object_get(ev, d->id_key));
+    const char *sub = json_string_value(json_object_get(ev, "subagentRunId"));
+    json_t *delta = json_object_get(ev, "delta"), *raw = json_object_get(ev, "rawEvent");
+    const char *owner;
+    struct chunk_lane *l;
+    bool opened = false;
+    char ex[AGUI_EXCERPT + 4];
+
+    if (!schema_ok(a, out, ev) || !chunk_lane(a, out, kind, id, sub, &owner))
+        return;
+    l = lane_of(a, owner);
+    if (l != NULL && l->kind == kind && (id == NULL || strcmp(id, lane_id(l)) == 0)) {
+        for (size_t i = 0; agreed[i] != NULL; i++)
+            if (!chunk_agrees(a, out, ev, l, agreed[i]))
+                return;
+    } else {
+        size_t owner_len = owner != NULL ? strlen(owner) : 0;
+        char *own;
+        json_t *start, *v;
+
+        if (id == NULL) {
+            invalid_event(a, out, "%s without a \"%s\", and no %s open in its lane", d->chunk,
+                          d->id_key, d->what);
+            return;
+        }
+        if (kind == ITEM_TOOL_CALL && json_object_get(ev, "toolCallName") == NULL) {
+            invalid_event(a, out, "%s opening %s \"%s\" without a \"toolCallName\"", d->chunk,
+                          d->what, excerpt(id, ex));
+            return;
+        }
+        if (l != NULL) { /* (the owner is the chunk's: never the ended stream's string) */
+            lane_end(a, out, (size_t)(l - a->lanes));
+            if (a->state == AGW_AGUI_ST_FINISHED)
+                return;
+        }
+        if (a->n_lanes >= AGUI_MAX_OPEN || owner_len > AGUI_MAX_OPEN_ID_BYTES - a->lane_bytes) {
+            invalid_event(a, out,
+                          "%s \"%s\": over %d simultaneously open chunk streams (%d bytes of "
+                          "sub-agent run ids)",
+                          d->chunk, excerpt(id, ex), AGUI_MAX_OPEN, AGUI_MAX_OPEN_ID_BYTES);
+            return;
+        }
+        /* The start the client makes of a first chunk: a text's role defaults to "assistant". */
+        start = new_event(d->start);
+        set_new(start, d->id_key, json_string(id));
+        if (kind == ITEM_REASONING_MESSAGE)
+            set_new(start, "role", json_string("reasoning"));
+        else if (kind == ITEM_TEXT_MESSAGE && json_object_get(ev, "role") == NULL)
+            set_new(start, "role", json_string("assistant"));
+        for (size_t i = 0; agreed[i] != NULL; i++)
+            if ((v = json_object_get(ev, agreed[i])) != NULL)
+                set_new(start, agreed[i], json_incref(v));
+        if ((v = json_object_get(ev, "subagentRunId")) != NULL)
+            set_new(start, "subagentRunId", json_incref(v));
+        own = owner != NULL ? agw_xstrndup(owner, owner_len) : NULL;
+        a->lanes = agw_xrealloc(a->lanes, (a->n_lanes + 1) * sizeof(*a->lanes));
+        a->lanes[a->n_lanes++] = (struct chunk_lane){own, start, kind};
+        a->lane_bytes += owner_len;
+        chunk_emit(a, out, must(json_copy(start)), ev, false, EV_OPEN, kind);
+        if (a->state == AGW_AGUI_ST_FINISHED)
+            return;
+        l = &a->lanes[a->n_lanes - 1];
+        opened = true;
+    }
+    if (delta != NULL || raw != NULL || (!opened && json_object_get(ev, "metadata") != NULL)) {
+        /* (a chunk that only says something of its stream is an empty delta that says it) */
+        json_t *c = new_event(d->content), *s;
+        set_new(c, d->id_key, json_string(lane_id(l)));
+        set_new(c, "delta", delta != NULL ? json_incref(delta) : json_string(""));
+        if ((s = json_object_get(ev, "subagentRunId")) != NULL ||
+            (s = json_object_get(l->start, "subagentRunId")) != NULL)
+            set_new(c, "subagentRunId", json_incref(s));
+        chunk_emit(a, out, c, ev, true, EV_CONTENT, kind);
+    }
 }
 
 /* ---- fast path for content events --------------------------------------------------------------
@@ -1145,6 +1436,7 @@ static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, cons
         return true;
     case EV_RUN_ERROR:
     case EV_CONTENT:
+    case EV_CHUNK:
         break;
     }
     return false;
@@ -1250,6 +1542,7 @@ void agw_agui_free(struct agw_agui *a)
     for (size_t i = 0; i < a->n_open; i++)
         free(a->open[i].id);
     free(a->open);
+    drop_lanes(a);
     agw_agkit_free(a->agkit);
     free(a->outcome_buf);
     free(a);
@@ -1263,6 +1556,7 @@ static int feed_event(struct agw_agui *a, const char *data, size_t len,
     json_error_t jerr;
     bool ints_as_real = false;
     bool changed;
+    enum event_role role;
     enum item_kind kind = ITEM_STEP;
 
     assert(data != NULL || len == 0);
@@ -1273,7 +1567,10 @@ static int feed_event(struct agw_agui *a, const char *data, size_t len,
 
     if (is_done_marker(data, len))
         return 0;
-    if (!a->slow_only && fast_content(a, data, len, out))
+    if (a->n_lanes > 0)
+        a->cached_len =
+            0; /* the fast paths know nothing of chunk streams: every event may end one */
+    else if (!a->slow_only && fast_content(a, data, len, out))
         return a->state == AGW_AGUI_ST_FINISHED;
 
     /* Flags 0: one JSON document (object or array) and nothing after it, valid UTF-8, no \u0000. */
@@ -1307,7 +1604,13 @@ static int feed_event(struct agw_agui *a, const char *data, size_t len,
     changed = memchr(data, '\n', len) != NULL || memchr(data, '\r', len) != NULL;
     changed = sanitise(ev, ints_as_real) || changed;
     /* sanitise() removed no "type": it is a non-empty string. */
-    switch (classify(json_string_value(type), &kind)) {
+    role = classify(json_string_value(type), &kind);
+    if (a->n_lanes > 0 && role != EV_CHUNK) {
+        end_lanes_before(a, out, ev, role, json_string_value(type));
+        if (a->state == AGW_AGUI_ST_FINISHED)
+            goto out;
+    }
+    switch (role) {
     case EV_RUN_STARTED:
         if (a->state != AGW_AGUI_ST_IDLE)
             break; /* one RUN_STARTED per run */
@@ -1351,6 +1654,9 @@ static int feed_event(struct agw_agui *a, const char *data, size_t len,
         break;
     case EV_CLOSE:
         on_close(a, out, ev, kind, data, len, changed);
+        break;
+    case EV_CHUNK:
+        on_chunk(a, out, ev, kind);
         break;
     case EV_PASS:
         if (!schema_ok(a, out, ev))

@@ -1,7 +1,10 @@
 // Each case of upstream_events.json through the gateway into the official client: a backend's event
 // that the client's schemas would refuse (which fails the client's whole run with a validation error)
 // must reach it as the gateway's RUN_ERROR INVALID_EVENT naming the member, and an event the client
-// accepts (or drops) must pass, the run then resolving. Env: GW (…/v1/ag-ui), TOKEN, CASES (the file).
+// accepts (or drops) must pass, the run then resolving. A case marked "direct" is also played to the
+// client straight from the backend: the client must end with the same messages both ways (the
+// gateway expands chunk streams as the client would). Env: GW (…/v1/ag-ui), TOKEN, CASES (the
+// file), AGENT (the scripted backend's base URL).
 import { readFileSync } from "node:fs";
 import { HttpAgent } from "@ag-ui/client";
 
@@ -10,11 +13,10 @@ console.warn = () => {};
 const cases = JSON.parse(readFileSync(process.env.CASES, "utf8"));
 let failed = 0;
 
-for (const c of cases) {
-  const agent = new HttpAgent({
-    url: `${process.env.GW}/agents/${c.name}/runs`,
-    headers: { Authorization: `Bearer ${process.env.TOKEN}` },
-  });
+// Runs case <c> from <url>: what the run came to ("ok", the RUN_ERROR, or how the client failed)
+// and the messages the client holds after it.
+async function play(c, url, headers) {
+  const agent = new HttpAgent({ url, headers });
   agent.messages = [{ id: "u1", role: "user", content: "hi" }];
   let runError = null;
   let got;
@@ -29,12 +31,27 @@ for (const c of cases) {
   } finally {
     console.error = saved;
   }
-  if (got === c.expect) {
-    console.log(`ok: ${c.name}: ${got}`);
-  } else {
+  return { got, messages: JSON.stringify(agent.messages) };
+}
+
+for (const c of cases) {
+  const via = await play(c, `${process.env.GW}/agents/${c.name}/runs`,
+                         { Authorization: `Bearer ${process.env.TOKEN}` });
+  if (via.got !== c.expect) {
     failed++;
-    console.log(`FAIL: ${c.name}: expected «${c.expect}», got «${got}»`);
+    console.log(`FAIL: ${c.name}: expected «${c.expect}», got «${via.got}»`);
+    continue;
   }
+  if (c.direct) {
+    const direct = await play(c, `${process.env.AGENT}/case/${c.name}`, {});
+    if (direct.got !== "ok" || direct.messages !== via.messages) {
+      failed++;
+      console.log(`FAIL: ${c.name}: straight from the backend «${direct.got}» with ${direct.messages}, ` +
+                  `through the gateway ${via.messages}`);
+      continue;
+    }
+  }
+  console.log(`ok: ${c.name}: ${via.got}${c.direct ? " (the same messages straight from the backend)" : ""}`);
 }
 console.log(`${cases.length - failed} of ${cases.length} cases as expected`);
 process.exit(failed === 0 ? 0 : 1);

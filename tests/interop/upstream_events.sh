@@ -25,7 +25,7 @@ cat >"$T/gw.json" <<JSON
 JSON
 start_gateway "$T/gw.json" || exit 1
 
-(cd "$CACHE" && GW="http://127.0.0.1:$GW_PORT/v1/ag-ui" TOKEN=interop-token CASES="$cases" \
+(cd "$CACHE" && GW="http://127.0.0.1:$GW_PORT/v1/ag-ui" TOKEN=interop-token CASES="$cases" AGENT="$A" \
     timeout 120 node upstream_events.mjs)
 st=$?
 stop_pid "$GW_PID" >/dev/null
