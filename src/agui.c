@@ -1470,13 +1470,6 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len,
     if ((id = flat_id(&fe, kind)) == NULL || fe.delta.p == NULL ||
         !find_open(a, kind, id->p, id->n, NULL))
         return false;
-    if (fe.subagent_run_id.p != NULL) {
-        /* a sub-agent's: relayed as it is, but offered to the sink by its type only (history
-         * keeps it whole, for the lane it names), and not cached */
-        if (fe.delta.n > 0 || kind == ITEM_TOOL_CALL)
-            write_flat(a, out, &fe, data, len);
-        return true;
-    }
     /* Remember the bytes before the delta: the next content event of the item likely starts with
      * them (an agent writes its events alike), and then only its delta and what follows it is
      * read (fast_cached()). */

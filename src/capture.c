@@ -150,14 +150,11 @@ static enum kind classify(const char *t, size_t n)
         {"TOOL_CALL_END", 13, KIND_KEEP},
         {"TOOL_CALL_RESULT", 16, KIND_KEEP},
         {"MESSAGES_SNAPSHOT", 17, KIND_KEEP},
-        {"TEXT_MESSAGE_CHUNK", 18, KIND_KEEP},
-        {"TOOL_CALL_CHUNK", 15, KIND_KEEP},
         /* a reasoning message's deltas do to it what a text's do (append to the content of the
          * message of that id): coalesced into the same lines */
         {"REASONING_MESSAGE_CONTENT", 25, KIND_TEXT},
         {"REASONING_MESSAGE_START", 23, KIND_KEEP},
         {"REASONING_MESSAGE_END", 21, KIND_KEEP},
-        {"REASONING_MESSAGE_CHUNK", 23, KIND_KEEP},
         {"REASONING_ENCRYPTED_VALUE", 25, KIND_KEEP},
         {"ACTIVITY_SNAPSHOT", 17, KIND_KEEP},
         {"ACTIVITY_DELTA", 14, KIND_KEEP},
@@ -330,9 +327,8 @@ void agw_capture_event(struct agw_capture *c, const char *json, size_t len)
     if (kind == KIND_RUN)
         return;
     id = kind == KIND_TEXT ? &ev.message_id : &ev.tool_call_id;
-    if (!id->string || !ev.delta.string || ev.metadata.p != NULL || ev.subagent_run_id.p != NULL) {
-        /* malformed for history (it says so), metadata to merge, or the lane of a sub-agent's
-         * chunk streams it ends (doc/internals/history.md, "Chunks") */
+    if (!id->string || !ev.delta.string || ev.metadata.p != NULL) {
+        /* malformed for history (it says so), or metadata to merge */
         keep(c, json, len);
         return;
     }

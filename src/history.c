@@ -18,14 +18,6 @@
 #define TEXT_CLOSE     "\"}" /* what ends a text message's JSON */
 #define TEXT_CLOSE_LEN 2
 
-/* One message. Most are held as jansson values (<msg>); a text message made by the events
- * (TEXT_MESSAGE_START, a first TEXT_MESSAGE_CHUNK), and a run's input message whose bytes are the
- * same form (raw_text_item()), are held as their compact JSON text instead, while nothing but
- * content deltas touches them: {"id":…,"role":…,"content":"<content> without the closing
- * '"}', so that a delta is appended as its escaped bytes, without decoding or copying the content,
- * and a store writes the text as it is. The first operation that needs a jansson value (a tool call
- * added to it, a comparison with a client's copy, a page, a dump) parses the text and the message
- * is held as a value from then on. */
 /* A hash of bytes given in any number of pieces (the same bytes give the same hash however they
  * are split): blocks of 32 bytes, four lanes of eight bytes (little-endian) each multiplied and
  * mixed apart, so that the multiplications do not wait for each other; a block's partial start is
@@ -38,8 +30,9 @@ struct hs {
 };
 
 /* One message. Most are held as jansson values (<msg>); a text message made by the events
- * (TEXT_MESSAGE_START, a first TEXT_MESSAGE_CHUNK) is held as its compact JSON text instead, while
- * nothing but content deltas touches it: {"id":…,"role":…,"content":"<content> without the closing
+ * (TEXT_MESSAGE_START), and a run's input message whose bytes are the same form (raw_text_item()),
+ * are held as their compact JSON text instead, while nothing but content deltas touches them:
+ * {"id":…,"role":…,"content":"<content> without the closing
  * '"}', so that a delta is appended as its escaped bytes, without decoding or copying the content,
  * and a store writes the text as it is. The first operation that needs a jansson value (a tool call
  * added to it, a comparison with a different copy from a client, a page, a dump) parses the text
@@ -88,24 +81,6 @@ struct item {
     char strings[]; /* id, then run_id, each NUL-terminated */
 };
 
-/* An open chunk stream, as the client's chunk transformation keeps them: per run and lane (the
- * chunks' subagentRunId; NULL for the parent agent's), the message or tool call that chunks
- * continue, and what its first chunk said that later ones may not contradict (a text's role and
- * name; a tool call's name and parent message). */
-enum chunk_kind { CHUNK_TEXT, CHUNK_TOOL, CHUNK_REASONING };
-
-struct lane {
-    char *run, *sub, *id, *f1, *f2; /* owned; run, sub, f1 and f2 may be NULL */
-    enum chunk_kind kind;
-};
-
-/* At most this many streams open per thread: a run's are closed by its end, which history does not
- * see (a run's capture keeps no RUN_FINISHED), so the oldest go when a new one opens. A run has one
- * per agent streaming chunks at a time. */
-#define LANES_MAX 16
-
-static void lane_free(struct lane *l);
-
 struct agw_history {
     struct item **items;       /* oldest first */
     agw_history_load_fn *load; /* reads a shed text's bytes back (agw_history_set_loader()) */
@@ -123,9 +98,6 @@ struct agw_history {
     uint64_t *multi;
     size_t n_multi, multi_cap;
     uint64_t dropped, malformed;
-    /* The chunk streams open (see "Chunks" in doc/internals/history.md), oldest first. */
-    struct lane *lanes;
-    size_t n_lanes;
 };
 
 /* The out-of-memory policy (include/agw/common.h): abort. jansson's constructors fail only on
@@ -1022,9 +994,6 @@ void agw_history_free(struct agw_history *h)
     free(h->items);
     free(h->buckets);
     free(h->multi);
-    for (size_t k = 0; k < h->n_lanes; k++)
-        lane_free(&h->lanes[k]);
-    free(h->lanes);
     free(h);
 }
 
@@ -1455,227 +1424,6 @@ static int on_tool_result(struct agw_history *h, const char *run_id, const json_
     while (at < h->n && item_is_tool(h->items[at]))
         at++;
     insert_at(h, at, msg_item(msg, run_id));
-    return 1;
-}
-
-/* Two optional strings alike (both NULL, or equal). */
-static bool opt_eq(const char *a, const char *b)
-{
-    return a == NULL ? b == NULL : b != NULL && strcmp(a, b) == 0;
-}
-
-static char *opt_dup(const char *s)
-{
-    return s != NULL ? agw_xstrdup(s) : NULL;
-}
-
-static void lane_free(struct lane *l)
-{
-    free(l->run);
-    free(l->sub);
-    free(l->id);
-    free(l->f1);
-    free(l->f2);
-}
-
-static void lane_drop(struct agw_history *h, size_t k)
-{
-    lane_free(&h->lanes[k]);
-    memmove(&h->lanes[k], &h->lanes[k + 1], (h->n_lanes - k - 1) * sizeof(*h->lanes));
-    h->n_lanes--;
-}
-
-/* The stream open in lane <sub> of run <run>: its index, or SIZE_MAX. */
-static size_t lane_find(const struct agw_history *h, const char *run, const char *sub)
-{
-    for (size_t k = 0; k < h->n_lanes; k++)
-        if (opt_eq(h->lanes[k].run, run) && opt_eq(h->lanes[k].sub, sub))
-            return k;
-    return SIZE_MAX;
-}
-
-/* Ends the stream of lane <sub> of run <run> (<all>: every stream of the run). */
-static void lanes_close(struct agw_history *h, const char *run, bool all, const char *sub)
-{
-    for (size_t k = h->n_lanes; k-- > 0;)
-        if (opt_eq(h->lanes[k].run, run) && (all || opt_eq(h->lanes[k].sub, sub)))
-            lane_drop(h, k);
-}
-
-/* Opens a stream of <kind> for <id> in lane <sub> of run <run>, ending the one open there. The
- * strings are copied first: they may be the ended stream's. */
-static void lane_open(struct agw_history *h, const char *run, const char *sub, enum chunk_kind kind,
-                      const char *id, const char *f1, const char *f2)
-{
-    struct lane l = {.run = opt_dup(run),
-                     .sub = opt_dup(sub),
-                     .id = agw_xstrdup(id),
-                     .f1 = opt_dup(f1),
-                     .f2 = opt_dup(f2),
-                     .kind = kind};
-
-    lanes_close(h, run, false, sub);
-    if (h->n_lanes == LANES_MAX)
-        lane_drop(h, 0);
-    if (h->lanes == NULL)
-        h->lanes = agw_xmalloc(LANES_MAX * sizeof(*h->lanes));
-    h->lanes[h->n_lanes++] = l;
-}
-
-/* The lane a chunk of <kind> goes to, as the client's transformation chooses it: the lane of the
- * stream open for its <id> (of its run), else its own <sub>; without an id, its <sub>, else the
- * parent's lane when a stream of <kind> is open there, else the one lane with such a stream. 0 with
- * *<lane> set (NULL: the parent's; it may point into a stream), or -AGW_EINVAL where the client
- * fails the run instead: an id whose stream is another lane's than <sub>, or no id, no <sub> and
- * several lanes with a stream of <kind>. */
-static int chunk_lane(const struct agw_history *h, const char *run, enum chunk_kind kind,
-                      const char *id, const char *sub, const char **lane)
-{
-    size_t k, found = SIZE_MAX, n = 0;
-
-    *lane = sub;
-    if (id != NULL) {
-        for (k = 0; k < h->n_lanes; k++) {
-            const struct lane *l = &h->lanes[k];
-            if (opt_eq(l->run, run) && l->kind == kind && strcmp(l->id, id) == 0) {
-                if (sub != NULL && !opt_eq(sub, l->sub))
-                    return -AGW_EINVAL;
-                *lane = l->sub;
-                return 0;
-            }
-        }
-        return 0;
-    }
-    if (sub != NULL)
-        return 0;
-    k = lane_find(h, run, NULL);
-    if (k != SIZE_MAX && h->lanes[k].kind == kind)
-        return 0;
-    for (k = 0; k < h->n_lanes; k++)
-        if (opt_eq(h->lanes[k].run, run) && h->lanes[k].kind == kind) {
-            found = k;
-            n++;
-        }
-    if (n > 1)
-        return -AGW_EINVAL;
-    if (n == 1)
-        *lane = h->lanes[found].sub;
-    return 0;
-}
-
-/* The stream in lane <lane> of run <run> that a chunk of <kind> naming <id> (may be NULL)
- * continues: its index, or SIZE_MAX when the chunk opens a new one. */
-static size_t chunk_continues(const struct agw_history *h, const char *run, const char *lane,
-                              enum chunk_kind kind, const char *id)
-{
-    size_t k = lane_find(h, run, lane);
-
-    if (k != SIZE_MAX && h->lanes[k].kind == kind &&
-        (id == NULL || strcmp(id, h->lanes[k].id) == 0))
-        return k;
-    return SIZE_MAX;
-}
-
-/* TEXT_MESSAGE_CHUNK {messageId?, role?, name?, delta?}: a chunk that opens a stream (in its lane:
- * chunk_lane()) is what TEXT_MESSAGE_START and _CONTENT would make; one that continues its lane's
- * stream (no id, or the stream's) appends its delta to the stream's message, and may not say
- * another role or name than the stream's first chunk. REASONING_MESSAGE_CHUNK (<reasoning>) the
- * same with REASONING_MESSAGE_START and _CONTENT (role "reasoning", whatever the event says; no
- * check of role or name). */
-static int on_text_chunk(struct agw_history *h, const char *run_id, const json_t *ev,
-                         bool reasoning)
-{
-    enum chunk_kind kind = reasoning ? CHUNK_REASONING : CHUNK_TEXT;
-    const char *id, *role, *lane;
-    const json_t *delta = json_object_get(ev, "delta");
-    struct extras x;
-    size_t i, k;
-
-    if (opt_str_field(ev, "messageId", &id) < 0 || opt_str_field(ev, "role", &role) < 0 ||
-        extras_of(ev, !reasoning, &x) < 0 || (delta != NULL && !json_is_string(delta)) ||
-        chunk_lane(h, run_id, kind, id, x.subagent_run_id, &lane) < 0)
-        return -AGW_EINVAL;
-    if (reasoning)
-        role = "reasoning";
-    k = chunk_continues(h, run_id, lane, kind, id);
-    if (k != SIZE_MAX) {
-        const struct lane *l = &h->lanes[k];
-        if (!reasoning && ((role != NULL && strcmp(role, l->f1) != 0) ||
-                           (x.name != NULL && !opt_eq(x.name, l->f2))))
-            return -AGW_EINVAL; /* the client fails the run */
-        i = find_msg(h, l->id);
-    } else {
-        if (id == NULL)
-            return -AGW_EINVAL; /* the first chunk must name its message */
-        lane_open(h, run_id, lane, kind, id,
-                  reasoning ? NULL
-                  : role    ? role
-                            : "assistant",
-                  reasoning ? NULL : x.name);
-        i = find_msg(h, id);
-        if (i == SIZE_MAX) {
-            append(h, text_item(id, strlen(id), role ? role : "assistant", role ? strlen(role) : 9,
-                                false, &x, run_id));
-            i = h->n - 1;
-        }
-    }
-    if (i == SIZE_MAX || item_role(h->items[i]) == ROLE_ACTIVITY)
-        return 0; /* its message is gone (the cap), or an activity message: left alone */
-    if (delta != NULL)
-        append_content(h, i, delta);
-    meta_merge(h, i, ev);
-    return 1;
-}
-
-/* TOOL_CALL_CHUNK {toolCallId?, toolCallName?, parentMessageId?, delta?}: a chunk that opens a
- * stream is what TOOL_CALL_START (it names the call and its tool) and _ARGS would make; one that
- * continues its lane's stream appends its delta to the stream's call, and may not say another
- * tool name or parent message than the stream's first chunk. */
-static int on_tool_chunk(struct agw_history *h, const char *run_id, const json_t *ev)
-{
-    const char *tc_id, *name, *parent, *sub, *lane;
-    const json_t *delta = json_object_get(ev, "delta");
-    json_t *tc, *fn;
-    size_t at, k;
-
-    if (opt_str_field(ev, "toolCallId", &tc_id) < 0 ||
-        opt_str_field(ev, "toolCallName", &name) < 0 ||
-        opt_str_field(ev, "parentMessageId", &parent) < 0 ||
-        opt_str_field(ev, "subagentRunId", &sub) < 0 || (delta != NULL && !json_is_string(delta)) ||
-        chunk_lane(h, run_id, CHUNK_TOOL, tc_id, sub, &lane) < 0)
-        return -AGW_EINVAL;
-    k = chunk_continues(h, run_id, lane, CHUNK_TOOL, tc_id);
-    if (k != SIZE_MAX) {
-        const struct lane *l = &h->lanes[k];
-        if ((name != NULL && strcmp(name, l->f1) != 0) ||
-            (parent != NULL && !opt_eq(parent, l->f2)))
-            return -AGW_EINVAL; /* the client fails the run */
-        tc_id = l->id;
-    } else {
-        int rc;
-        if (tc_id == NULL || name == NULL)
-            return -AGW_EINVAL; /* the first chunk names its call and its tool */
-        json_t *start = must(json_pack("{s:s, s:s, s:s}", "type", "TOOL_CALL_START", "toolCallId",
-                                       tc_id, "toolCallName", name));
-        if (parent != NULL)
-            must_ok(json_object_set_new(start, "parentMessageId", must(json_string(parent))));
-        if (sub != NULL)
-            must_ok(json_object_set_new(start, "subagentRunId", must(json_string(sub))));
-        rc = on_tool_start(h, run_id, start);
-        json_decref(start);
-        if (rc < 0)
-            return rc;
-        lane_open(h, run_id, lane, CHUNK_TOOL, tc_id, name, parent);
-    }
-    tc = find_tool_call(h, tc_id, false, &at);
-    fn = json_object_get(tc, "function");
-    if (!json_is_object(fn))
-        return 0; /* its message is gone (the cap) */
-    if (delta != NULL) {
-        append_str(fn, "arguments", delta);
-        touch(h, at);
-    }
-    meta_merge_call(h, tc, at, ev);
     return 1;
 }
 
@@ -2127,32 +1875,14 @@ static int on_run_started(struct agw_history *h, const char *run_id, const json_
     return rc;
 }
 
-/* Which chunk streams an event ends (the client's chunk transformation): none (a chunk, which
- * sees to its own lane; ACTIVITY_*, REASONING_ENCRYPTED_VALUE; a type that makes no message), its
- * lane's (the message and tool-call events: the lane of their subagentRunId), or every one of its
- * run (MESSAGES_SNAPSHOT, RUN_STARTED). */
-enum ends { ENDS_NONE, ENDS_LANE, ENDS_RUN };
-
-/* The lane of event <ev>: its subagentRunId, or NULL (the parent's) when it has none or null. */
-static const char *ev_lane(const json_t *ev)
-{
-    return str_field(ev, "subagentRunId");
-}
-
-/* The end of applying an event of run <run_id> that returned <rc>: counts it when malformed, else
- * ends the chunk streams it ends (<e>; <lane> for ENDS_LANE) and trims the thread. A malformed
- * event ends nothing: the client fails a run at it. (Of the events that end a lane's stream, a
- * run's capture keeps only those this recorder applies: STEP_*, STATE_*, CUSTOM and REASONING_START
- * or _END end one in the client too, and a chunk without an id after them then fails the run
- * there, while it continues the stream here.) Returns <rc>. */
-static int applied(struct agw_history *h, const char *run_id, enum ends e, const char *lane, int rc)
+/* The end of applying an event that returned <rc>: counts it when malformed, else trims the thread.
+ * Returns <rc>. */
+static int applied(struct agw_history *h, int rc)
 {
     if (rc < 0) {
         h->malformed++;
         return rc;
     }
-    if (e != ENDS_NONE && h->n_lanes > 0)
-        lanes_close(h, run_id, e == ENDS_RUN, lane);
     trim(h);
     return rc;
 }
@@ -2160,20 +1890,12 @@ static int applied(struct agw_history *h, const char *run_id, enum ends e, const
 int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *event)
 {
     const char *type = str_field(event, "type");
-    enum ends e = ENDS_LANE;
     int rc = 0;
 
+    /* (chunk events never come: the normaliser writes the start, content and end events they
+     * stand for) */
     if (type == NULL) {
         rc = -AGW_EINVAL;
-    } else if (strcmp(type, "TEXT_MESSAGE_CHUNK") == 0) {
-        e = ENDS_NONE;
-        rc = on_text_chunk(h, run_id, event, false);
-    } else if (strcmp(type, "REASONING_MESSAGE_CHUNK") == 0) {
-        e = ENDS_NONE;
-        rc = on_text_chunk(h, run_id, event, true);
-    } else if (strcmp(type, "TOOL_CALL_CHUNK") == 0) {
-        e = ENDS_NONE;
-        rc = on_tool_chunk(h, run_id, event);
     } else if (strcmp(type, "TEXT_MESSAGE_START") == 0) {
         rc = on_text_start(h, run_id, event);
     } else if (strcmp(type, "TEXT_MESSAGE_CONTENT") == 0 ||
@@ -2182,7 +1904,6 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
     } else if (strcmp(type, "REASONING_MESSAGE_START") == 0) {
         rc = on_reasoning_start(h, run_id, event);
     } else if (strcmp(type, "REASONING_ENCRYPTED_VALUE") == 0) {
-        e = ENDS_NONE;
         rc = on_encrypted_value(h, event);
     } else if (strcmp(type, "TEXT_MESSAGE_END") == 0 ||
                strcmp(type, "REASONING_MESSAGE_END") == 0) {
@@ -2199,40 +1920,32 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
     } else if (strcmp(type, "TOOL_CALL_RESULT") == 0) {
         rc = on_tool_result(h, run_id, event);
     } else if (strcmp(type, "MESSAGES_SNAPSHOT") == 0) {
-        e = ENDS_RUN;
         rc = on_snapshot(h, run_id, event);
     } else if (strcmp(type, "ACTIVITY_SNAPSHOT") == 0) {
-        e = ENDS_NONE;
         rc = on_activity_snapshot(h, run_id, event);
     } else if (strcmp(type, "ACTIVITY_DELTA") == 0) {
-        e = ENDS_NONE;
         rc = on_activity_delta(h, event);
     } else if (strcmp(type, "RUN_STARTED") == 0 && json_object_get(event, "input") != NULL) {
-        e = ENDS_RUN;
         rc = on_run_started(h, run_id, event); /* (the capture keeps only these) */
-    } else {
-        e = ENDS_NONE;
     }
-    return applied(h, run_id, e, e == ENDS_LANE ? ev_lane(event) : NULL, rc);
+    return applied(h, rc);
 }
 
-int agw_history_append_text(struct agw_history *h, const char *run_id, const char *id,
-                            size_t id_len, const char *delta, size_t delta_len)
+int agw_history_append_text(struct agw_history *h, const char *id, size_t id_len, const char *delta,
+                            size_t delta_len)
 {
     size_t i = find_msgn(h, id, id_len);
     struct item *it;
 
-    /* as agw_history_apply() with a TEXT_MESSAGE_CONTENT (of the parent's lane: the capture
-     * coalesces no content event with a subagentRunId): an unknown id changes nothing but ends the
-     * lane's chunk stream */
+    /* as agw_history_apply() with a TEXT_MESSAGE_CONTENT: an unknown id changes nothing */
     if (i == SIZE_MAX)
-        return applied(h, run_id, ENDS_LANE, NULL, 0);
+        return applied(h, 0);
     it = h->items[i];
     if (!is_text(it))
         return AGW_AGAIN;
     text_put(it, delta, delta_len);
     touch(h, i);
-    return applied(h, run_id, ENDS_LANE, NULL, 1);
+    return applied(h, 1);
 }
 
 /* A line that is not a text's coalesced deltas, or whose message is not held as text. */
@@ -2245,18 +1958,16 @@ static int apply_other_line(struct agw_history *h, const char *run_id, const cha
     /* a text's boundaries need no JSON value either: its start and end */
     if (agw_capture_line_fields(line, len, &f) && f.message_id != NULL && !f.more) {
         if (agw_streq_n(f.type, f.type_len, "TEXT_MESSAGE_START"))
-            return applied(h, run_id, ENDS_LANE, NULL,
-                           text_start(h, run_id, f.message_id, f.message_id_len,
-                                      f.role != NULL ? f.role : "assistant",
-                                      f.role != NULL ? f.role_len : 9, true, NULL));
+            return applied(h, text_start(h, run_id, f.message_id, f.message_id_len,
+                                         f.role != NULL ? f.role : "assistant",
+                                         f.role != NULL ? f.role_len : 9, true, NULL));
         if (agw_streq_n(f.type, f.type_len, "REASONING_MESSAGE_START"))
-            return applied(
-                h, run_id, ENDS_LANE, NULL,
-                text_start(h, run_id, f.message_id, f.message_id_len, "reasoning", 9, true, NULL));
+            return applied(h, text_start(h, run_id, f.message_id, f.message_id_len, "reasoning", 9,
+                                         true, NULL));
         if (agw_streq_n(f.type, f.type_len, "TEXT_MESSAGE_END") ||
             agw_streq_n(f.type, f.type_len, "REASONING_MESSAGE_END")) {
             text_end(h, f.message_id, f.message_id_len);
-            return applied(h, run_id, ENDS_LANE, NULL, 0);
+            return applied(h, 0);
         }
     }
     ev = json_loadb(line, len, 0, NULL);
@@ -2271,12 +1982,11 @@ static int apply_other_line(struct agw_history *h, const char *run_id, const cha
 
 /* A text's coalesced deltas (<d>, read from the line), the bulk of the bytes, go to a message held
  * as text as they are (escaped): no JSON value is built. AGW_AGAIN when the message is not one. */
-static int append_delta_line(struct agw_history *h, const char *run_id,
-                             const struct agw_capture_delta *d)
+static int append_delta_line(struct agw_history *h, const struct agw_capture_delta *d)
 {
     if (d->args || d->id_escaped)
         return AGW_AGAIN;
-    return agw_history_append_text(h, run_id, d->id, d->id_len, d->delta, d->delta_len);
+    return agw_history_append_text(h, d->id, d->id_len, d->delta, d->delta_len);
 }
 
 int agw_history_apply_line(struct agw_history *h, const char *run_id, const char *line, size_t len)
@@ -2284,8 +1994,7 @@ int agw_history_apply_line(struct agw_history *h, const char *run_id, const char
     struct agw_capture_delta d;
     int rc;
 
-    if (agw_capture_line_delta(line, len, &d) &&
-        (rc = append_delta_line(h, run_id, &d)) != AGW_AGAIN)
+    if (agw_capture_line_delta(line, len, &d) && (rc = append_delta_line(h, &d)) != AGW_AGAIN)
         return rc;
     return apply_other_line(h, run_id, line, len);
 }
@@ -2304,7 +2013,7 @@ int agw_history_apply_lines(struct agw_history *h, const char *run_id, const cha
         /* a text's coalesced deltas (most of the bytes) are read once: their end is where the
          * delta's string ends; any other line is read once too, from its end on */
         if (agw_capture_line_delta_at(p, (size_t)(end - p), &d, &n)) {
-            if ((rc = append_delta_line(h, run_id, &d)) == AGW_AGAIN)
+            if ((rc = append_delta_line(h, &d)) == AGW_AGAIN)
                 rc = apply_other_line(h, run_id, p, n);
         } else {
             const char *nl = memchr(p, '\n', (size_t)(end - p));

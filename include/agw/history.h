@@ -78,13 +78,13 @@ int agw_history_apply_lines(struct agw_history *h, const char *run_id, const cha
                             size_t len);
 
 /* The fast path for a coalesced content line of a run's capture (agw_capture_line_delta()): what
- * agw_history_apply() does with {"type":"TEXT_MESSAGE_CONTENT","messageId":<id>,"delta":"<delta>"}
- * of run <run_id>, where <id> (<id_len> bytes, no escape in it) is the id and <delta> (<delta_len>
+ * agw_history_apply() does with {"type":"TEXT_MESSAGE_CONTENT","messageId":<id>,"delta":"<delta>"},
+ * where <id> (<id_len> bytes, no escape in it) is the id and <delta> (<delta_len>
  * bytes) the body of a valid JSON string, escapes and all, that is appended as it is. Returns 1
  * (appended), 0 (no message has that id: nothing changes), or AGW_AGAIN when the message is not
  * held as text (nothing changes: apply the parsed event instead). */
-int agw_history_append_text(struct agw_history *h, const char *run_id, const char *id,
-                            size_t id_len, const char *delta, size_t delta_len);
+int agw_history_append_text(struct agw_history *h, const char *id, size_t id_len, const char *delta,
+                            size_t delta_len);
 
 /* Number of messages held. */
 size_t agw_history_count(const struct agw_history *h);

@@ -1397,11 +1397,10 @@ static void type_emit(void *arg, const char *json, size_t len, bool pass)
     snprintf(h->seen[h->n++], sizeof(h->seen[0]), "%.*s", (int)n, type);
 }
 
-/* A sub-agent's content event (one with a "subagentRunId") is relayed by the fast path as it is,
- * but the sink is told only its type: history keeps it whole, for the chunk streams it ends
- * (doc/internals/history.md, "Chunks"). Nor is its prefix cached for the next one: that one is told
- * of by its type as well, wherever its subagentRunId stands. */
-Test(agui, a_sub_agents_content_is_told_of_by_its_type)
+/* A sub-agent's content event (one with a "subagentRunId") is told of like any other: its id and
+ * delta, wherever its subagentRunId stands (chunk streams, which such an event may end, are the
+ * normaliser's own; history only appends the delta). */
+Test(agui, a_sub_agents_content_is_told_of_like_any)
 {
     const char *const frames[] = {
         "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
@@ -1414,10 +1413,9 @@ Test(agui, a_sub_agents_content_is_told_of_by_its_type)
         "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"d\","
         "\"subagentRunId\":\"s\"}",
     };
-    const char *const content[] = {"-", "-", "-", "-", "T \"m\" \"c\"", "-"};
-    const char *const typed[] = {
-        "RUN_STARTED", "TEXT_MESSAGE_START",  "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_CONTENT",
-        "-",           "TEXT_MESSAGE_CONTENT"};
+    const char *const content[] = {
+        "-", "-", "T \"m\" \"a\"", "T \"m\" \"b\"", "T \"m\" \"c\"", "T \"m\" \"d\""};
+    const char *const typed[] = {"RUN_STARTED", "TEXT_MESSAGE_START", "-", "-", "-", "-"};
 
     expect_hints(hint_emit, frames, AGW_ARRAY_LEN(frames), content, AGW_ARRAY_LEN(content), 4);
     expect_hints(type_emit, frames, AGW_ARRAY_LEN(frames), typed, AGW_ARRAY_LEN(typed), 4);

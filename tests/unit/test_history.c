@@ -646,8 +646,8 @@ Test(history, a_text_message_is_its_json)
     ev(h, "r1",
        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a\\\"1\",\"delta\":"
        "\"q\\n\\u0001\\t\\u00e9\"}");
-    cr_assert_eq(agw_history_append_text(h, "r1", "a\"1", 3, "\\u00e9!", 7), 1);
-    cr_assert_eq(agw_history_append_text(h, "r1", "nope", 4, "x", 1), 0, "an unknown id");
+    cr_assert_eq(agw_history_append_text(h, "a\"1", 3, "\\u00e9!", 7), 1);
+    cr_assert_eq(agw_history_append_text(h, "nope", 4, "x", 1), 0, "an unknown id");
     j = agw_history_message_json(h, 0, &len);
     cr_assert_eq(strlen(j), len);
     cr_assert_str_eq(
@@ -655,32 +655,14 @@ Test(history, a_text_message_is_its_json)
     expect(h,
            "[{\"id\":\"a\\\"1\",\"role\":\"x/y\",\"content\":\"q\\n\\u0001\\t\\u00e9\\u00e9!\"}]");
     /* now held as a value: a raw delta is refused, the parsed event applies */
-    cr_assert_eq(agw_history_append_text(h, "r1", "a\"1", 3, "x", 1), AGW_AGAIN);
+    cr_assert_eq(agw_history_append_text(h, "a\"1", 3, "x", 1), AGW_AGAIN);
     ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a\\\"1\",\"delta\":\"x\"}");
     j = agw_history_message_json(h, 0, &len);
     cr_assert_str_eq(
         j, "{\"id\":\"a\\\"1\",\"role\":\"x/y\",\"content\":\"q\\n\\u0001\\t\xc3\xa9\xc3\xa9!x\"}");
     /* a message from the input is a value: raw deltas are refused */
     merge(h, "r2", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"a\"}]");
-    cr_assert_eq(agw_history_append_text(h, "r1", "u1", 2, "x", 1), AGW_AGAIN);
-    agw_history_free(h);
-}
-
-/* A raw delta ends a chunk's continuation, as the parsed event does. */
-Test(history, a_raw_delta_ends_a_chunk)
-{
-    struct agw_history *h = agw_history_new(10);
-
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
-    cr_assert_eq(
-        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c\",\"delta\":\"1\"}"), 1);
-    cr_assert_eq(agw_history_append_text(h, "r1", "a1", 2, "x", 1), 1);
-    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"2\"}"), -AGW_EINVAL);
-    /* so does one for an unknown message */
-    cr_assert_eq(
-        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c\",\"delta\":\"3\"}"), 1);
-    cr_assert_eq(agw_history_append_text(h, "r1", "zz", 2, "x", 1), 0);
-    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"4\"}"), -AGW_EINVAL);
+    cr_assert_eq(agw_history_append_text(h, "u1", 2, "x", 1), AGW_AGAIN);
     agw_history_free(h);
 }
 
@@ -780,14 +762,14 @@ Test(history, merge_body_resent_history)
                             "\"user\",\"content\":\"Hi\"}],\"state\":{\"a\":[1,{}]}}"),
                  1);
     ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
-    cr_assert_eq(agw_history_append_text(h, "r1", "a1", 2, "Hel\\u006co", 10), 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "Hel\\u006co", 10), 1);
     /* the client's copy of the text, as JSON.stringify writes it, and a new question */
     cr_assert_eq(merge_body(h, "r2",
                             "{\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"},"
                             "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hel\\u006co\"},"
                             "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"More\"}]}"),
                  1);
-    cr_assert_eq(agw_history_append_text(h, "r1", "a1", 2, "!", 1), 1, "a1 is still held as text");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "!", 1), 1, "a1 is still held as text");
     expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"},"
               "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello!\"},"
               "{\"id\":\"u2\",\"role\":\"user\",\"content\":\"More\"}]");
@@ -855,7 +837,7 @@ Test(history, input_messages_held_as_text_when_compact)
                             "\"content\":\"Hi\"}]}"),
                  1);
     cr_assert_gt(agw_history_text_bytes(h), 0);
-    cr_assert_eq(agw_history_append_text(h, "r1", "a1", 2, " there", 6), 1, "held as text");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, " there", 6), 1, "held as text");
     ev(h, "r2",
        "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
        "\"parentMessageId\":\"a1\"}");
@@ -949,8 +931,7 @@ Test(history, restore_reads_back_what_was_saved)
                      0);
     }
     cr_assert_str_eq(changed(back), "", "as saved");
-    cr_assert_eq(agw_history_append_text(back, "r1", "a1", 2, "", 0), 1,
-                 "a text read back is a text");
+    cr_assert_eq(agw_history_append_text(back, "a1", 2, "", 0), 1, "a text read back is a text");
     expect(back, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"caf\\u00e9\"},"
                  "{\"id\":\"u2\",\"role\":\"user\"},"
                  "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"\\\"hi\\\"\"}]");
@@ -983,7 +964,7 @@ Test(history, a_growing_text_is_saved_by_pieces)
     struct agw_history_row r;
 
     ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
-    cr_assert_eq(agw_history_append_text(h, "r1", "a1", 2, "abc", 3), 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "abc", 3), 1);
     agw_history_message_row(h, 0, &r);
     cr_assert_eq(r.part, 0);
     cr_assert(r.text);
@@ -991,7 +972,7 @@ Test(history, a_growing_text_is_saved_by_pieces)
     cr_assert_eq(memcmp(r.data, "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"abc", r.len),
                  0);
     agw_history_mark_saved(h);
-    cr_assert_eq(agw_history_append_text(h, "r1", "a1", 2, "de", 2), 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "de", 2), 1);
     ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a1\",\"delta\":\"\\n\"}");
     agw_history_message_row(h, 0, &r);
     cr_assert_eq(r.part, 1);
@@ -999,7 +980,7 @@ Test(history, a_growing_text_is_saved_by_pieces)
     cr_assert_eq(r.len, 4);
     cr_assert_eq(memcmp(r.data, "de\\n", 4), 0);
     agw_history_mark_saved(h);
-    cr_assert_eq(agw_history_append_text(h, "r1", "a1", 2, "f", 1), 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "f", 1), 1);
     agw_history_message_row(h, 0, &r);
     cr_assert_eq(r.part, 2);
     cr_assert_eq(r.len, 1);
@@ -1018,7 +999,7 @@ Test(history, a_growing_text_is_saved_by_pieces)
     cr_assert_not(r.drop_parts, "nothing in pieces was at its new position");
     cr_assert(r.text, "still a text (the client's copy was the same bytes)");
     agw_history_mark_saved(h);
-    cr_assert_eq(agw_history_append_text(h, "r1", "a1", 2, "g", 1), 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "g", 1), 1);
     agw_history_message_row(h, 1, &r);
     cr_assert_eq(r.part, 1, "it grows by pieces again");
     agw_history_mark_saved(h);
@@ -1093,11 +1074,11 @@ static struct agw_history *shed_thread(struct mini_store *st)
     agw_history_set_loader(h, mini_load, st);
     merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"}]");
     ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
-    cr_assert_eq(agw_history_append_text(h, "r1", "a1", 2, "Hello, ", 7), 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "Hello, ", 7), 1);
     save(h, st);
     cr_assert_gt(agw_history_shed(h, 0), 0, "the saved text is forgotten");
     cr_assert_eq(agw_history_shed(h, 0), 0, "and only once");
-    cr_assert_eq(agw_history_append_text(h, "r1", "a1", 2, "world", 5), 1, "a shed text grows");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "world", 5), 1, "a shed text grows");
     save(h, st);
     agw_history_shed(h, 0);
     cr_assert_eq(st->loads, 0, "nothing read back yet");
@@ -1114,7 +1095,7 @@ Test(history, a_shed_text_grows_by_pieces_and_reads_back_whole)
     cr_assert_eq(st.len[1], strlen(A1_TEXT) - 2, "the store holds the text in pieces");
     cr_assert_eq(memcmp(st.data[1], A1_TEXT, st.len[1]), 0);
     /* what it grows by after shedding is the next piece */
-    cr_assert_eq(agw_history_append_text(h, "r1", "a1", 2, "!", 1), 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "!", 1), 1);
     agw_history_message_row(h, 1, &r);
     cr_assert_eq(r.part, 2, "pieces 0 and 1 are saved");
     cr_assert_eq(r.len, 1);
@@ -1326,7 +1307,7 @@ Test(history, an_ended_text_gives_its_buffer_back)
     memset(big, 'y', sizeof(big));
     agw_history_set_loader(h, mini_load, &st);
     ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
-    cr_assert_eq(agw_history_append_text(h, "r1", "a1", 2, big, sizeof(big)), 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, big, sizeof(big)), 1);
     save(h, &st);
     agw_history_shed(h, 0);
     cr_assert_geq(agw_history_text_bytes(h), sizeof(big), "kept while it may grow");
@@ -1352,7 +1333,7 @@ Test(history, nothing_is_shed_without_a_loader_or_below_the_minimum)
     cr_assert_eq(agw_history_shed(h, 0), 0, "no loader");
     agw_history_set_loader(h, mini_load, &st);
     cr_assert_eq(agw_history_shed(h, 1000), 0, "below the minimum");
-    cr_assert_eq(agw_history_append_text(h, "r1", "a1", 2, "x", 1), 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "x", 1), 1);
     cr_assert_eq(agw_history_shed(h, 0), 0, "changed since saved");
     save(h, &st);
     cr_assert_gt(agw_history_shed(h, 0), 0, "saved again: shed");
@@ -1573,182 +1554,6 @@ Test(history, two_runs_of_a_tool_round_trip)
     agw_history_free(h);
 }
 
-/* Chunks make what their START/CONTENT (or START/ARGS) would, as the client's chunk transformation
- * does: the first names the message or call, those without an id continue it until an event of
- * another kind. */
-Test(history, text_chunks)
-{
-    struct agw_history *h = agw_history_new(100);
-
-    cr_assert_eq(
-        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c1\",\"delta\":\"He\"}"), 1);
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"llo\"}");
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c1\",\"delta\":\"!\"}");
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c2\",\"role\":\"developer\"}");
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"x\"}");
-    expect(h, "[{\"id\":\"c1\",\"role\":\"assistant\",\"content\":\"Hello!\"},"
-              "{\"id\":\"c2\",\"role\":\"developer\",\"content\":\"x\"}]");
-    ev(h, "r1", "{\"type\":\"STEP_STARTED\",\"stepName\":\"s\"}");
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"y\"}");
-    expect(h, "[{\"id\":\"c1\",\"role\":\"assistant\",\"content\":\"Hello!\"},"
-              "{\"id\":\"c2\",\"role\":\"developer\",\"content\":\"xy\"}]");
-    ev(h, "r1",
-       "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"r\",\"toolCallId\":\"z\",\"content\":"
-       "\"ok\"}");
-    cr_assert_lt(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"lost\"}"), 0,
-                 "after another event the recorder applies, a chunk must name its message again");
-    cr_assert_lt(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":7}"), 0);
-    cr_assert_eq(agw_history_malformed(h), 2);
-    agw_history_free(h);
-}
-
-Test(history, tool_call_chunks)
-{
-    struct agw_history *h = agw_history_new(100);
-
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"a1\",\"delta\":\"Let me\"}");
-    cr_assert_eq(ev(h, "r1",
-                    "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallId\":\"t1\",\"toolCallName\":\"f\","
-                    "\"parentMessageId\":\"a1\",\"delta\":\"{\\\"a\\\":\"}"),
-                 1);
-    ev(h, "r1", "{\"type\":\"TOOL_CALL_CHUNK\",\"delta\":\"1}\"}");
-    ev(h, "r1", "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallId\":\"t2\",\"toolCallName\":\"g\"}");
-    expect(h, "[{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Let me\",\"toolCalls\":["
-              "{\"id\":\"t1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
-              "\"{\\\"a\\\":1}\"}}]},{\"id\":\"t2\",\"role\":\"assistant\",\"toolCalls\":[{\"id\":"
-              "\"t2\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"\"}}]}]");
-    cr_assert_lt(ev(h, "r1", "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallId\":\"t3\"}"), 0,
-                 "the first chunk of a call names its tool");
-    agw_history_free(h);
-}
-
-/* Chunk streams are kept per lane, as the client's chunk transformation keeps them: a lane per
- * sub-agent (the chunks' subagentRunId) and the parent's; an event of a lane ends that lane's
- * stream only; ACTIVITY_* and REASONING_ENCRYPTED_VALUE end none; a chunk without an id nor a
- * lane continues the parent's stream, else the one lane's that has one. */
-Test(history, chunk_streams_are_kept_per_lane)
-{
-    struct agw_history *h = agw_history_new(100);
-
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"p1\",\"delta\":\"a\"}");
-    /* a sub-agent's message: its events end its own lane's stream, not the parent's */
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"s1\",\"subagentRunId\":\"x\"}");
-    ev(h, "r1",
-       "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"s1\",\"delta\":\"z\","
-       "\"subagentRunId\":\"x\"}");
-    ev(h, "r1",
-       "{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"act\",\"activityType\":\"p\","
-       "\"content\":{}}");
-    ev(h, "r1",
-       "{\"type\":\"REASONING_ENCRYPTED_VALUE\",\"subtype\":\"message\",\"entityId\":"
-       "\"s1\",\"encryptedValue\":\"e\"}");
-    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"b\"}"), 1);
-    /* two sub-agents streaming chunks at once, each in its lane */
-    ev(h, "r1",
-       "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"x1\",\"subagentRunId\":\"x\","
-       "\"delta\":\"q\"}");
-    ev(h, "r1",
-       "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"y1\",\"subagentRunId\":\"y\","
-       "\"delta\":\"r\"}");
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"subagentRunId\":\"x\",\"delta\":\"2\"}");
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"subagentRunId\":\"y\",\"delta\":\"3\"}");
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"c\"}"); /* the parent's */
-    /* a chunk naming another lane's stream goes to that lane; one that says another lane fails */
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"y1\",\"delta\":\"4\"}");
-    cr_assert_lt(ev(h, "r1",
-                    "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"y1\",\"subagentRunId\":"
-                    "\"x\",\"delta\":\"lost\"}"),
-                 0);
-    expect(h,
-           "[{\"id\":\"p1\",\"role\":\"assistant\",\"content\":\"abc\"},"
-           "{\"id\":\"s1\",\"role\":\"assistant\",\"subagentRunId\":\"x\",\"content\":\"z\","
-           "\"encryptedValue\":\"e\"},"
-           "{\"id\":\"act\",\"role\":\"activity\",\"activityType\":\"p\",\"content\":{}},"
-           "{\"id\":\"x1\",\"role\":\"assistant\",\"subagentRunId\":\"x\",\"content\":\"q2\"},"
-           "{\"id\":\"y1\",\"role\":\"assistant\",\"subagentRunId\":\"y\",\"content\":\"r34\"}]");
-    /* the parent's stream ended: a chunk without an id nor a lane has two lanes to choose from */
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"p1\"}");
-    cr_assert_lt(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"lost\"}"), 0);
-    /* one lane left: it continues that one */
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"y1\",\"subagentRunId\":\"y\"}");
-    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"5\"}"), 1);
-    cr_assert_str_eq(json_string_value(json_object_get(agw_history_message(h, 3), "content")),
-                     "q25");
-    /* a snapshot ends every stream of its run */
-    ev(h, "r1",
-       "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"x1\",\"role\":"
-       "\"assistant\",\"content\":\"q\"}]}");
-    cr_assert_lt(
-        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"subagentRunId\":\"x\",\"delta\":\"lost\"}"),
-        0);
-    cr_assert_eq(agw_history_malformed(h), 3);
-    agw_history_free(h);
-}
-
-/* A run's streams are its own: another run's events end none of them, and a chunk without an id
- * does not continue another run's stream (a run of the same thread at once, or the one before). */
-Test(history, chunk_streams_are_kept_per_run)
-{
-    struct agw_history *h = agw_history_new(100);
-
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"m1\",\"delta\":\"a\"}");
-    ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m2\"}");
-    cr_assert_eq(agw_history_append_text(h, "r2", "m2", 2, "x", 1), 1);
-    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"b\"}"), 1);
-    cr_assert_lt(ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"lost\"}"), 0);
-    /* the same on the line fast paths: r2's start and raw delta, then r1's chunk */
-    agw_history_apply_line(h, "r2", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m3\"}", 46);
-    cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"c\"}"), 1);
-    expect(h, "[{\"id\":\"m1\",\"role\":\"assistant\",\"content\":\"abc\"},"
-              "{\"id\":\"m2\",\"role\":\"assistant\",\"content\":\"x\"},"
-              "{\"id\":\"m3\",\"role\":\"assistant\",\"content\":\"\"}]");
-    /* streams left open by many runs (their end is not seen) are let go, the oldest first */
-    for (int i = 0; i < 40; i++) {
-        char run[16];
-        snprintf(run, sizeof(run), "q%d", i);
-        ev(h, run, "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"m1\",\"delta\":\"\"}");
-    }
-    cr_assert_lt(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"lost\"}"), 0);
-    cr_assert_eq(ev(h, "q39", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"d\"}"), 1);
-    agw_history_free(h);
-}
-
-/* A chunk that continues a stream may not say another role or name (a text), tool name or parent
- * (a tool call) than the stream's first chunk: the client fails the run there. A first tool-call
- * chunk for a call some message holds renames it, as the TOOL_CALL_START it stands for does. */
-Test(history, chunk_streams_refuse_what_contradicts_their_first_chunk)
-{
-    struct agw_history *h = agw_history_new(100);
-
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"m1\",\"name\":\"n\"}");
-    cr_assert_eq(ev(h, "r1",
-                    "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"role\":\"assistant\",\"name\":\"n\","
-                    "\"delta\":\"a\"}"),
-                 1);
-    cr_assert_lt(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"role\":\"user\",\"delta\":\"x\"}"),
-                 0);
-    cr_assert_lt(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"name\":\"o\",\"delta\":\"x\"}"),
-                 0);
-    ev(h, "r1", "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\"}");
-    ev(h, "r1", "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c1\"}");
-    cr_assert_eq(ev(h, "r1",
-                    "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallId\":\"c1\",\"toolCallName\":\"g\","
-                    "\"delta\":\"{\"}"),
-                 1);
-    cr_assert_eq(
-        ev(h, "r1", "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallName\":\"g\",\"delta\":\"}\"}"), 1);
-    cr_assert_lt(
-        ev(h, "r1", "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallName\":\"h\",\"delta\":\"x\"}"), 0);
-    cr_assert_lt(
-        ev(h, "r1", "{\"type\":\"TOOL_CALL_CHUNK\",\"parentMessageId\":\"m1\",\"delta\":\"x\"}"),
-        0);
-    expect(h, "[{\"id\":\"m1\",\"role\":\"assistant\",\"name\":\"n\",\"content\":\"a\"},"
-              "{\"id\":\"c1\",\"role\":\"assistant\",\"toolCalls\":[{\"id\":\"c1\",\"type\":"
-              "\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"{}\"}}]}]");
-    cr_assert_eq(agw_history_malformed(h), 4);
-    agw_history_free(h);
-}
-
 /* The messages a snapshot or a run's start carries whole are held as the client holds them once
  * its schemas have read them: members no schema names stripped (of a message, a tool call, its
  * function, a content part, a part's source; an activity's content and any metadata left whole), a
@@ -1859,27 +1664,6 @@ Test(history, reasoning_messages_are_built_as_texts_with_the_reasoning_role)
     agw_history_free(h);
 }
 
-Test(history, reasoning_chunks)
-{
-    struct agw_history *h = agw_history_new(100);
-
-    cr_assert_eq(
-        ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CHUNK\",\"messageId\":\"t1\",\"delta\":\"a\"}"),
-        1);
-    ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CHUNK\",\"delta\":\"b\"}");
-    ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CHUNK\",\"messageId\":\"t2\",\"role\":\"user\"}");
-    ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CHUNK\",\"delta\":\"c\"}");
-    expect(h, "[{\"id\":\"t1\",\"role\":\"reasoning\",\"content\":\"ab\"},"
-              "{\"id\":\"t2\",\"role\":\"reasoning\",\"content\":\"c\"}]");
-    /* a text chunk in between ends the reasoning chunk's continuation, and the other way round */
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"a1\",\"delta\":\"x\"}");
-    cr_assert_lt(ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CHUNK\",\"delta\":\"lost\"}"), 0);
-    cr_assert_lt(ev(h, "r1", "{\"type\":\"REASONING_MESSAGE_CHUNK\"}"), 0,
-                 "the first chunk names its message");
-    cr_assert_eq(agw_history_malformed(h), 2);
-    agw_history_free(h);
-}
-
 Test(history, encrypted_values_go_to_their_message_or_tool_call)
 {
     struct agw_history *h = agw_history_new(100);
@@ -1933,7 +1717,6 @@ Test(history, activity_messages_take_no_text)
         ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"act\",\"delta\":\"x\"}"),
         0);
     cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"act\"}"), 0);
-    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"act\",\"delta\":\"y\"}");
     expect(h, "[{\"id\":\"act\",\"role\":\"activity\",\"activityType\":\"p\",\"content\":{}}]");
     agw_history_free(h);
 }
@@ -2084,8 +1867,8 @@ Test(history, names_and_subagent_run_ids_go_on_the_messages_their_events_make)
        "{\"type\":\"REASONING_MESSAGE_START\",\"messageId\":\"t1\",\"name\":\"n\","
        "\"subagentRunId\":"
        "\"sub2\"}");
-    ev(h, "r1",
-       "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"c1\",\"name\":\"Bo\",\"delta\":\"x\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"c1\",\"name\":\"Bo\"}");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"c1\",\"delta\":\"x\"}");
     ev(h, "r1",
        "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"k1\",\"toolCallName\":\"f\","
        "\"subagentRunId\":"
@@ -2096,7 +1879,7 @@ Test(history, names_and_subagent_run_ids_go_on_the_messages_their_events_make)
        "\"parentMessageId\":"
        "\"k1\",\"subagentRunId\":\"sub4\"}");
     ev(h, "r1",
-       "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallId\":\"k3\",\"toolCallName\":\"g\","
+       "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"k3\",\"toolCallName\":\"g\","
        "\"subagentRunId\":"
        "\"sub5\"}");
     ev(h, "r1",
