@@ -270,8 +270,7 @@ static void begin(struct agw_agui *a, const struct agw_agui_sink *out)
     set_state(a, AGW_AGUI_ST_RUNNING);
 }
 
-/* Forgets every chunk stream (the run ended: what they were open for is closed or never will be).
- */
+/* Forgets every chunk stream: the run ended. */
 static void drop_lanes(struct agw_agui *a)
 {
     for (size_t i = 0; i < a->n_lanes; i++) {

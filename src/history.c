@@ -12,6 +12,7 @@
 #include "agw/history.h"
 #include "agw/jsonpatch.h"
 #include "agw/jscan.h"
+#include "agw/schema.h"
 
 #define DUMP_VERSION   1
 #define LINEAR_MAX     8     /* messages a thread finds by a scan, without a table */
@@ -1430,123 +1431,9 @@ static int on_tool_result(struct agw_history *h, const char *run_id, const json_
 /* ---- a message as the client's schemas leave it ------------------------------------------------
  *
  * The client passes every event through its schemas (@ag-ui/core 1.0) before applying it, and
- * strips what they do not describe: the members of a message, a tool call, its function, a content
- * part or a part's source that its schema does not name; a message of a role no schema has, a
- * content part of a type none has, or one whose source is of such a type, is dropped whole. That
- * concerns the messages an event carries whole: a MESSAGES_SNAPSHOT's and a RUN_STARTED's input's.
+ * strips what they do not describe (agw_schema_strip_message()). That concerns the messages an
+ * event carries whole: a MESSAGES_SNAPSHOT's and a RUN_STARTED's input's.
  */
-
-static const char *const KEEP_TEXT[] = {"subagentRunId",  "id",       "role",    "name",
-                                        "encryptedValue", "metadata", "content", NULL};
-static const char *const KEEP_ASSISTANT[] = {
-    "subagentRunId", "id",      "role",      "name", "encryptedValue",
-    "metadata",      "content", "toolCalls", NULL};
-static const char *const KEEP_TOOL[] = {"subagentRunId",  "id",         "role",
-                                        "content",        "toolCallId", "error",
-                                        "encryptedValue", "metadata",   NULL};
-static const char *const KEEP_ACTIVITY[] = {"subagentRunId", "id",       "role", "activityType",
-                                            "content",       "metadata", NULL};
-static const char *const KEEP_REASONING[] = {"subagentRunId",  "id",       "role", "content",
-                                             "encryptedValue", "metadata", NULL};
-static const char *const KEEP_TOOL_CALL[] = {"id",       "type", "function", "encryptedValue",
-                                             "metadata", NULL};
-static const char *const KEEP_FUNCTION[] = {"name", "arguments", NULL};
-static const char *const KEEP_TEXT_PART[] = {"type", "id", "text", "metadata", NULL};
-static const char *const KEEP_MEDIA_PART[] = {"type", "id", "source", "metadata", NULL};
-static const char *const KEEP_DATA_SOURCE[] = {"type", "value", "mimeType", NULL};
-static const char *const KEEP_FILE_SOURCE[] = {"type", "value", "provider", "mimeType", NULL};
-
-/* Whether object <o> has members that <keep> does not name (anything else: false); with <apply>,
- * removes them. */
-static bool strip_members(json_t *o, const char *const *keep, bool apply)
-{
-    const char *key;
-    json_t *v;
-    void *tmp;
-    bool found = false;
-
-    json_object_foreach_safe(o, tmp, key, v)
-    {
-        const char *const *k = keep;
-        while (*k != NULL && strcmp(*k, key) != 0)
-            k++;
-        if (*k != NULL)
-            continue;
-        if (!apply)
-            return true;
-        must_ok(json_object_del(o, key));
-        found = true;
-    }
-    return found;
-}
-
-/* What the client's schemas do to a content part (an element of a user's or a tool's content). */
-enum strip { STRIP_NONE, STRIP_MEMBERS, STRIP_DROP };
-
-/* The same for content part <part>; with <apply>, its members are removed (not the part). */
-static enum strip strip_part(json_t *part, bool apply)
-{
-    const char *type = str_field(part, "type");
-    json_t *source;
-    bool found;
-
-    if (!json_is_object(part))
-        return STRIP_NONE; /* left as it is (the client's parse refuses it) */
-    if (type != NULL && strcmp(type, "text") == 0)
-        return strip_members(part, KEEP_TEXT_PART, apply) ? STRIP_MEMBERS : STRIP_NONE;
-    if (type == NULL || (strcmp(type, "image") != 0 && strcmp(type, "audio") != 0 &&
-                         strcmp(type, "video") != 0 && strcmp(type, "document") != 0))
-        return STRIP_DROP;
-    source = json_object_get(part, "source");
-    if (json_is_object(source)) {
-        type = str_field(source, "type");
-        if (type == NULL ||
-            (strcmp(type, "data") != 0 && strcmp(type, "url") != 0 && strcmp(type, "file") != 0))
-            return STRIP_DROP; /* a required member the client drops: the part with it */
-    }
-    found = strip_members(part, KEEP_MEDIA_PART, apply);
-    if (json_is_object(source) &&
-        strip_members(source, strcmp(type, "file") == 0 ? KEEP_FILE_SOURCE : KEEP_DATA_SOURCE,
-                      apply))
-        found = true;
-    return found ? STRIP_MEMBERS : STRIP_NONE;
-}
-
-/* Whether message <m> of a known role is not what the client holds of it: members <keep> does not
- * name, a "subagentRunId" that is null, or in its tool calls, or in its content's parts (<parts>:
- * a user's or a tool's, which may be parts); with <apply>, makes it so. */
-static bool strip_message(json_t *m, const char *const *keep, bool parts, bool apply)
-{
-    bool found = strip_members(m, keep, apply);
-    json_t *v, *e;
-    size_t k;
-
-    if (json_is_null(json_object_get(m, "subagentRunId"))) {
-        if (apply)
-            must_ok(json_object_del(m, "subagentRunId"));
-        found = true;
-    }
-    if (json_is_array(v = json_object_get(m, "toolCalls"))) {
-        json_array_foreach(v, k, e)
-        {
-            if (!json_is_object(e))
-                continue;
-            found |= strip_members(e, KEEP_TOOL_CALL, apply);
-            if (json_is_object(json_object_get(e, "function")))
-                found |= strip_members(json_object_get(e, "function"), KEEP_FUNCTION, apply);
-        }
-    }
-    v = json_object_get(m, "content");
-    for (k = 0; parts && json_is_array(v) && k < json_array_size(v);) {
-        enum strip st = strip_part(json_array_get(v, k), apply);
-        found |= st != STRIP_NONE;
-        if (st == STRIP_DROP && apply)
-            must_ok(json_array_remove(v, k));
-        else
-            k++;
-    }
-    return found;
-}
 
 /* Message <m> (an object) as the client holds it once its schemas have read it: -1 when the client
  * drops it (a role it has no schema for), 0 when it holds <m> as it is, 1 with *<out> a new value
@@ -1554,27 +1441,16 @@ static bool strip_message(json_t *m, const char *const *keep, bool parts, bool a
  * client's snapshot rule leaves out too). */
 static int client_message(const json_t *m, json_t **out)
 {
-    static const struct {
-        const char *role;
-        const char *const *keep;
-        bool parts; /* its content may be parts */
-    } roles[] = {{"developer", KEEP_TEXT, false},     {"system", KEEP_TEXT, false},
-                 {"user", KEEP_TEXT, true},           {"assistant", KEEP_ASSISTANT, false},
-                 {"tool", KEEP_TOOL, true},           {"activity", KEEP_ACTIVITY, false},
-                 {"reasoning", KEEP_REASONING, false}};
-    const char *role = str_field(m, "role");
-    size_t i;
-
-    for (i = 0; i < AGW_ARRAY_LEN(roles); i++)
-        if (role != NULL && strcmp(role, roles[i].role) == 0)
-            break;
-    if (i == AGW_ARRAY_LEN(roles))
-        return -1;
     /* (the walk without <apply> changes nothing) */
-    if (!strip_message((json_t *)(uintptr_t)m, roles[i].keep, roles[i].parts, false))
-        return 0;
+    int rc = agw_schema_strip_message((json_t *)(uintptr_t)m, false);
+    bool null_run = json_is_null(json_object_get(m, "subagentRunId"));
+
+    if (rc <= 0 && !(rc == 0 && null_run))
+        return rc < 0 ? -1 : 0;
     *out = must(json_deep_copy(m));
-    strip_message(*out, roles[i].keep, roles[i].parts, true);
+    agw_schema_strip_message(*out, true);
+    if (null_run)
+        must_ok(json_object_del(*out, "subagentRunId"));
     return 1;
 }
 

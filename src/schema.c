@@ -554,6 +554,98 @@ bool agw_schema_keeps_null(const char *type, const char *key)
            (strcmp(key, "event") == 0 && strcmp(type, "RAW") == 0);
 }
 
+/* ---- what the client strips ---------------------------------------------------------------- */
+
+/* Whether <fields> (or the discriminator <disc>) name <key>. */
+static bool names(const struct field *fields, const char *disc, const char *key)
+{
+    if (disc != NULL && strcmp(disc, key) == 0)
+        return true;
+    for (const struct field *f = fields; f->key != NULL; f++)
+        if (strcmp(f->key, key) == 0)
+            return true;
+    return false;
+}
+
+static enum res strip_node(json_t *v, const struct node *node, bool apply, bool *found);
+
+/* Strips object <o> of fields <fields> (<disc>: its discriminator) as the client does: the members
+ * they do not name go, and what its nested objects drop (an element of an array; an optional
+ * member). R_DROP when a required member is dropped: the client drops <o> with it. <found> tells
+ * whether anything goes; only with <apply> is it removed. */
+static enum res strip_fields(json_t *o, const struct field *fields, const char *disc, bool apply,
+                             bool *found)
+{
+    const char *key;
+    json_t *v;
+    void *tmp;
+
+    json_object_foreach_safe(o, tmp, key, v)
+    {
+        if (names(fields, disc, key))
+            continue;
+        *found = true;
+        if (apply)
+            json_object_del(o, key);
+    }
+    for (const struct field *f = fields; f->key != NULL; f++) {
+        const struct node *node = f->kind == K_CONTENT ? &PART : f->node;
+        size_t i;
+
+        if (node == NULL || (v = json_object_get(o, f->key)) == NULL)
+            continue;
+        if (f->kind == K_NODE) {
+            if (strip_node(v, node, apply, found) == R_OK)
+                continue;
+            if (f->required)
+                return R_DROP;
+            *found = true;
+            if (apply)
+                json_object_del(o, f->key);
+            continue;
+        }
+        for (i = 0; json_is_array(v) && i < json_array_size(v);) {
+            if (strip_node(json_array_get(v, i), node, apply, found) == R_OK) {
+                i++;
+                continue;
+            }
+            *found = true;
+            if (apply)
+                json_array_remove(v, i);
+            else
+                i++;
+        }
+    }
+    return R_OK;
+}
+
+/* The same for a value read by <node>: R_DROP when it is of no kind the node knows. What is not an
+ * object is left as it is (the client's check refuses it). */
+static enum res strip_node(json_t *v, const struct node *node, bool apply, bool *found)
+{
+    const struct variant *var = node->variants;
+
+    if (!json_is_object(v))
+        return R_OK;
+    if (node->disc != NULL) {
+        const char *d = json_string_value(json_object_get(v, node->disc));
+        while (var->name != NULL && (d == NULL || strcmp(d, var->name) != 0))
+            var++;
+        if (var->name == NULL)
+            return R_DROP;
+    }
+    return strip_fields(v, var->fields, node->disc, apply, found);
+}
+
+int agw_schema_strip_message(json_t *m, bool apply)
+{
+    bool found = false;
+
+    if (strip_node(m, &MESSAGE, apply, &found) != R_OK)
+        return -1;
+    return found;
+}
+
 /* ---- flat events ----------------------------------------------------------------------------- */
 
 static bool flat_value_ok(const struct field *f, const struct agw_schema_member *m)

@@ -27,6 +27,15 @@ bool agw_schema_check(const json_t *ev, char *why, size_t why_len);
  * "snapshot", CUSTOM's "value", RAW's "event"): the normaliser keeps such a null. */
 bool agw_schema_keeps_null(const char *type, const char *key);
 
+/* What the client holds of message <m> (an object) once its schemas have read it (a message a
+ * MESSAGES_SNAPSHOT or a run's input carries whole): it drops the members they do not name (of the
+ * message, a tool call, its function, a content part, a part's source), a content part of a kind
+ * they do not know, and the message itself when its role is one they do not know (or a member it
+ * requires is of an unknown kind). Returns -1 when it drops <m>, 1 when it holds less of <m>
+ * (then, with <apply>, <m> is made so), 0 when it holds <m> as it is. Values the schemas take
+ * whole (a "metadata", an activity's "content") are not looked into. */
+int agw_schema_strip_message(json_t *m, bool apply);
+
 /* One member of an event made only of strings, integers and booleans (the normaliser's fast path
  * reads such events without building them). */
 enum agw_schema_flat { AGW_FLAT_STRING, AGW_FLAT_INT, AGW_FLAT_BOOL };

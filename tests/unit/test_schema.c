@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
@@ -435,4 +436,53 @@ Test(schema, the_flat_check_never_takes_what_the_full_check_refuses)
         }
     }
     cr_assert_gt(taken, 100, "%zu of %zu taken", taken, checked);
+}
+
+/* What the client holds of a message a snapshot carries whole: the members its schemas name, the
+ * content parts and array elements of a kind they know; nothing of a role they do not know. */
+Test(schema, a_message_is_stripped_as_the_client_strips_it)
+{
+    static const struct {
+        const char *in, *out; /* out NULL: the client drops the message */
+        int rc;
+    } cases[] = {
+        {"{'id':'u','role':'user','content':'hi'}", "{'id':'u','role':'user','content':'hi'}", 0},
+        {"{'id':'u','role':'user','content':'hi','x':1,'y':{}}",
+         "{'id':'u','role':'user','content':'hi'}", 1},
+        {"{'id':'u','role':'user','content':[{'type':'text','text':'a','x':1},{'type':'gif'},"
+         "{'type':'image','source':{'type':'ftp','value':'v'}},'str',"
+         "{'type':'image','source':{'type':'url','value':'v','x':2},'y':3}]}",
+         "{'id':'u','role':'user','content':[{'type':'text','text':'a'},'str',"
+         "{'type':'image','source':{'type':'url','value':'v'}}]}",
+         1},
+        {"{'id':'a','role':'assistant','toolCalls':[{'id':'c','type':'function','x':1,"
+         "'function':{'name':'f','arguments':'{}','y':2}}],'metadata':{'deep':{'z':1}}}",
+         "{'id':'a','role':'assistant','toolCalls':[{'id':'c','type':'function',"
+         "'function':{'name':'f','arguments':'{}'}}],'metadata':{'deep':{'z':1}}}",
+         1},
+        {"{'id':'p','role':'activity','activityType':'t','content':{'any':[1]},'q':0}",
+         "{'id':'p','role':'activity','activityType':'t','content':{'any':[1]}}", 1},
+        {"{'id':'s','role':'system','content':'x','subagentRunId':null}",
+         "{'id':'s','role':'system','content':'x','subagentRunId':null}", 0},
+        {"{'id':'z','role':'robot','content':'x'}", NULL, -1},
+        {"{'id':'z','content':'x'}", NULL, -1},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *m = parse(cases[i].in), *before = json_deep_copy(m);
+
+        cr_assert_eq(agw_schema_strip_message(m, false), cases[i].rc, "case %zu (dry)", i);
+        cr_assert(json_equal(m, before), "case %zu: a dry walk changed the message", i);
+        cr_assert_eq(agw_schema_strip_message(m, true), cases[i].rc, "case %zu", i);
+        if (cases[i].out != NULL) {
+            json_t *want = parse(cases[i].out);
+            char *got = json_dumps(m, JSON_COMPACT);
+            cr_assert(json_equal(m, want), "case %zu: %s", i, got);
+            free(got);
+            json_decref(want);
+            cr_assert_eq(agw_schema_strip_message(m, false), 0, "case %zu: stripped twice", i);
+        }
+        json_decref(m);
+        json_decref(before);
+    }
 }
