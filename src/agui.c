@@ -58,6 +58,7 @@ enum item_kind {
     ITEM_REASONING_MESSAGE,
     ITEM_TEXT_MESSAGE,
     ITEM_TOOL_CALL,
+    ITEM_SUBAGENT, /* a sub-agent run: SUBAGENT_STARTED to SUBAGENT_FINISHED or _ERROR */
 };
 
 static const struct item_desc {
@@ -79,6 +80,8 @@ static const struct item_desc {
                            "messageId", true, "TEXT_MESSAGE_CHUNK", "text message"},
     [ITEM_TOOL_CALL] = {"TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "toolCallId", true,
                         "TOOL_CALL_CHUNK", "tool call"},
+    [ITEM_SUBAGENT] = {"SUBAGENT_STARTED", NULL, "SUBAGENT_FINISHED", "subagentRunId", false, NULL,
+                       "sub-agent run"},
 };
 
 /* What an event type means to the normaliser; everything else passes through. */
@@ -94,9 +97,12 @@ enum event_role {
 };
 
 struct open_item {
-    char *id; /* owned, NUL-terminated (jansson was told to refuse \u0000, so no id holds a NUL) */
+    /* owned, NUL-terminated (jansson was told to refuse \u0000, so no id holds a NUL); a
+     * sub-agent's step: <subagentRunId> NUL <stepName> (item_key()) */
+    char *id;
     size_t id_len;
     enum item_kind kind;
+    bool done; /* a sub-agent run that ended: kept, as its id may not be used again in the run */
 };
 
 /* A chunk stream: the item the chunks of one lane continue until an event ends it
@@ -305,7 +311,7 @@ static void finish(struct agw_agui *a, const char *code, bool error)
     set_state(a, AGW_AGUI_ST_FINISHED);
 }
 
-static void close_all(struct agw_agui *a, const struct agw_agui_sink *out);
+static void close_all(struct agw_agui *a, const struct agw_agui_sink *out, bool error);
 
 /* Ends the run with a gateway RUN_ERROR. <message> should be valid UTF-8; it is replaced by a
  * generic text when it is not (it may quote upstream bytes). */
@@ -319,7 +325,7 @@ static void run_error(struct agw_agui *a, const struct agw_agui_sink *out, const
         return;
     begin(a, out);
     /* Every ending closes what is open first (a cancel, a timeout, a cut stream alike). */
-    close_all(a, out);
+    close_all(a, out, true);
     if (message != NULL)
         msg = json_string(message);
     if (msg == NULL)
@@ -380,9 +386,12 @@ static bool push_open(struct agw_agui *a, enum item_kind kind, const char *id, s
         a->open = agw_xrealloc(a->open, cap * sizeof(*a->open));
         a->cap_open = cap;
     }
-    a->open[a->n_open].id = agw_xstrndup(id, id_len);
+    a->open[a->n_open].id = agw_xmalloc(id_len + 1); /* (a step's key holds a NUL) */
+    memcpy(a->open[a->n_open].id, id, id_len);
+    a->open[a->n_open].id[id_len] = '\0';
     a->open[a->n_open].id_len = id_len;
     a->open[a->n_open].kind = kind;
+    a->open[a->n_open].done = false;
     a->n_open++;
     a->open_id_bytes += id_len;
     return true;
@@ -397,16 +406,27 @@ static void remove_open(struct agw_agui *a, size_t i)
     a->n_open--;
 }
 
-/* Writes the end event of every open item, newest first, and forgets them. */
-static void close_all(struct agw_agui *a, const struct agw_agui_sink *out)
+/* Writes the end event of every open item, newest first, and forgets them. A sub-agent run still
+ * open ends with SUBAGENT_FINISHED when the run finishes, SUBAGENT_ERROR when it fails (<error>).
+ */
+static void close_all(struct agw_agui *a, const struct agw_agui_sink *out, bool error)
 {
-    while (a->n_open > 0) {
-        const struct open_item *it = &a->open[a->n_open - 1];
+    for (size_t i = a->n_open; i-- > 0;) {
+        const struct open_item *it = &a->open[i];
         const struct item_desc *d = &item_descs[it->kind];
-        json_t *ev = new_event(d->end);
-        set_new(ev, d->id_key, json_string(it->id));
+        const char *step = it->kind == ITEM_STEP ? memchr(it->id, '\0', it->id_len) : NULL;
+        json_t *ev;
+
+        if (it->done)
+            continue;
+        ev = new_event(it->kind == ITEM_SUBAGENT && error ? "SUBAGENT_ERROR" : d->end);
+        set_new(ev, d->id_key, json_string(step != NULL ? step + 1 : it->id));
+        if (step != NULL)
+            set_new(ev, "subagentRunId", json_string(it->id));
+        if (it->kind == ITEM_SUBAGENT && error)
+            set_new(ev, "message", json_string("the run ended before the sub-agent run did"));
         write_generated(a, out, ev);
-        remove_open(a, a->n_open - 1);
+        remove_open(a, i);
     }
 }
 
@@ -416,6 +436,27 @@ static bool message_open(const struct agw_agui *a)
         if (item_descs[a->open[i].kind].message)
             return true;
     return false;
+}
+
+/* The key of an item of <kind> named <id> (<id_len> bytes) in event <ev>, in <*key>, <*key_len>:
+ * the id, but for a sub-agent's step, which the client tells apart from another's of the same name:
+ * <subagentRunId> NUL <stepName>, allocated (the caller frees *<owned>). */
+static void item_key(const json_t *ev, enum item_kind kind, const char *id, size_t id_len,
+                     const char **key, size_t *key_len, char **owned)
+{
+    json_t *sub = kind == ITEM_STEP ? json_object_get(ev, "subagentRunId") : NULL;
+
+    *owned = NULL;
+    *key = id;
+    *key_len = id_len;
+    if (!json_is_string(sub))
+        return;
+    size_t n = json_string_length(sub);
+    *owned = agw_xmalloc(n + 1 + id_len + 1);
+    memcpy(*owned, json_string_value(sub), n + 1);
+    memcpy(*owned + n + 1, id, id_len + 1);
+    *key = *owned;
+    *key_len = n + 1 + id_len;
 }
 
 /* ---- upstream events ------------------------------------------------------------------------- */
@@ -436,6 +477,10 @@ static enum event_role classify(const char *type, enum item_kind *kind)
         return EV_RUN_FINISHED;
     if (type_is(type, "RUN_ERROR"))
         return EV_RUN_ERROR;
+    if (type_is(type, "SUBAGENT_ERROR")) {
+        *kind = ITEM_SUBAGENT;
+        return EV_CLOSE;
+    }
     for (size_t k = 0; k < AGW_ARRAY_LEN(item_descs); k++) {
         const struct item_desc *d = &item_descs[k];
         *kind = (enum item_kind)k;
@@ -646,14 +691,18 @@ static char *args_delta(json_t *args)
     return s;
 }
 
-/* STEP_STARTED, TEXT_MESSAGE_START, TOOL_CALL_START, REASONING_START, REASONING_MESSAGE_START. */
+/* STEP_STARTED, TEXT_MESSAGE_START, TOOL_CALL_START, REASONING_START, REASONING_MESSAGE_START,
+ * SUBAGENT_STARTED. */
 static void on_open(struct agw_agui *a, const struct agw_agui_sink *out, json_t *ev,
                     enum item_kind kind, const char *data, size_t len, bool changed)
 {
     const struct item_desc *d = &item_descs[kind];
-    json_t *idv = json_object_get(ev, d->id_key);
-    char *delta = NULL;
-    char ex[AGUI_EXCERPT + 4];
+    json_t *idv = json_object_get(ev, d->id_key), *parent;
+    char *delta = NULL, *owned;
+    char ex[2][AGUI_EXCERPT + 4];
+    const char *key;
+    size_t key_len;
+    bool known;
 
     if (!json_is_string(idv)) {
         invalid_event(a, out, "%s without a string \"%s\"", d->start, d->id_key);
@@ -661,8 +710,12 @@ static void on_open(struct agw_agui *a, const struct agw_agui_sink *out, json_t 
     }
     const char *id = json_string_value(idv);
     size_t id_len = json_string_length(idv);
-    if (find_open(a, kind, id, id_len, NULL))
-        return; /* duplicate start: the item is open already */
+    item_key(ev, kind, id, id_len, &key, &key_len, &owned);
+    known = find_open(a, kind, key, key_len, NULL);
+    if (known) {
+        free(owned);
+        return; /* duplicate start: the item is open already (or, a sub-agent run, was) */
+    }
     /* A start without its role gets the only one it can have (a reasoning message's), or the
      * CloudBase dialect's (a text message's). */
     if ((kind == ITEM_TEXT_MESSAGE || kind == ITEM_REASONING_MESSAGE) &&
@@ -670,11 +723,23 @@ static void on_open(struct agw_agui *a, const struct agw_agui_sink *out, json_t 
         set_new(ev, "role", json_string(kind == ITEM_TEXT_MESSAGE ? "assistant" : "reasoning"));
         changed = true;
     }
-    if (!schema_ok(a, out, ev))
+    if (!schema_ok(a, out, ev)) {
+        free(owned);
         return;
-    if (!push_open(a, kind, id, id_len)) {
+    }
+    if (kind == ITEM_SUBAGENT &&
+        json_is_string(parent = json_object_get(ev, "parentSubagentRunId")) &&
+        !find_open(a, ITEM_SUBAGENT, json_string_value(parent), json_string_length(parent), NULL)) {
+        invalid_event(a, out,
+                      "%s \"%s\": its parentSubagentRunId \"%s\" was not started in this run",
+                      d->start, excerpt(id, ex[0]), excerpt(json_string_value(parent), ex[1]));
+        return;
+    }
+    bool pushed = push_open(a, kind, key, key_len);
+    free(owned);
+    if (!pushed) {
         invalid_event(a, out, "%s \"%s\": over %d simultaneously open items (%d bytes of ids)",
-                      d->start, excerpt(id, ex), AGUI_MAX_OPEN, AGUI_MAX_OPEN_ID_BYTES);
+                      d->start, excerpt(id, ex[0]), AGUI_MAX_OPEN, AGUI_MAX_OPEN_ID_BYTES);
         return;
     }
     if (kind == ITEM_TOOL_CALL) {
@@ -727,23 +792,34 @@ static void on_content(struct agw_agui *a, const struct agw_agui_sink *out, json
     write_upstream(a, out, ev, data, len, changed);
 }
 
-/* TEXT_MESSAGE_END, TOOL_CALL_END, REASONING_END, REASONING_MESSAGE_END, STEP_FINISHED. */
+/* TEXT_MESSAGE_END, TOOL_CALL_END, REASONING_END, REASONING_MESSAGE_END, STEP_FINISHED,
+ * SUBAGENT_FINISHED, SUBAGENT_ERROR. */
 static void on_close(struct agw_agui *a, const struct agw_agui_sink *out, json_t *ev,
                      enum item_kind kind, const char *data, size_t len, bool changed)
 {
     const struct item_desc *d = &item_descs[kind];
     json_t *idv = json_object_get(ev, d->id_key);
-    size_t i;
+    const char *key;
+    size_t i, key_len;
+    char *owned;
+    bool open;
 
     if (!json_is_string(idv)) {
-        invalid_event(a, out, "%s without a string \"%s\"", d->end, d->id_key);
+        invalid_event(a, out, "%s without a string \"%s\"",
+                      json_string_value(json_object_get(ev, "type")), d->id_key);
         return;
     }
-    if (!find_open(a, kind, json_string_value(idv), json_string_length(idv), &i))
+    item_key(ev, kind, json_string_value(idv), json_string_length(idv), &key, &key_len, &owned);
+    open = find_open(a, kind, key, key_len, &i) && !a->open[i].done;
+    free(owned);
+    if (!open)
         return; /* nothing to close: already closed, or never opened */
     if (!schema_ok(a, out, ev))
         return;
-    remove_open(a, i);
+    if (kind == ITEM_SUBAGENT)
+        a->open[i].done = true; /* (its id may not start another) */
+    else
+        remove_open(a, i);
     begin(a, out);
     write_upstream(a, out, ev, data, len, changed);
 }
@@ -1367,6 +1443,13 @@ static const struct agw_schema_span *flat_id(const struct flat_event *fe, enum i
     return id->p != NULL && !id->escaped ? id : NULL;
 }
 
+/* Whether an item's start or end is one the full path keys by more than its id (a sub-agent's step)
+ * or checks more of (a sub-agent run). */
+static bool per_agent(const struct flat_event *fe, enum item_kind kind)
+{
+    return kind == ITEM_SUBAGENT || (kind == ITEM_STEP && fe->subagent_run_id.p != NULL);
+}
+
 /* Writes <data>, the flat event <fe> a fast path read whole, unchanged, telling the sink its type
  * (agw_agui_emitting_type()). */
 static void write_flat(struct agw_agui *a, const struct agw_agui_sink *out,
@@ -1415,6 +1498,8 @@ static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, cons
         finish(a, NULL, false);
         return true;
     case EV_OPEN:
+        if (per_agent(fe, kind))
+            return false;
         if (a->state != AGW_AGUI_ST_RUNNING || (id = flat_id(fe, kind)) == NULL ||
             ((kind == ITEM_TEXT_MESSAGE || kind == ITEM_REASONING_MESSAGE) && fe->role.p == NULL) ||
             find_open(a, kind, id->p, id->n, NULL) || !push_open(a, kind, id->p, id->n))
@@ -1422,6 +1507,8 @@ static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, cons
         write_flat(a, out, fe, data, len);
         return true;
     case EV_CLOSE:
+        if (per_agent(fe, kind))
+            return false;
         if (a->state != AGW_AGUI_ST_RUNNING || (id = flat_id(fe, kind)) == NULL ||
             !find_open(a, kind, id->p, id->n, &at))
             return false;
@@ -1617,7 +1704,7 @@ static int feed_event(struct agw_agui *a, const char *data, size_t len,
         if (!schema_ok(a, out, ev))
             break;
         begin(a, out);
-        close_all(a, out);
+        close_all(a, out, false);
         write_upstream(a, out, ev, data, len, changed);
         finish(a, NULL, false);
         break;
@@ -1632,7 +1719,7 @@ static int feed_event(struct agw_agui *a, const char *data, size_t len,
         if (!schema_ok(a, out, ev))
             break;
         begin(a, out);
-        close_all(a, out);
+        close_all(a, out, true);
         write_upstream(a, out, ev, data, len, changed);
         json_t *code = json_object_get(ev, "code");
         finish(a, json_is_string(code) ? json_string_value(code) : NULL, true);
@@ -1707,7 +1794,7 @@ void agw_agui_end(struct agw_agui *a, const struct agw_agui_sink *out)
         return;
     }
     begin(a, out);
-    close_all(a, out);
+    close_all(a, out, false);
     json_t *ev = new_event("RUN_FINISHED");
     set_new(ev, "threadId", json_string(a->thread_id));
     set_new(ev, "runId", json_string(a->run_id));

@@ -335,7 +335,8 @@ static char *frame_of(const char *data)
  * non-empty string "type"; no top-level null but where the protocol gives null a meaning; what
  * the client's schemas accept (agw_schema_check()); integer timestamps; string ids and deltas;
  * RUN_ERROR {message: string, code?: string}; TEXT_MESSAGE_START has a role; no "args" on
- * TOOL_CALL_START; no chunk event. */
+ * TOOL_CALL_START; no chunk event; steps apart per sub-agent run; a sub-agent run started once,
+ * its parent before it, ended once, and not active at RUN_FINISHED. */
 static const char *verify_stream(json_t *events)
 {
     static char why[512];
@@ -351,6 +352,7 @@ static const char *verify_stream(json_t *events)
         {"TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "toolCallId"},
     };
     json_t *open[AGW_ARRAY_LEN(kinds)];
+    json_t *subs = json_object(); /* sub-agent runs: true while active, false once ended */
     size_t n = json_array_size(events);
     const char *err = NULL;
 
@@ -404,6 +406,32 @@ static const char *verify_stream(json_t *events)
                 if (json_object_size(open[k]) != 0)
                     FAIL("%s with a %s still open", type, kinds[k].start);
         }
+        if (strcmp(type, "RUN_FINISHED") == 0) {
+            json_object_foreach(subs, key, v)
+            {
+                if (json_is_true(v))
+                    FAIL("RUN_FINISHED with sub-agent run %s active", key);
+            }
+        }
+        if (strncmp(type, "SUBAGENT_", 9) == 0) {
+            const char *sub = json_string_value(json_object_get(ev, "subagentRunId"));
+            json_t *was = sub != NULL ? json_object_get(subs, sub) : NULL;
+            if (sub == NULL)
+                FAIL("event %zu (%s) without a subagentRunId", i, type);
+            if (strcmp(type, "SUBAGENT_STARTED") == 0) {
+                const char *parent = json_string_value(json_object_get(ev, "parentSubagentRunId"));
+                if (was != NULL)
+                    FAIL("event %zu: sub-agent run %s started twice", i, sub);
+                if (parent != NULL && json_object_get(subs, parent) == NULL)
+                    FAIL("event %zu: parent sub-agent run %s not started", i, parent);
+                json_object_set_new(subs, sub, json_true());
+            } else if (strcmp(type, "SUBAGENT_FINISHED") == 0 ||
+                       strcmp(type, "SUBAGENT_ERROR") == 0) {
+                if (!json_is_true(was))
+                    FAIL("event %zu: %s for sub-agent run %s, not active", i, type, sub);
+                json_object_set_new(subs, sub, json_false());
+            }
+        }
         if (strcmp(type, "RUN_ERROR") == 0) {
             if (!json_is_string(json_object_get(ev, "message")))
                 FAIL("RUN_ERROR without a string message");
@@ -429,6 +457,12 @@ static const char *verify_stream(json_t *events)
             if (!json_is_string(idv))
                 FAIL("event %zu (%s): no string %s", i, type, kinds[k].key);
             const char *id = json_string_value(idv);
+            char step_key[256];
+            json_t *sub = json_object_get(ev, "subagentRunId");
+            if (k == 0 && json_is_string(sub)) { /* the client keeps steps per sub-agent run */
+                snprintf(step_key, sizeof(step_key), "%s\x1f%s", json_string_value(sub), id);
+                id = step_key;
+            }
             bool is_open = json_object_get(open[k], id) != NULL;
             if (is_start && is_open)
                 FAIL("event %zu: %s '%s' already open", i, type, id);
@@ -451,6 +485,7 @@ static const char *verify_stream(json_t *events)
 out:
     for (size_t k = 0; k < AGW_ARRAY_LEN(kinds); k++)
         json_decref(open[k]);
+    json_decref(subs);
     return err;
 }
 
@@ -1552,7 +1587,8 @@ Test(agui, chunks_go_to_their_lanes)
     /* The agent's own text and a sub-agent's, interleaved; a chunk naming neither goes to the
      * agent's own lane while it has a text open, else to the only lane that has one. */
     struct result r =
-        RUN(END_EOF, "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"m1\",\"delta\":\"a\"}",
+        RUN(END_EOF, "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"s\",\"name\":\"helper\"}",
+            "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"m1\",\"delta\":\"a\"}",
             "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"m2\",\"subagentRunId\":\"s\","
             "\"delta\":\"b\"}",
             "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"delta\":\"c\"}",
@@ -1571,6 +1607,7 @@ Test(agui, chunks_go_to_their_lanes)
 
     assert_events(&r,
                   "[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"},"
+                  "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"s\",\"name\":\"helper\"},"
                   "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\"},"
                   "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"a\"},"
                   "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m2\",\"role\":\"assistant\","
@@ -1728,6 +1765,100 @@ Test(agui, chunk_streams_are_bounded)
     free(text);
     evbuffer_free(out);
     agw_agui_free(a);
+}
+
+/* ---- sub-agent runs ------------------------------------------------------------------------- */
+
+Test(agui, sub_agent_runs_start_and_end_once)
+{
+    struct result r =
+        RUN(END_NONE, "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+            "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"s\",\"name\":\"a\"}",
+            "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"s\",\"name\":\"a\"}",
+            "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"t\",\"name\":\"b\","
+            "\"parentSubagentRunId\":\"s\"}",
+            "{\"type\":\"SUBAGENT_FINISHED\",\"subagentRunId\":\"s\"}",
+            "{\"type\":\"SUBAGENT_FINISHED\",\"subagentRunId\":\"s\"}",
+            "{\"type\":\"SUBAGENT_ERROR\",\"subagentRunId\":\"nope\",\"message\":\"m\"}",
+            "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"s\",\"name\":\"again\"}",
+            "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"u\",\"name\":\"c\","
+            "\"parentSubagentRunId\":\"s\"}",
+            "{\"type\":\"SUBAGENT_ERROR\",\"subagentRunId\":\"u\",\"message\":\"boom\"}",
+            "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r1\"}");
+
+    /* a second start, an end of one ended or never started, a reuse of an ended one: dropped;
+     * a parent that ended is still one; t, active at the end, is finished by the gateway */
+    assert_events(&r, "[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"},"
+                      "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"s\",\"name\":\"a\"},"
+                      "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"t\",\"name\":\"b\","
+                      "\"parentSubagentRunId\":\"s\"},"
+                      "{\"type\":\"SUBAGENT_FINISHED\",\"subagentRunId\":\"s\"},"
+                      "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"u\",\"name\":\"c\","
+                      "\"parentSubagentRunId\":\"s\"},"
+                      "{\"type\":\"SUBAGENT_ERROR\",\"subagentRunId\":\"u\",\"message\":\"boom\"},"
+                      "{\"type\":\"SUBAGENT_FINISHED\",\"subagentRunId\":\"t\"},"
+                      "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r1\"}]");
+    assert_int_timestamp(&r, 6);
+    assert_verified(&r);
+    result_free(&r);
+}
+
+Test(agui, a_failed_run_ends_its_sub_agent_runs_with_an_error)
+{
+    struct result r =
+        RUN(END_NONE, "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"s\",\"name\":\"a\"}",
+            "{\"type\":\"RUN_ERROR\",\"message\":\"m\"}");
+
+    assert_type(&r, 2, "SUBAGENT_ERROR");
+    cr_assert_str_eq(str_at(&r, 2, "subagentRunId"), "s");
+    cr_assert_str_eq(str_at(&r, 2, "message"), "the run ended before the sub-agent run did");
+    assert_type(&r, 3, "RUN_ERROR");
+    assert_verified(&r);
+    result_free(&r);
+
+    /* a backend that ends without a terminal event finishes them */
+    r = RUN(END_EOF, "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"s\",\"name\":\"a\"}");
+    assert_type(&r, 2, "SUBAGENT_FINISHED");
+    assert_type(&r, 3, "RUN_FINISHED");
+    assert_verified(&r);
+    result_free(&r);
+}
+
+Test(agui, a_sub_agent_run_needs_its_parent_started)
+{
+    struct result r =
+        RUN(END_NONE, "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"t\",\"name\":\"b\","
+                      "\"parentSubagentRunId\":\"p\"}");
+
+    assert_run_error(&r, 1, "INVALID_EVENT",
+                     "SUBAGENT_STARTED \"t\": its parentSubagentRunId \"p\" was not started in "
+                     "this run");
+    assert_verified(&r);
+    result_free(&r);
+}
+
+Test(agui, steps_are_kept_apart_per_sub_agent_run)
+{
+    struct result r = RUN(END_EOF, "{\"type\":\"STEP_STARTED\",\"stepName\":\"x\"}",
+                          "{\"type\":\"STEP_STARTED\",\"stepName\":\"x\",\"subagentRunId\":\"s\"}",
+                          "{\"type\":\"STEP_STARTED\",\"stepName\":\"x\",\"subagentRunId\":\"s\"}",
+                          "{\"type\":\"STEP_FINISHED\",\"stepName\":\"x\",\"subagentRunId\":\"s\"}",
+                          "{\"type\":\"STEP_FINISHED\",\"stepName\":\"x\",\"subagentRunId\":\"s\"}",
+                          "{\"type\":\"STEP_STARTED\",\"stepName\":\"y\",\"subagentRunId\":\"s\"}",
+                          "{\"type\":\"STEP_FINISHED\",\"stepName\":\"y\"}");
+
+    /* the parent's "x" and the sub-agent's are two steps; "y" is the sub-agent's: the parent's
+     * end of a "y" ends nothing, and the gateway ends it, with its sub-agent run's id */
+    assert_events(&r, "[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"},"
+                      "{\"type\":\"STEP_STARTED\",\"stepName\":\"x\"},"
+                      "{\"type\":\"STEP_STARTED\",\"stepName\":\"x\",\"subagentRunId\":\"s\"},"
+                      "{\"type\":\"STEP_FINISHED\",\"stepName\":\"x\",\"subagentRunId\":\"s\"},"
+                      "{\"type\":\"STEP_STARTED\",\"stepName\":\"y\",\"subagentRunId\":\"s\"},"
+                      "{\"type\":\"STEP_FINISHED\",\"stepName\":\"y\",\"subagentRunId\":\"s\"},"
+                      "{\"type\":\"STEP_FINISHED\",\"stepName\":\"x\"},"
+                      "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r1\"}]");
+    assert_verified(&r);
+    result_free(&r);
 }
 
 Test(agui, huge_integers_survive_a_rewrite)
@@ -2034,6 +2165,13 @@ static const char *const hostile_common[] = {
     "{\"type\":\"TOOL_CALL_CHUNK\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\",\"delta\":\"{\"}",
     "{\"type\":\"TOOL_CALL_CHUNK\",\"delta\":\"}\"}",
     "{\"type\":\"REASONING_MESSAGE_CHUNK\",\"messageId\":\"x\",\"delta\":\"r\"}",
+    "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"s\",\"name\":\"n\"}",
+    "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"s2\",\"name\":\"n\","
+    "\"parentSubagentRunId\":\"s\"}",
+    "{\"type\":\"SUBAGENT_FINISHED\",\"subagentRunId\":\"s\"}",
+    "{\"type\":\"SUBAGENT_ERROR\",\"subagentRunId\":\"s2\",\"message\":\"m\"}",
+    "{\"type\":\"STEP_STARTED\",\"stepName\":\"s1\",\"subagentRunId\":\"s\"}",
+    "{\"type\":\"STEP_FINISHED\",\"stepName\":\"s1\",\"subagentRunId\":\"s\"}",
     "[DONE]",
 };
 
