@@ -1813,8 +1813,10 @@ int agw_history_append_text(struct agw_history *h, const char *id, size_t id_len
     size_t i = find_msgn(h, id, id_len);
     struct item *it;
 
-    /* as agw_history_apply() with a TEXT_MESSAGE_CONTENT: an unknown id changes nothing */
-    if (i == SIZE_MAX)
+    /* as agw_history_apply() with a TEXT_MESSAGE_CONTENT: an unknown id changes nothing, nor
+     * does an activity message's (one held as text came with a text "content", which the
+     * client's schemas refuse, in a run's input) */
+    if (i == SIZE_MAX || item_role(h->items[i]) == ROLE_ACTIVITY)
         return applied(h, 0);
     it = h->items[i];
     if (!is_text(it))

@@ -1717,7 +1717,15 @@ Test(history, activity_messages_take_no_text)
         ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"act\",\"delta\":\"x\"}"),
         0);
     cr_assert_eq(ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"act\"}"), 0);
-    expect(h, "[{\"id\":\"act\",\"role\":\"activity\",\"activityType\":\"p\",\"content\":{}}]");
+    /* nor a raw delta to an activity message a run's input gave with a text content (held as
+     * text: it has a text's form) */
+    merge(h, "r1", "[{\"id\":\"act2\",\"role\":\"activity\",\"content\":\"q\"}]");
+    cr_assert_eq(agw_history_append_text(h, "act2", 4, "x", 1), 0);
+    cr_assert_eq(
+        ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"act2\",\"delta\":\"x\"}"),
+        0);
+    expect(h, "[{\"id\":\"act\",\"role\":\"activity\",\"activityType\":\"p\",\"content\":{}},"
+              "{\"id\":\"act2\",\"role\":\"activity\",\"content\":\"q\"}]");
     agw_history_free(h);
 }
 
