@@ -883,11 +883,12 @@ static void end_lanes_before(struct agw_agui *a, const struct agw_agui_sink *out
     struct chunk_lane *l;
     bool all = role == EV_RUN_STARTED || role == EV_RUN_FINISHED || role == EV_RUN_ERROR ||
                type_is(type, "MESSAGES_SNAPSHOT");
-    bool own =
-        role == EV_OPEN || role == EV_CONTENT || role == EV_CLOSE ||
-        type_is(type, "TOOL_CALL_RESULT") || type_is(type, "STATE_SNAPSHOT") ||
-        type_is(type, "STATE_DELTA") || type_is(type, "CUSTOM") ||
-        ((type_is(type, "SUBAGENT_FINISHED") || type_is(type, "SUBAGENT_ERROR")) && sub != NULL);
+    /* (a sub-agent run's start ends none; its end, its own lane's) */
+    bool own = strncmp(type, "SUBAGENT_", 9) == 0
+                   ? !type_is(type, "SUBAGENT_STARTED") && sub != NULL
+                   : role == EV_OPEN || role == EV_CONTENT || role == EV_CLOSE ||
+                         type_is(type, "TOOL_CALL_RESULT") || type_is(type, "STATE_SNAPSHOT") ||
+                         type_is(type, "STATE_DELTA") || type_is(type, "CUSTOM");
 
     if (all) {
         while (a->n_lanes > 0 && a->state != AGW_AGUI_ST_FINISHED)

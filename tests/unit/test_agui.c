@@ -1647,6 +1647,34 @@ Test(agui, chunks_go_to_their_lanes)
     result_free(&r);
 }
 
+Test(agui, a_sub_agent_runs_start_ends_no_chunk_stream)
+{
+    /* SUBAGENT_STARTED is among the events the client's chunk transformation lets through without
+     * ending a stream (its end ends its own lane's) */
+    struct result r =
+        RUN(END_NONE,
+            "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"messageId\":\"m\",\"subagentRunId\":\"s\","
+            "\"delta\":\"a\"}",
+            "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"s\",\"name\":\"n\"}",
+            "{\"type\":\"TEXT_MESSAGE_CHUNK\",\"subagentRunId\":\"s\",\"delta\":\"b\"}",
+            "{\"type\":\"SUBAGENT_FINISHED\",\"subagentRunId\":\"s\"}",
+            "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r1\"}");
+
+    assert_events(&r, "[{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"},"
+                      "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\","
+                      "\"subagentRunId\":\"s\"},"
+                      "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"a\","
+                      "\"subagentRunId\":\"s\"},"
+                      "{\"type\":\"SUBAGENT_STARTED\",\"subagentRunId\":\"s\",\"name\":\"n\"},"
+                      "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"b\","
+                      "\"subagentRunId\":\"s\"},"
+                      "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m\",\"subagentRunId\":\"s\"},"
+                      "{\"type\":\"SUBAGENT_FINISHED\",\"subagentRunId\":\"s\"},"
+                      "{\"type\":\"RUN_FINISHED\",\"threadId\":\"t1\",\"runId\":\"r1\"}]");
+    assert_verified(&r);
+    result_free(&r);
+}
+
 Test(agui, chunks_the_client_would_fail_on_are_invalid)
 {
     static const struct {
