@@ -150,14 +150,10 @@ static const struct field INPUT[] = {REQ("threadId", K_STRING),
                                      END};
 static const struct node INPUT_NODE = {NULL, (const struct variant[]){{"", INPUT}}};
 
-static const struct field INTERRUPT[] = {REQ("id", K_STRING),
-                                         REQ("reason", K_STRING),
-                                         OPT("message", K_STRING),
-                                         OPT("toolCallId", K_STRING),
-                                         OPT("responseSchema", K_OBJECT),
-                                         OPT("expiresAt", K_STRING),
-                                         OPT("metadata", K_OBJECT),
-                                         END};
+static const struct field INTERRUPT[] = {
+    OPT("subagentRunId", K_STRING), REQ("id", K_STRING),         REQ("reason", K_STRING),
+    OPT("message", K_STRING),       OPT("toolCallId", K_STRING), OPT("responseSchema", K_OBJECT),
+    OPT("expiresAt", K_STRING),     OPT("metadata", K_OBJECT),   END};
 static const struct node INTERRUPT_NODE = {NULL, (const struct variant[]){{"", INTERRUPT}}};
 static const struct field SUCCESS[] = {OPT("pendingToolCallIds", K_STRINGS), END};
 static const struct field INTERRUPTED[] = {REQ_NODE("interrupts", K_NODES1, &INTERRUPT_NODE), END};

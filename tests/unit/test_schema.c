@@ -213,6 +213,13 @@ Test(schema, a_runs_input_outcome_and_usage)
     expect("{'type':'RUN_FINISHED','threadId':'t','runId':'r','outcome':{'type':'interrupt',"
            "'interrupts':[{'id':'i'}]}}",
            "without a string \"outcome.interrupts[0].reason\"");
+    /* an interrupt says which sub-agent run asked, as a string (null is refused too) */
+    expect("{'type':'RUN_FINISHED','threadId':'t','runId':'r','outcome':{'type':'interrupt',"
+           "'interrupts':[{'id':'i','reason':'r','subagentRunId':'s'}]}}",
+           NULL);
+    expect("{'type':'RUN_FINISHED','threadId':'t','runId':'r','outcome':{'type':'interrupt',"
+           "'interrupts':[{'id':'i','reason':'r','subagentRunId':null}]}}",
+           "without a string \"outcome.interrupts[0].subagentRunId\"");
     expect("{'type':'RUN_FINISHED','threadId':'t','runId':'r','outcome':{'type':'success',"
            "'pendingToolCallIds':[1]}}",
            "without a string \"outcome.pendingToolCallIds[0]\"");
