@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "agw/schema.h"
@@ -640,6 +641,76 @@ int agw_schema_strip_message(json_t *m, bool apply)
     if (strip_node(m, &MESSAGE, apply, &found) != R_OK)
         return -1;
     return found;
+}
+
+/* ---- the tables, listed ---------------------------------------------------------------------- */
+
+#define WALK_PATH 256
+
+static int cmp_names(const void *x, const void *y)
+{
+    return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/* Lists object <path> of <fields> (<extra>: the names it has beside them, NULL-terminated), then
+ * the objects its fields hold. */
+static void walk_fields(const char *path, const struct field *fields, const char *const *extra,
+                        agw_schema_walk_fn *fn, void *arg);
+
+static void walk_node(const char *path, const struct node *node, agw_schema_walk_fn *fn, void *arg)
+{
+    char p[WALK_PATH];
+
+    if (node->disc == NULL) {
+        walk_fields(path, node->variants[0].fields, (const char *const[]){NULL}, fn, arg);
+        return;
+    }
+    for (const struct variant *v = node->variants; v->name != NULL; v++) {
+        int r = snprintf(p, sizeof(p), "%s{%s=%s}", path, node->disc, v->name);
+        if (r > 0 && (size_t)r < sizeof(p)) /* (the tables' deepest path is about 100 bytes) */
+            walk_fields(p, v->fields, (const char *const[]){node->disc, NULL}, fn, arg);
+    }
+}
+
+static void walk_fields(const char *path, const struct field *fields, const char *const *extra,
+                        agw_schema_walk_fn *fn, void *arg)
+{
+    const char *names[64];
+    char list[1024] = "", p[WALK_PATH];
+    size_t n = 0;
+
+    for (const char *const *e = extra; *e != NULL && n < AGW_ARRAY_LEN(names); e++)
+        names[n++] = *e;
+    for (const struct field *f = fields; f->key != NULL && n < AGW_ARRAY_LEN(names); f++)
+        names[n++] = f->key;
+    qsort(names, n, sizeof(names[0]), cmp_names);
+    for (size_t i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i > 0 ? " " : "",
+                 names[i]);
+    fn(arg, path, list);
+    for (const struct field *f = fields; f->key != NULL; f++) {
+        const struct node *node = f->kind == K_CONTENT ? &PART : f->node;
+        if (node == NULL)
+            continue;
+        int r = snprintf(p, sizeof(p), "%s.%s%s", path, f->key, f->kind == K_NODE ? "" : "[]");
+        if (r > 0 && (size_t)r < sizeof(p))
+            walk_node(p, node, fn, arg);
+    }
+}
+
+void agw_schema_walk(agw_schema_walk_fn *fn, void *arg)
+{
+    for (size_t i = 0; i < AGW_ARRAY_LEN(EVENTS); i++) {
+        const struct field *lists[3];
+        const char *extra[8] = {"type", "timestamp"}; /* (the normaliser's: rule 8) */
+        size_t n = event_lists((int)i, lists), k = 2;
+
+        for (size_t j = 0; j + 1 < n; j++)
+            for (const struct field *f = lists[j]; f->key != NULL; f++)
+                extra[k++] = f->key;
+        extra[k] = NULL;
+        walk_fields(EVENTS[i].type, lists[n - 1], extra, fn, arg);
+    }
 }
 
 /* ---- flat events ----------------------------------------------------------------------------- */

@@ -36,6 +36,14 @@ bool agw_schema_keeps_null(const char *type, const char *key);
  * whole (a "metadata", an activity's "content") are not looked into. */
 int agw_schema_strip_message(json_t *m, bool apply);
 
+/* Lists what the tables say of every event and every object an event may hold, for the tests that
+ * hold them against the client's own schemas (tests/interop/client_schemas.txt): <fn> gets each
+ * object's path ("RUN_FINISHED.outcome{type=interrupt}.interrupts[]": a member's name after a
+ * dot, [] for an array's elements, {<key>=<value>} for the kind an object is of) and the names of
+ * its members, sorted, separated by a space. */
+typedef void agw_schema_walk_fn(void *arg, const char *path, const char *members);
+void agw_schema_walk(agw_schema_walk_fn *fn, void *arg);
+
 /* One member of an event made only of strings, integers and booleans (the normaliser's fast path
  * reads such events without building them). */
 enum agw_schema_flat { AGW_FLAT_STRING, AGW_FLAT_INT, AGW_FLAT_BOOL };

@@ -3,9 +3,14 @@
 # (tests/interop/upstream_events.json, played by tests/interop/scripted_agent.py), through the real
 # gateway into the official @ag-ui/client (npm, pinned by package-lock.json), on 127.0.0.1, bounded in
 # time. What the client's schemas would refuse must come as the gateway's RUN_ERROR INVALID_EVENT.
+# First, the client's schemas must be those of tests/interop/client_schemas.txt (client_schemas.mjs).
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 interop_client upstream_events.mjs
+interop_client client_schemas.mjs
+
+# the client's schemas are those the gateway's tables were held against (test_schema)
+(cd "$CACHE" && FILE="$AGW_SRCDIR/tests/interop/client_schemas.txt" timeout 60 node client_schemas.mjs) || exit 1
 
 cases=$AGW_SRCDIR/tests/interop/upstream_events.json
 python3 "$AGW_SRCDIR/tests/interop/scripted_agent.py" "$cases" "$T/agent.port" >"$T/agent.log" 2>&1 &

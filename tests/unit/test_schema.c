@@ -493,3 +493,67 @@ Test(schema, a_message_is_stripped_as_the_client_strips_it)
         json_decref(before);
     }
 }
+
+struct listing {
+    char *text;
+    size_t len, cap;
+};
+
+static void list_line(void *arg, const char *path, const char *members)
+{
+    struct listing *l = arg;
+    size_t n = strlen(path) + strlen(members) + 3;
+
+    if (l->len + n + 1 > l->cap) {
+        l->cap = (l->len + n + 1) * 2;
+        l->text = realloc(l->text, l->cap);
+        cr_assert_not_null(l->text);
+    }
+    l->len += (size_t)sprintf(l->text + l->len, "%s: %s\n", path, members);
+}
+
+static int cmp_lines(const void *x, const void *y)
+{
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* The tables name the members the pinned client's schemas name, object by object:
+ * tests/interop/client_schemas.txt is the client's schemas walked (tests/interop/client_schemas.mjs
+ * checks it against them in upstream_events.sh); here the tables walked must be the same lines. */
+Test(schema, the_tables_are_the_clients_schemas)
+{
+    struct listing l = {NULL, 0, 0};
+    const char *src = getenv("AGW_SRCDIR");
+    char path[4096], *lines[512], *file, *p;
+    size_t n = 0, i;
+    FILE *f;
+    long size;
+
+    cr_assert_not_null(src, "AGW_SRCDIR is not set (run it through make check)");
+    snprintf(path, sizeof(path), "%s/tests/interop/client_schemas.txt", src);
+    f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    size = ftell(f);
+    rewind(f);
+    file = calloc(1, (size_t)size + 1);
+    cr_assert_eq(fread(file, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+
+    agw_schema_walk(list_line, &l);
+    for (p = strtok(l.text, "\n"); p != NULL && n < 512; p = strtok(NULL, "\n"))
+        lines[n++] = p;
+    qsort(lines, n, sizeof(lines[0]), cmp_lines);
+    p = file;
+    for (i = 0; i < n; i++) {
+        char *nl = strchr(p, '\n');
+        cr_assert_not_null(nl, "the tables have more: %s", lines[i]);
+        *nl = '\0';
+        cr_assert_str_eq(lines[i], p, "the tables say «%s», the client «%s»", lines[i], p);
+        p = nl + 1;
+    }
+    cr_assert_str_eq(p, "", "the client's schemas have more: %s", p);
+    cr_assert_gt(n, 100);
+    free(l.text);
+    free(file);
+}
