@@ -19,7 +19,9 @@
  * first is the run's only RUN_STARTED, with the client's ids; at most one terminal event
  * (RUN_FINISHED, with the client's ids, or RUN_ERROR with a string message) and nothing after it;
  * after agw_agui_end()/agw_agui_fail() the stream is terminated; content events name an open item,
- * starts do not reopen one, nothing is open at RUN_FINISHED; agw_agui_feed() returns 1 exactly when
+ * starts do not reopen one (a step is its sub-agent run's and its name), nothing is open at
+ * RUN_FINISHED; no chunk event (the gateway expands them); a sub-agent run starts once, after its
+ * parent, ends once, and is not active at RUN_FINISHED; agw_agui_feed() returns 1 exactly when
  * the run is finished, and agw_agui_finished(), agw_agui_events_out() and agw_agui_outcome() agree
  * with the output. What agw_agui_emitting_content() tells the sink of an event is that event's
  * type, id and delta, as tokens inside its bytes; what agw_agui_emitting_type() tells, its type.
@@ -315,12 +317,18 @@ static bool str_eq(const json_t *v, const char *s)
 static void check_item(struct open_set *o, size_t k, int role, const json_t *ev)
 {
     const json_t *idv = json_object_get(ev, kinds[k].id_key);
+    const json_t *sub = json_object_get(ev, "subagentRunId");
     const char *id;
+    char key[512];
     int at;
 
     if (!json_is_string(idv))
         fatal("an item event without its id");
     id = json_string_value(idv);
+    if (k == 0 && json_is_string(sub)) { /* the client keeps steps apart per sub-agent run */
+        snprintf(key, sizeof(key), "%s\x1f%s", json_string_value(sub), id);
+        id = key;
+    }
     if (o->overflow)
         return;
     at = find(o, k, id);
@@ -353,6 +361,7 @@ static void check_output(const struct setup *s, const char *out, size_t len, uin
                          uint64_t t1)
 {
     struct open_set open = {0};
+    json_t *subs = json_object(); /* sub-agent runs: true while active, false once ended */
     size_t frames = 0;
     bool terminal = false;
 
@@ -400,11 +409,36 @@ static void check_output(const struct setup *s, const char *out, size_t len, uin
                 !str_eq(json_object_get(ev, "runId"), s->run_id))
                 fatal("RUN_STARTED/RUN_FINISHED without the client's ids");
         }
+        if (strstr(t, "_CHUNK") != NULL)
+            fatal("a chunk event (the gateway expands them)");
+        if (strncmp(t, "SUBAGENT_", 9) == 0) {
+            const char *sub = json_string_value(json_object_get(ev, "subagentRunId"));
+            const char *parent = json_string_value(json_object_get(ev, "parentSubagentRunId"));
+            json_t *was = sub != NULL ? json_object_get(subs, sub) : NULL;
+            if (sub == NULL)
+                fatal("a SUBAGENT_* event without a subagentRunId");
+            if (strcmp(t, "SUBAGENT_STARTED") == 0) {
+                if (was != NULL)
+                    fatal("a sub-agent run started twice");
+                if (parent != NULL && json_object_get(subs, parent) == NULL)
+                    fatal("a sub-agent run whose parent was not started");
+                json_object_set_new(subs, sub, json_true());
+            } else if (strcmp(t, "SUBAGENT_FINISHED") == 0 || strcmp(t, "SUBAGENT_ERROR") == 0) {
+                if (!json_is_true(was))
+                    fatal("the end of a sub-agent run that is not active");
+                json_object_set_new(subs, sub, json_false());
+            }
+        }
         if (strcmp(t, "RUN_FINISHED") == 0) {
             terminal = true;
             for (size_t k = 0; k < AGW_ARRAY_LEN(kinds); k++)
                 if (open.n[k] > 0 && !open.overflow)
                     fatal("RUN_FINISHED with items still open");
+            json_object_foreach(subs, key, v)
+            {
+                if (json_is_true(v))
+                    fatal("RUN_FINISHED with a sub-agent run still active");
+            }
         } else if (strcmp(t, "RUN_ERROR") == 0) {
             json_t *code = json_object_get(ev, "code");
             terminal = true;
@@ -427,6 +461,7 @@ static void check_output(const struct setup *s, const char *out, size_t len, uin
     if (s->end != 3 && !terminal)
         fatal("no terminal event after agw_agui_end()/agw_agui_fail()");
     open_clear(&open);
+    json_decref(subs);
 }
 
 /* Gateway-made events carry agw_wall_ms(): their timestamps (within [t0, t1]) become 0, so that
