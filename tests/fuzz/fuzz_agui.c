@@ -409,7 +409,8 @@ static void check_output(const struct setup *s, const char *out, size_t len, uin
                 !str_eq(json_object_get(ev, "runId"), s->run_id))
                 fatal("RUN_STARTED/RUN_FINISHED without the client's ids");
         }
-        if (strstr(t, "_CHUNK") != NULL)
+        if (strcmp(t, "TEXT_MESSAGE_CHUNK") == 0 || strcmp(t, "TOOL_CALL_CHUNK") == 0 ||
+            strcmp(t, "REASONING_MESSAGE_CHUNK") == 0)
             fatal("a chunk event (the gateway expands them)");
         if (strncmp(t, "SUBAGENT_", 9) == 0) {
             const char *sub = json_string_value(json_object_get(ev, "subagentRunId"));
