@@ -877,15 +877,16 @@ static void lane_end(struct agw_agui *a, const struct agw_agui_sink *out, size_t
 
 /* Ends the chunk streams <ev> (of <role>, <type>) ends in the client, before it is handled. */
 static void end_lanes_before(struct agw_agui *a, const struct agw_agui_sink *out, const json_t *ev,
-                             enum event_role role, const char *type)
+                             enum event_role role, enum item_kind kind, const char *type)
 {
     json_t *sub = json_object_get(ev, "subagentRunId");
     struct chunk_lane *l;
     bool all = role == EV_RUN_STARTED || role == EV_RUN_FINISHED || role == EV_RUN_ERROR ||
                type_is(type, "MESSAGES_SNAPSHOT");
-    /* (a sub-agent run's start ends none; its end, its own lane's) */
-    bool own = strncmp(type, "SUBAGENT_", 9) == 0
-                   ? !type_is(type, "SUBAGENT_STARTED") && sub != NULL
+    /* (a sub-agent run's start ends none; its end, its own lane's; a type the protocol does not
+     * have, none: the client drops it first) */
+    bool own = kind == ITEM_SUBAGENT && (role == EV_OPEN || role == EV_CLOSE)
+                   ? role == EV_CLOSE && sub != NULL
                    : role == EV_OPEN || role == EV_CONTENT || role == EV_CLOSE ||
                          type_is(type, "TOOL_CALL_RESULT") || type_is(type, "STATE_SNAPSHOT") ||
                          type_is(type, "STATE_DELTA") || type_is(type, "CUSTOM");
@@ -1686,7 +1687,7 @@ static int feed_event(struct agw_agui *a, const char *data, size_t len,
     /* sanitise() removed no "type": it is a non-empty string. */
     role = classify(json_string_value(type), &kind);
     if (a->n_lanes > 0 && role != EV_CHUNK) {
-        end_lanes_before(a, out, ev, role, json_string_value(type));
+        end_lanes_before(a, out, ev, role, kind, json_string_value(type));
         if (a->state == AGW_AGUI_ST_FINISHED)
             goto out;
     }

@@ -412,7 +412,8 @@ static void check_output(const struct setup *s, const char *out, size_t len, uin
         if (strcmp(t, "TEXT_MESSAGE_CHUNK") == 0 || strcmp(t, "TOOL_CALL_CHUNK") == 0 ||
             strcmp(t, "REASONING_MESSAGE_CHUNK") == 0)
             fatal("a chunk event (the gateway expands them)");
-        if (strncmp(t, "SUBAGENT_", 9) == 0) {
+        if (strcmp(t, "SUBAGENT_STARTED") == 0 || strcmp(t, "SUBAGENT_FINISHED") == 0 ||
+            strcmp(t, "SUBAGENT_ERROR") == 0) {
             const char *sub = json_string_value(json_object_get(ev, "subagentRunId"));
             const char *parent = json_string_value(json_object_get(ev, "parentSubagentRunId"));
             json_t *was = sub != NULL ? json_object_get(subs, sub) : NULL;
