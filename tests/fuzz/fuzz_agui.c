@@ -87,8 +87,8 @@ struct sink_ctx {
 
 /* What agw_agui_emitting_content() says of the event emitted must be what the event is: a
  * TEXT_MESSAGE_CONTENT or REASONING_MESSAGE_CONTENT (TOOL_CALL_ARGS with <args>) whose id and delta
- * are those tokens (a string each, the id without an escape), inside its bytes, and that has no
- * "subagentRunId" (history reads that one whole). */
+ * are those tokens (a string each, the id without an escape), inside its bytes (a sub-agent's
+ * content event too, since history keeps no chunk streams: 3805f95). */
 static void check_content_hint(const struct agw_agui *a, const char *json, size_t len)
 {
     struct agw_agui_content c;
@@ -110,8 +110,7 @@ static void check_content_hint(const struct agw_agui *a, const char *json, size_
          (json_equal(json_object_get(ev, "type"), type) ||
           json_equal(json_object_get(ev, "type"), reasoning)) &&
          json_equal(json_object_get(ev, c.args ? "toolCallId" : "messageId"), id) &&
-         json_equal(json_object_get(ev, "delta"), delta) &&
-         json_object_get(ev, "subagentRunId") == NULL;
+         json_equal(json_object_get(ev, "delta"), delta);
     json_decref(ev);
     json_decref(id);
     json_decref(delta);
