@@ -620,7 +620,7 @@ static int refuse(struct agw_http1_parser *p, struct agw_http1_request *req, int
     return fail(p, status == 413 || status == 414 || status == 431 ? -AGW_ETOOBIG : -AGW_EPROTO);
 }
 
-#define MAX_METHOD 32
+#define MAX_METHOD AGW_HTTP1_MAX_METHOD
 
 /* Methods are upper-case tokens (as nginx takes them): a lower-case "get" names no method. */
 static bool is_method_char(unsigned char c)
@@ -757,6 +757,8 @@ static int parse_request_line(struct agw_http1_parser *p, struct agw_http1_reque
     if (v[5] != '1' || v[7] != '1')
         return refuse(p, req, 505, "HTTP version not supported: use HTTP/1.1");
     req->head_method = mlen == 4 && memcmp(line, "HEAD", 4) == 0;
+    memcpy(req->method, line, mlen);
+    req->method[mlen] = '\0';
     return check_target(p, req, sp1 + 1, (size_t)(sp2 - sp1 - 1),
                         mlen == 7 && memcmp(line, "OPTIONS", 7) == 0);
 }

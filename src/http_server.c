@@ -732,7 +732,14 @@ enum agw_method agw_req_method(const struct agw_req *req)
 
 const char *agw_req_method_name(const struct agw_req *req)
 {
-    return req->r != NULL ? htparser_get_methodstr_m(req->r->method) : NULL;
+    const char *name;
+
+    if (req->r == NULL)
+        return NULL;
+    name = htparser_get_methodstr_m(req->r->method);
+    /* libevhtp names the methods it knows; another one is as the gate read it (the connection
+     * reads no other head while this request is answered: GATE_BUSY). */
+    return name != NULL ? name : req->cc->hreq.method;
 }
 
 const char *agw_req_path(const struct agw_req *req)
@@ -974,10 +981,16 @@ static void refuse(struct conn_ctx *cc, int status, const char *msg)
     struct evbuffer *out = bufferevent_get_output(cc->bev);
     char id[REQUEST_ID_MAX + 1];
     char body[256];
+    char why[96];
     int n;
 
+    if (status == 413) { /* the parser's text does not know the limit: name it */
+        snprintf(why, sizeof(why), "payload too large: the limit is %zu bytes",
+                 cc->srv->limits.max_body);
+        msg = why;
+    }
     new_request_id(id, sizeof(id));
-    n = snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg); /* static ASCII text */
+    n = snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg); /* ASCII text of ours */
     evbuffer_add_printf(out,
                         "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: "
                         "%d\r\nX-Request-Id: %s\r\nConnection: close\r\n\r\n",

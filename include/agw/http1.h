@@ -73,6 +73,9 @@ int agw_http1_parse_eof(struct agw_http1_parser *p);
 
 /* ---- requests (the server side) ---- */
 
+/* The longest method a request may name (a longer one is a 400). */
+#define AGW_HTTP1_MAX_METHOD 32
+
 struct agw_http1_request_limits {
     size_t max_line;     /* the request line and each field line, line end excluded */
     unsigned max_fields; /* header fields */
@@ -86,6 +89,7 @@ struct agw_http1_request {
     bool expect_continue;     /* "Expect: 100-continue" */
     bool close;               /* "Connection: close" */
     bool head_method;         /* the method is HEAD (an answer carries no body) */
+    char method[AGW_HTTP1_MAX_METHOD + 1]; /* the method, as sent (a token: no NUL in it) */
     /* The head says Transfer-Encoding: once the body is decoded, it is handed on rewritten with a
      * Content-Length (agw_http1_rewrite_request_head()). */
     bool rewrite;

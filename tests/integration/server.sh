@@ -43,6 +43,11 @@ check_eq "unknown path" 404 "$STATUS"
 check_contains "404 is a JSON error" '"error":"not found' "$BODY"
 http GET $G/healthzx
 check_eq "no prefix match" 404 "$STATUS"
+http FOO $G/nope
+check_eq "a method libevhtp has no name for is quoted as sent" \
+    '404 {"error":"not found: no route for FOO /nope"}' "$STATUS $BODY"
+http FOO $G/healthz
+check_eq "… and is refused where the path is known" 405 "$STATUS"
 http GET $G/v1/ag-ui/agents/a/runs/
 check_eq "trailing slash is another path" 404 "$STATUS"
 http GET $G/v1/ag-ui/agents/a%2Fb/runs
@@ -59,7 +64,8 @@ check_eq "DELETE /healthz" 405 "$STATUS"
 head -c 5000 /dev/zero | tr '\0' a >"$T/big"
 http POST $G/v1/ag-ui/agents/a/runs -H 'Content-Type: application/json' --data-binary @"$T/big"
 check_eq "body over limits.max_body_bytes (from Content-Length)" 413 "$STATUS"
-check_contains "413 is a JSON error" '"error":"payload too large' "$BODY"
+check_eq "413 is a JSON error that names the limit" \
+    '{"error":"payload too large: the limit is 1024 bytes"}' "$BODY"
 http POST $G/v1/ag-ui/agents/a/runs -H 'Content-Type: application/json' -H 'Transfer-Encoding: chunked' \
     --data-binary @"$T/big"
 check_eq "chunked body over the limit" 413 "$STATUS"
