@@ -116,6 +116,16 @@ struct chunk_lane {
     enum item_kind kind;
 };
 
+/* A message's, tool call's, reasoning message's or activity's id, and who opened it (see
+ * owner_set()): hashes, 0 for an empty slot and for the agent's own. */
+struct owner_slot {
+    uint64_t key;
+    uint64_t owner;
+};
+
+#define OWNERS_INLINE 4     /* slots in the run's own block: a chat run opens one or two ids */
+#define OWNERS_MAX    12288 /* ids a run's table holds (16,384 slots, 256 KiB); later: unchecked */
+
 #define AGUI_CACHED_PREFIX 160
 #define OUTCOME_MAX        96 /* bytes of an outcome, its NUL included */
 
@@ -127,7 +137,13 @@ struct agw_agui {
     struct open_item *open; /* in order of opening; closed in reverse */
     size_t n_open;          /* <= AGUI_MAX_OPEN */
     size_t cap_open;
-    size_t open_id_bytes;     /* sum of open[].id_len, <= AGUI_MAX_OPEN_ID_BYTES */
+    size_t open_id_bytes; /* sum of open[].id_len, <= AGUI_MAX_OPEN_ID_BYTES */
+    /* Who opened each id (owner_*()): open addressing over <owners_cap> slots, <owners_inline>
+     * until it grows (<owners> NULL) */
+    struct owner_slot *owners;
+    uint32_t owners_cap, n_owners;
+    bool sub_owners; /* some id is a sub-agent run's */
+    struct owner_slot owners_inline[OWNERS_INLINE];
     struct chunk_lane *lanes; /* open chunk streams, oldest first (at most one per lane) */
     size_t n_lanes;           /* <= AGUI_MAX_OPEN */
     size_t lane_bytes;        /* sum of the lanes' owners' lengths, <= AGUI_MAX_OPEN_ID_BYTES */
@@ -308,6 +324,11 @@ static void finish(struct agw_agui *a, const char *code, bool error)
     a->n_open = 0;
     a->open_id_bytes = 0;
     drop_lanes(a);
+    free(a->owners); /* (no event is checked any more) */
+    a->owners = NULL;
+    a->owners_cap = 0;
+    a->n_owners = 0;
+    memset(a->owners_inline, 0, sizeof(a->owners_inline));
     set_state(a, AGW_AGUI_ST_FINISHED);
 }
 
@@ -691,6 +712,273 @@ static char *args_delta(json_t *args)
     return s;
 }
 
+/* ---- who opened each id ------------------------------------------------------------------------
+ *
+ * The official client remembers, for the whole run, who opened each message, tool call, reasoning
+ * message and activity: the sub-agent run its "subagentRunId" names, or the agent itself (none).
+ * An event that names one of those ids with a "subagentRunId" of another fails its run; so does a
+ * tool call started under a message another one opened (doc/internals/agui.md, "Who opened an
+ * id"). The run's table keeps the same facts, each id and opener as a 64-bit hash (two different
+ * ids of one run collide with a chance of about 2^-64 per pair). */
+
+enum owner_ns {
+    OWN_MESSAGE = 1, /* text messages and tool results (the client's one table of messages) */
+    OWN_TOOL_CALL,
+    OWN_REASONING, /* reasoning spans and reasoning messages */
+    OWN_ACTIVITY,
+};
+
+/* The namespace of an item of <kind>; 0: the client keeps no opener for it. */
+static enum owner_ns owner_ns_of(enum item_kind kind)
+{
+    switch (kind) {
+    case ITEM_TEXT_MESSAGE:
+        return OWN_MESSAGE;
+    case ITEM_TOOL_CALL:
+        return OWN_TOOL_CALL;
+    case ITEM_REASONING:
+    case ITEM_REASONING_MESSAGE:
+        return OWN_REASONING;
+    case ITEM_STEP:
+    case ITEM_SUBAGENT:
+        break;
+    }
+    return 0;
+}
+
+/* A hash of the <len> bytes at <p>, seeded with <seed>, never 0: eight bytes a step (an id is
+ * often a UUID, 36 bytes; FNV-1a takes a byte a step), each word mixed in by a multiplication,
+ * the whole finished by agw_hash_mix(). */
+static uint64_t id_hash(uint64_t seed, const char *p, size_t len)
+{
+    uint64_t h = (seed + len) * 0x9e3779b97f4a7c15ULL, w;
+
+    for (; len >= 8; p += 8, len -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+    }
+    if (len > 0) {
+        w = 0;
+        memcpy(&w, p, len);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+    }
+    h = agw_hash_mix(h);
+    return h != 0 ? h : 1;
+}
+
+static uint64_t owner_key(enum owner_ns ns, const char *id, size_t len)
+{
+    return id_hash((uint64_t)ns, id, len);
+}
+
+/* The opener a "subagentRunId" of <len> bytes at <sub> names; NULL: the agent itself (0). */
+static uint64_t owner_hash(const char *sub, size_t len)
+{
+    return sub != NULL ? id_hash(0, sub, len) : 0;
+}
+
+static struct owner_slot *owner_slots(struct agw_agui *a, uint32_t *cap)
+{
+    *cap = a->owners != NULL ? a->owners_cap : OWNERS_INLINE;
+    return a->owners != NULL ? a->owners : a->owners_inline;
+}
+
+/* The slot of <key>, or the empty slot where it would go. */
+static struct owner_slot *owner_probe(struct owner_slot *slots, uint32_t cap, uint64_t key)
+{
+    for (uint32_t i = (uint32_t)key & (cap - 1);; i = (i + 1) & (cap - 1))
+        if (slots[i].key == key || slots[i].key == 0)
+            return &slots[i];
+}
+
+/* The opener of <key>; false if the run never named it. */
+static bool owner_get(struct agw_agui *a, uint64_t key, uint64_t *owner)
+{
+    uint32_t cap;
+    struct owner_slot *slots = owner_slots(a, &cap);
+    struct owner_slot *s = owner_probe(slots, cap, key);
+
+    *owner = s->owner;
+    return s->key != 0;
+}
+
+/* Records <owner> as the opener of <key>: the first one named (<replace> false), or this one
+ * (true: a tool result's message, a snapshot). Past OWNERS_MAX ids a new id is not recorded (it
+ * is then not checked). */
+static void owner_set(struct agw_agui *a, uint64_t key, uint64_t owner, bool replace)
+{
+    uint32_t cap;
+    struct owner_slot *slots = owner_slots(a, &cap);
+    struct owner_slot *s = owner_probe(slots, cap, key);
+
+    if (s->key == 0) {
+        if (a->n_owners >= OWNERS_MAX)
+            return;
+        if ((a->n_owners + 1) * 4 > cap * 3) { /* at most three quarters full */
+            uint32_t ncap = cap * 2;
+            struct owner_slot *n = agw_xcalloc(ncap, sizeof(*n));
+            for (uint32_t i = 0; i < cap; i++)
+                if (slots[i].key != 0)
+                    *owner_probe(n, ncap, slots[i].key) = slots[i];
+            free(a->owners);
+            a->owners = n;
+            a->owners_cap = ncap;
+            s = owner_probe(n, ncap, key);
+        }
+        s->key = key;
+        a->n_owners++;
+    } else if (!replace) {
+        return;
+    }
+    s->owner = owner;
+    if (owner != 0)
+        a->sub_owners = true;
+}
+
+static const char *const ns_what[] = {
+    [OWN_MESSAGE] = "message",
+    [OWN_TOOL_CALL] = "tool call",
+    [OWN_REASONING] = "reasoning message",
+    [OWN_ACTIVITY] = "activity",
+};
+
+/* Whether event <type> naming <id> of <ns> may carry "subagentRunId" <sub> (a JSON value, or
+ * NULL): yes without one, or when the id's opener is unknown or that sub-agent run. If not, the
+ * run ends with INVALID_EVENT. */
+static bool owner_ok(struct agw_agui *a, const struct agw_agui_sink *out, const char *type,
+                     enum owner_ns ns, const char *id, size_t id_len, const json_t *sub)
+{
+    uint64_t owner;
+    char ex[2][AGUI_EXCERPT + 4];
+
+    if (!json_is_string(sub) || !owner_get(a, owner_key(ns, id, id_len), &owner) ||
+        owner == owner_hash(json_string_value(sub), json_string_length(sub)))
+        return true;
+    invalid_event(a, out, "%s for %s \"%s\" with \"subagentRunId\" \"%s\": %s opened it", type,
+                  ns_what[ns], excerpt(id, ex[0]), excerpt(json_string_value(sub), ex[1]),
+                  owner == 0 ? "the agent itself (no sub-agent run)" : "another sub-agent run");
+    return false;
+}
+
+/* The openers a start of <kind> (TEXT_MESSAGE_START, TOOL_CALL_START, REASONING_START,
+ * REASONING_MESSAGE_START) names <id> with: checked, then recorded. False: the run ended. */
+static bool owner_open(struct agw_agui *a, const struct agw_agui_sink *out, const json_t *ev,
+                       enum item_kind kind, const char *id, size_t id_len)
+{
+    enum owner_ns ns = owner_ns_of(kind);
+    const json_t *sub = json_object_get(ev, "subagentRunId"), *parent;
+    uint64_t key, owner, mine, parent_owner;
+    bool has_parent = false;
+    char ex[3][AGUI_EXCERPT + 4];
+
+    if (ns == 0)
+        return true;
+    key = owner_key(ns, id, id_len);
+    mine = json_is_string(sub) ? owner_hash(json_string_value(sub), json_string_length(sub)) : 0;
+    if (kind == ITEM_TOOL_CALL && json_is_string(parent = json_object_get(ev, "parentMessageId")) &&
+        owner_get(a, owner_key(OWN_MESSAGE, json_string_value(parent), json_string_length(parent)),
+                  &parent_owner)) {
+        /* a tool call belongs to the message that carries it */
+        if (json_is_string(sub) && mine != parent_owner) {
+            invalid_event(a, out,
+                          "TOOL_CALL_START for tool call \"%s\" with \"subagentRunId\" \"%s\": "
+                          "%s opened its parent message \"%s\"",
+                          excerpt(id, ex[0]), excerpt(json_string_value(sub), ex[1]),
+                          parent_owner == 0 ? "the agent itself (no sub-agent run)"
+                                            : "another sub-agent run",
+                          excerpt(json_string_value(parent), ex[2]));
+            return false;
+        }
+        has_parent = true;
+    }
+    if (owner_get(a, key, &owner)) {
+        if (!owner_ok(a, out, item_descs[kind].start, ns, id, id_len, sub))
+            return false;
+        if (has_parent && !json_is_string(sub) && parent_owner != owner) {
+            invalid_event(a, out,
+                          "TOOL_CALL_START for tool call \"%s\" under message \"%s\": the two "
+                          "were opened by different sub-agent runs (or the agent itself)",
+                          excerpt(id, ex[0]), excerpt(json_string_value(parent), ex[1]));
+            return false;
+        }
+        return true;
+    }
+    owner_set(a, key, json_is_string(sub) || !has_parent ? mine : parent_owner, false);
+    return true;
+}
+
+/* The openers a message of a MESSAGES_SNAPSHOT (<replace>) or of RUN_STARTED's input names: the
+ * message's, and its tool calls'. */
+static void owner_messages(struct agw_agui *a, const json_t *messages, bool replace)
+{
+    size_t i, j;
+    const json_t *m, *tc;
+
+    json_array_foreach(messages, i, m)
+    {
+        const json_t *id = json_object_get(m, "id"), *sub = json_object_get(m, "subagentRunId");
+        const char *role = json_string_value(json_object_get(m, "role"));
+        uint64_t owner =
+            json_is_string(sub) ? owner_hash(json_string_value(sub), json_string_length(sub)) : 0;
+        enum owner_ns ns = role == NULL                     ? OWN_MESSAGE
+                           : strcmp(role, "reasoning") == 0 ? OWN_REASONING
+                           : strcmp(role, "activity") == 0  ? OWN_ACTIVITY
+                                                            : OWN_MESSAGE;
+
+        if (!json_is_string(id))
+            continue;
+        owner_set(a, owner_key(ns, json_string_value(id), json_string_length(id)), owner, replace);
+        json_array_foreach(json_object_get(m, "toolCalls"), j, tc)
+        {
+            const json_t *tid = json_object_get(tc, "id");
+            if (json_is_string(tid))
+                owner_set(a,
+                          owner_key(OWN_TOOL_CALL, json_string_value(tid), json_string_length(tid)),
+                          owner, replace);
+        }
+    }
+}
+
+/* What an event the rules above pass (<type>) says of the openers: recorded, or checked. False:
+ * the run ended. */
+static bool owner_pass(struct agw_agui *a, const struct agw_agui_sink *out, const json_t *ev,
+                       const char *type)
+{
+    const json_t *sub = json_object_get(ev, "subagentRunId");
+    const json_t *id =
+        json_object_get(ev, type_is(type, "REASONING_ENCRYPTED_VALUE") ? "entityId" : "messageId");
+    uint64_t owner =
+        json_is_string(sub) ? owner_hash(json_string_value(sub), json_string_length(sub)) : 0;
+
+    if (type_is(type, "MESSAGES_SNAPSHOT")) {
+        owner_messages(a, json_object_get(ev, "messages"), true);
+        return true;
+    }
+    if (!json_is_string(id))
+        return true;
+    const char *s = json_string_value(id);
+    size_t n = json_string_length(id);
+    if (type_is(type, "TOOL_CALL_RESULT")) {
+        owner_set(a, owner_key(OWN_MESSAGE, s, n), owner, true);
+    } else if (type_is(type, "ACTIVITY_SNAPSHOT")) {
+        owner_set(a, owner_key(OWN_ACTIVITY, s, n), owner,
+                  !json_is_false(json_object_get(ev, "replace")));
+    } else if (type_is(type, "ACTIVITY_DELTA")) {
+        return owner_ok(a, out, type, OWN_ACTIVITY, s, n, sub);
+    } else if (type_is(type, "REASONING_ENCRYPTED_VALUE")) {
+        const char *subtype = json_string_value(json_object_get(ev, "subtype"));
+        uint64_t ignored;
+        enum owner_ns ns = subtype != NULL && strcmp(subtype, "tool-call") == 0 ? OWN_TOOL_CALL
+                           : subtype != NULL && strcmp(subtype, "message") == 0 &&
+                                   owner_get(a, owner_key(OWN_MESSAGE, s, n), &ignored)
+                               ? OWN_MESSAGE
+                               : OWN_REASONING;
+        return owner_ok(a, out, type, ns, s, n, sub);
+    }
+    return true;
+}
+
 /* STEP_STARTED, TEXT_MESSAGE_START, TOOL_CALL_START, REASONING_START, REASONING_MESSAGE_START,
  * SUBAGENT_STARTED. */
 static void on_open(struct agw_agui *a, const struct agw_agui_sink *out, json_t *ev,
@@ -733,6 +1021,10 @@ static void on_open(struct agw_agui *a, const struct agw_agui_sink *out, json_t 
         invalid_event(a, out,
                       "%s \"%s\": its parentSubagentRunId \"%s\" was not started in this run",
                       d->start, excerpt(id, ex[0]), excerpt(json_string_value(parent), ex[1]));
+        return;
+    }
+    if (!owner_open(a, out, ev, kind, id, id_len)) {
+        free(owned);
         return;
     }
     bool pushed = push_open(a, kind, key, key_len);
@@ -786,7 +1078,9 @@ static void on_content(struct agw_agui *a, const struct agw_agui_sink *out, json
     }
     if (json_string_length(delta) == 0 && kind != ITEM_TOOL_CALL)
         return; /* the official client rejected empty deltas before 1.0 */
-    if (!schema_ok(a, out, ev))
+    if (!schema_ok(a, out, ev) ||
+        !owner_ok(a, out, d->content, owner_ns_of(kind), json_string_value(idv),
+                  json_string_length(idv), json_object_get(ev, "subagentRunId")))
         return;
     begin(a, out);
     write_upstream(a, out, ev, data, len, changed);
@@ -815,6 +1109,11 @@ static void on_close(struct agw_agui *a, const struct agw_agui_sink *out, json_t
     if (!open)
         return; /* nothing to close: already closed, or never opened */
     if (!schema_ok(a, out, ev))
+        return;
+    if (owner_ns_of(kind) != 0 &&
+        !owner_ok(a, out, json_string_value(json_object_get(ev, "type")), owner_ns_of(kind),
+                  json_string_value(idv), json_string_length(idv),
+                  json_object_get(ev, "subagentRunId")))
         return;
     if (kind == ITEM_SUBAGENT)
         a->open[i].done = true; /* (its id may not start another) */
@@ -1463,6 +1762,25 @@ static void write_flat(struct agw_agui *a, const struct agw_agui_sink *out,
     a->emitting_type = NULL;
 }
 
+/* owner_pass() for a flat event of <type> the full path would pass: false when the full path is to
+ * take it. */
+static bool fast_owner_pass(struct agw_agui *a, const struct flat_event *fe, const char *type)
+{
+    const struct agw_schema_span *sub = &fe->subagent_run_id;
+
+    if (type_is(type, "TOOL_CALL_RESULT")) {
+        if (fe->message_id.p == NULL || fe->message_id.escaped || (sub->p != NULL && sub->escaped))
+            return false;
+        owner_set(a, owner_key(OWN_MESSAGE, fe->message_id.p, fe->message_id.n),
+                  owner_hash(sub->p, sub->n), true);
+        return true;
+    }
+    /* (the others that name an opener: not flat, or checked there) */
+    return !(sub->p != NULL && type_is(type, "REASONING_ENCRYPTED_VALUE")) &&
+           !type_is(type, "ACTIVITY_SNAPSHOT") && !type_is(type, "ACTIVITY_DELTA") &&
+           !type_is(type, "MESSAGES_SNAPSHOT");
+}
+
 /* The lifecycle events of a plain run (RUN_STARTED and RUN_FINISHED with the client's ids, starts
  * with everything the full path would add, ends of open items, other events while running) need no
  * change either: they are relayed raw, with the bookkeeping the full path does, and without
@@ -1500,16 +1818,21 @@ static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, cons
         finish(a, NULL, false);
         return true;
     case EV_OPEN:
-        if (per_agent(fe, kind))
+        /* (a sub-agent's start, or any once a sub-agent opened something, has its opener checked
+         * by the full path; here, the agent itself opens) */
+        if (per_agent(fe, kind) ||
+            (owner_ns_of(kind) != 0 && (fe->subagent_run_id.p != NULL || a->sub_owners)))
             return false;
         if (a->state != AGW_AGUI_ST_RUNNING || (id = flat_id(fe, kind)) == NULL ||
             ((kind == ITEM_TEXT_MESSAGE || kind == ITEM_REASONING_MESSAGE) && fe->role.p == NULL) ||
             find_open(a, kind, id->p, id->n, NULL) || !push_open(a, kind, id->p, id->n))
             return false;
+        if (owner_ns_of(kind) != 0)
+            owner_set(a, owner_key(owner_ns_of(kind), id->p, id->n), 0, false);
         write_flat(a, out, fe, data, len);
         return true;
     case EV_CLOSE:
-        if (per_agent(fe, kind))
+        if (per_agent(fe, kind) || (owner_ns_of(kind) != 0 && fe->subagent_run_id.p != NULL))
             return false;
         if (a->state != AGW_AGUI_ST_RUNNING || (id = flat_id(fe, kind)) == NULL ||
             !find_open(a, kind, id->p, id->n, &at))
@@ -1518,7 +1841,7 @@ static bool fast_lifecycle(struct agw_agui *a, const struct flat_event *fe, cons
         write_flat(a, out, fe, data, len);
         return true;
     case EV_PASS:
-        if (a->state != AGW_AGUI_ST_RUNNING)
+        if (a->state != AGW_AGUI_ST_RUNNING || !fast_owner_pass(a, fe, type))
             return false;
         write_flat(a, out, fe, data, len);
         return true;
@@ -1558,6 +1881,13 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len,
     if ((id = flat_id(&fe, kind)) == NULL || fe.delta.p == NULL ||
         !find_open(a, kind, id->p, id->n, NULL))
         return false;
+    if (fe.subagent_run_id.p != NULL) { /* may it say so (owner_ok())? */
+        uint64_t owner;
+        if (fe.subagent_run_id.escaped ||
+            (owner_get(a, owner_key(owner_ns_of(kind), id->p, id->n), &owner) &&
+             owner != owner_hash(fe.subagent_run_id.p, fe.subagent_run_id.n)))
+            return false;
+    }
     /* Remember the bytes before the delta: the next content event of the item likely starts with
      * them (an agent writes its events alike), and then only its delta and what follows it is
      * read (fast_cached()). */
@@ -1624,6 +1954,7 @@ void agw_agui_free(struct agw_agui *a)
         free(a->open[i].id);
     free(a->open);
     drop_lanes(a);
+    free(a->owners);
     agw_agkit_free(a->agkit);
     free(a->outcome_buf);
     free(a);
@@ -1698,6 +2029,7 @@ static int feed_event(struct agw_agui *a, const char *data, size_t len,
         changed = set_client_ids(a, ev) || changed;
         if (!schema_ok(a, out, ev))
             break;
+        owner_messages(a, json_object_get(json_object_get(ev, "input"), "messages"), false);
         write_upstream(a, out, ev, data, len, changed);
         set_state(a, AGW_AGUI_ST_RUNNING);
         break;
@@ -1740,7 +2072,7 @@ static int feed_event(struct agw_agui *a, const char *data, size_t len,
         on_chunk(a, out, ev, kind);
         break;
     case EV_PASS:
-        if (!schema_ok(a, out, ev))
+        if (!schema_ok(a, out, ev) || !owner_pass(a, out, ev, json_string_value(type)))
             break;
         begin(a, out);
         write_upstream(a, out, ev, data, len, changed);

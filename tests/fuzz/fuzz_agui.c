@@ -42,6 +42,8 @@
 #include "agw/agui.h"
 #include "agw/log.h"
 #include "agw/schema.h"
+
+#include "../client_model.h"
 #include "agw/sse.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -361,6 +363,7 @@ static void check_output(const struct setup *s, const char *out, size_t len, uin
 {
     struct open_set open = {0};
     json_t *subs = json_object(); /* sub-agent runs: true while active, false once ended */
+    json_t *owners = client_owners_new();
     size_t frames = 0;
     bool terminal = false;
 
@@ -411,6 +414,8 @@ static void check_output(const struct setup *s, const char *out, size_t len, uin
         if (strcmp(t, "TEXT_MESSAGE_CHUNK") == 0 || strcmp(t, "TOOL_CALL_CHUNK") == 0 ||
             strcmp(t, "REASONING_MESSAGE_CHUNK") == 0)
             fatal("a chunk event (the gateway expands them)");
+        if (client_owner_rule(owners, t, ev) != NULL)
+            fatal("an id used by another than its opener"); /* (a sub-agent run, or the agent) */
         if (strcmp(t, "SUBAGENT_STARTED") == 0 || strcmp(t, "SUBAGENT_FINISHED") == 0 ||
             strcmp(t, "SUBAGENT_ERROR") == 0) {
             const char *sub = json_string_value(json_object_get(ev, "subagentRunId"));
@@ -463,6 +468,7 @@ static void check_output(const struct setup *s, const char *out, size_t len, uin
         fatal("no terminal event after agw_agui_end()/agw_agui_fail()");
     open_clear(&open);
     json_decref(subs);
+    json_decref(owners);
 }
 
 /* Gateway-made events carry agw_wall_ms(): their timestamps (within [t0, t1]) become 0, so that

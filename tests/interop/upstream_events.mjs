@@ -3,8 +3,9 @@
 // must reach it as the gateway's RUN_ERROR INVALID_EVENT naming the member, and an event the client
 // accepts (or drops) must pass, the run then resolving. A case marked "direct" is also played to the
 // client straight from the backend: the client must end with the same messages both ways (the
-// gateway expands chunk streams as the client would). Env: GW (…/v1/ag-ui), TOKEN, CASES (the
-// file), AGENT (the scripted backend's base URL).
+// gateway expands chunk streams as the client would); a case with "direct_fails" is played straight
+// from the backend too, and the client must fail the run with that text. Env: GW (…/v1/ag-ui),
+// TOKEN, CASES (the file), AGENT (the scripted backend's base URL).
 import { readFileSync } from "node:fs";
 import { HttpAgent } from "@ag-ui/client";
 
@@ -42,6 +43,15 @@ for (const c of cases) {
     console.log(`FAIL: ${c.name}: expected «${c.expect}», got «${via.got}»`);
     continue;
   }
+  if (c.direct_fails) { // what the gateway refused, the client fails on straight from the backend
+    const direct = await play(c, `${process.env.AGENT}/case/${c.name}`, {});
+    if (!direct.got.startsWith("the client failed:") || !direct.got.includes(c.direct_fails)) {
+      failed++;
+      console.log(`FAIL: ${c.name}: straight from the backend «${direct.got}», expected the client to ` +
+                  `fail with «${c.direct_fails}»`);
+      continue;
+    }
+  }
   if (c.direct) {
     const direct = await play(c, `${process.env.AGENT}/case/${c.name}`, {});
     if (direct.got !== "ok" || direct.messages !== via.messages) {
@@ -51,7 +61,8 @@ for (const c of cases) {
       continue;
     }
   }
-  console.log(`ok: ${c.name}: ${via.got}${c.direct ? " (the same messages straight from the backend)" : ""}`);
+  console.log(`ok: ${c.name}: ${via.got}${c.direct ? " (the same messages straight from the backend)" : ""}` +
+              `${c.direct_fails ? " (the client fails on it straight from the backend)" : ""}`);
 }
 console.log(`${cases.length - failed} of ${cases.length} cases as expected`);
 process.exit(failed === 0 ? 0 : 1);

@@ -13,6 +13,8 @@
 #include "agw/schema.h"
 #include "agw/sse.h"
 
+#include "../client_model.h"
+
 #define TID "t1"
 #define RID "r1"
 
@@ -353,6 +355,7 @@ static const char *verify_stream(json_t *events)
     };
     json_t *open[AGW_ARRAY_LEN(kinds)];
     json_t *subs = json_object(); /* sub-agent runs: true while active, false once ended */
+    json_t *own = client_owners_new();
     size_t n = json_array_size(events);
     const char *err = NULL;
 
@@ -449,6 +452,9 @@ static const char *verify_stream(json_t *events)
         if (strcmp(type, "TEXT_MESSAGE_CHUNK") == 0 || strcmp(type, "TOOL_CALL_CHUNK") == 0 ||
             strcmp(type, "REASONING_MESSAGE_CHUNK") == 0)
             FAIL("event %zu: a %s (the gateway expands chunks)", i, type);
+        const char *owner_why = client_owner_rule(own, type, ev);
+        if (owner_why != NULL)
+            FAIL("event %zu: %s", i, owner_why);
         for (size_t k = 0; k < AGW_ARRAY_LEN(kinds); k++) {
             bool is_start = strcmp(type, kinds[k].start) == 0;
             bool is_content = kinds[k].content != NULL && strcmp(type, kinds[k].content) == 0;
@@ -488,6 +494,7 @@ out:
     for (size_t k = 0; k < AGW_ARRAY_LEN(kinds); k++)
         json_decref(open[k]);
     json_decref(subs);
+    json_decref(own);
     return err;
 }
 
@@ -1441,7 +1448,8 @@ Test(agui, a_sub_agents_content_is_told_of_like_any)
 {
     const char *const frames[] = {
         "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
-        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}",
+        "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\","
+        "\"subagentRunId\":\"s\"}",
         "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"subagentRunId\":\"s\","
         "\"delta\":\"a\"}",
         "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"subagentRunId\":\"s\","
@@ -1452,7 +1460,8 @@ Test(agui, a_sub_agents_content_is_told_of_like_any)
     };
     const char *const content[] = {
         "-", "-", "T \"m\" \"a\"", "T \"m\" \"b\"", "T \"m\" \"c\"", "T \"m\" \"d\""};
-    const char *const typed[] = {"RUN_STARTED", "TEXT_MESSAGE_START", "-", "-", "-", "-"};
+    /* (a sub-agent's start: the full path, which checks its opener) */
+    const char *const typed[] = {"RUN_STARTED", "-", "-", "-", "-", "-"};
 
     expect_hints(hint_emit, frames, AGW_ARRAY_LEN(frames), content, AGW_ARRAY_LEN(content), 4);
     expect_hints(type_emit, frames, AGW_ARRAY_LEN(frames), typed, AGW_ARRAY_LEN(typed), 4);
@@ -2205,6 +2214,29 @@ static const char *const hostile_common[] = {
     "{\"type\":\"SUBAGENT_ERROR\",\"subagentRunId\":\"s2\",\"message\":\"m\"}",
     "{\"type\":\"STEP_STARTED\",\"stepName\":\"s1\",\"subagentRunId\":\"s\"}",
     "{\"type\":\"STEP_FINISHED\",\"stepName\":\"s1\",\"subagentRunId\":\"s\"}",
+    /* ids used by sub-agent runs, the agent or one another (who opened an id) */
+    "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\","
+    "\"subagentRunId\":\"s\"}",
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"o\",\"subagentRunId\":"
+    "\"s2\"}",
+    "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"m1\",\"subagentRunId\":\"s\"}",
+    "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\","
+    "\"parentMessageId\":\"m1\",\"subagentRunId\":\"s2\"}",
+    "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c2\",\"toolCallName\":\"f\","
+    "\"parentMessageId\":\"m1\"}",
+    "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"1\",\"subagentRunId\":\"s\"}",
+    "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"m1\",\"toolCallId\":\"c1\",\"content\":"
+    "\"r\",\"subagentRunId\":\"s\"}",
+    "{\"type\":\"REASONING_MESSAGE_CONTENT\",\"messageId\":\"x\",\"delta\":\"t\","
+    "\"subagentRunId\":\"s\"}",
+    "{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"v1\",\"activityType\":\"p\",\"content\":"
+    "{},\"subagentRunId\":\"s\"}",
+    "{\"type\":\"ACTIVITY_DELTA\",\"messageId\":\"v1\",\"activityType\":\"p\",\"patch\":[],"
+    "\"subagentRunId\":\"s2\"}",
+    "{\"type\":\"REASONING_ENCRYPTED_VALUE\",\"subtype\":\"tool-call\",\"entityId\":\"c1\","
+    "\"encryptedValue\":\"e\",\"subagentRunId\":\"s2\"}",
+    "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"m1\",\"role\":\"assistant\","
+    "\"subagentRunId\":\"s2\"}]}",
     "[DONE]",
 };
 
@@ -2652,3 +2684,193 @@ Test(agui, cloudbase_error_codes)
         result_free(&r);
     }
 }
+
+/* ---- who opened an id ------------------------------------------------------------------------ */
+
+/* The frames below are written with ' for " (dq() turns them back). */
+#define START      "{'type':'RUN_STARTED','threadId':'t1','runId':'r1'}"
+#define FINISH     "{'type':'RUN_FINISHED','threadId':'t1','runId':'r1'}"
+#define M1_BY(who) "{'type':'TEXT_MESSAGE_START','messageId':'m1','role':'assistant'" who "}"
+#define M1_END     "{'type':'TEXT_MESSAGE_END','messageId':'m1'}"
+#define BY_A       ",'subagentRunId':'a'"
+#define BY_B       ",'subagentRunId':'b'"
+
+/* Streams the official client fails for an id used by another than its opener, each with the
+ * message of the gateway's INVALID_EVENT; and streams it accepts (NULL), the same ids used as it
+ * allows. Each runs with the fast paths on and off, which must agree. */
+static const struct {
+    const char *frames[10];
+    const char *error;
+} owner_cases[] = {
+    {{START, M1_BY(""), "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'" BY_B "}"},
+     "TEXT_MESSAGE_CONTENT for message 'm1' with 'subagentRunId' 'b': the agent itself (no "
+     "sub-agent run) opened it"},
+    {{START, M1_BY(BY_A), "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x'}",
+      "{'type':'TEXT_MESSAGE_END','messageId':'m1'" BY_B "}"},
+     "TEXT_MESSAGE_END for message 'm1' with 'subagentRunId' 'b': another sub-agent run opened it"},
+    {{START, M1_BY(BY_A), M1_END, M1_BY(BY_B)},
+     "TEXT_MESSAGE_START for message 'm1' with 'subagentRunId' 'b': another sub-agent run opened "
+     "it"},
+    /* a tool call belongs to the message that carries it */
+    {{START, M1_BY(""), M1_END,
+      "{'type':'TOOL_CALL_START','toolCallId':'c1','toolCallName':'f','parentMessageId':'m1'" BY_B
+      "}"},
+     "TOOL_CALL_START for tool call 'c1' with 'subagentRunId' 'b': the agent itself (no sub-agent "
+     "run) opened its parent message 'm1'"},
+    {{START, "{'type':'TOOL_CALL_START','toolCallId':'c1','toolCallName':'f'" BY_A "}",
+      "{'type':'TOOL_CALL_END','toolCallId':'c1'}", M1_BY(""), M1_END,
+      "{'type':'TOOL_CALL_START','toolCallId':'c1','toolCallName':'f','parentMessageId':'m1'}"},
+     "TOOL_CALL_START for tool call 'c1' under message 'm1': the two were opened by different "
+     "sub-agent runs (or the agent itself)"},
+    /* a tool call under a sub-agent's message is that sub-agent's */
+    {{START, M1_BY(BY_A), M1_END,
+      "{'type':'TOOL_CALL_START','toolCallId':'c1','toolCallName':'f','parentMessageId':'m1'}",
+      "{'type':'TOOL_CALL_ARGS','toolCallId':'c1','delta':'{'" BY_A "}",
+      "{'type':'TOOL_CALL_ARGS','toolCallId':'c1','delta':'}'" BY_B "}"},
+     "TOOL_CALL_ARGS for tool call 'c1' with 'subagentRunId' 'b': another sub-agent run opened it"},
+    /* the run's input names openers too (and its tool calls') */
+    {{"{'type':'RUN_STARTED','threadId':'t1','runId':'r1','input':{'threadId':'t1','runId':'r1',"
+      "'messages':[{'id':'m0','role':'assistant','subagentRunId':'a','toolCalls':[{'id':'c0',"
+      "'type':'function','function':{'name':'f','arguments':'{}'}}]}],'tools':[],'context':[],"
+      "'state':{},'forwardedProps':{}}}",
+      "{'type':'TEXT_MESSAGE_START','messageId':'m0','role':'assistant'}",
+      "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m0','delta':'x'" BY_A "}",
+      "{'type':'TEXT_MESSAGE_END','messageId':'m0'}",
+      "{'type':'TOOL_CALL_START','toolCallId':'c0','toolCallName':'f'" BY_B "}"},
+     "TOOL_CALL_START for tool call 'c0' with 'subagentRunId' 'b': another sub-agent run opened "
+     "it"},
+    /* a snapshot says who opened its messages, whoever did before */
+    {{START, M1_BY(BY_A), M1_END,
+      "{'type':'MESSAGES_SNAPSHOT','messages':[{'id':'m1','role':'assistant','content':'x'}]}",
+      M1_BY(BY_A)},
+     "TEXT_MESSAGE_START for message 'm1' with 'subagentRunId' 'a': the agent itself (no "
+     "sub-agent run) opened it"},
+    /* a tool result's message is whoever sent it; an encrypted value names a message */
+    {{START, "{'type':'TOOL_CALL_RESULT','messageId':'t1','toolCallId':'c1','content':'r'" BY_A "}",
+      "{'type':'REASONING_ENCRYPTED_VALUE','subtype':'message','entityId':'t1',"
+      "'encryptedValue':'e'" BY_B "}"},
+     "REASONING_ENCRYPTED_VALUE for message 't1' with 'subagentRunId' 'b': another sub-agent run "
+     "opened it"},
+    /* a snapshot that does not replace leaves the opener */
+    {{START,
+      "{'type':'ACTIVITY_SNAPSHOT','messageId':'v1','activityType':'p','content':{}" BY_A "}",
+      "{'type':'ACTIVITY_SNAPSHOT','messageId':'v1','activityType':'p','content':{},"
+      "'replace':false}",
+      "{'type':'ACTIVITY_DELTA','messageId':'v1','activityType':'p','patch':[]" BY_B "}"},
+     "ACTIVITY_DELTA for activity 'v1' with 'subagentRunId' 'b': another sub-agent run opened it"},
+    /* reasoning spans and reasoning messages share their ids */
+    {{START, "{'type':'REASONING_START','messageId':'x'" BY_A "}",
+      "{'type':'REASONING_MESSAGE_START','messageId':'x','role':'reasoning'" BY_B "}"},
+     "REASONING_MESSAGE_START for reasoning message 'x' with 'subagentRunId' 'b': another "
+     "sub-agent run opened it"},
+    /* what the client allows: no subagentRunId says nothing; the opener's own; a replaced one */
+    {{START, M1_BY(BY_A), "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x'}",
+      "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'y'" BY_A "}",
+      "{'type':'TEXT_MESSAGE_END','messageId':'m1'" BY_A "}",
+      "{'type':'TOOL_CALL_START','toolCallId':'c1','toolCallName':'f','parentMessageId':'m1'}",
+      "{'type':'TOOL_CALL_ARGS','toolCallId':'c1','delta':'{}'" BY_A "}",
+      "{'type':'TOOL_CALL_END','toolCallId':'c1'}",
+      "{'type':'TOOL_CALL_RESULT','messageId':'m1','toolCallId':'c1','content':'r'" BY_B "}",
+      FINISH},
+     NULL},
+    /* the fast paths record what the agent itself opens */
+    {{START, M1_BY(""), "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x'}", M1_END,
+      "{'type':'TOOL_CALL_START','toolCallId':'c1','toolCallName':'f','parentMessageId':'m1'}",
+      "{'type':'TOOL_CALL_END','toolCallId':'c1'}",
+      "{'type':'TOOL_CALL_RESULT','messageId':'t1','toolCallId':'c1','content':'r'}",
+      "{'type':'TEXT_MESSAGE_START','messageId':'t1','role':'assistant','subagentRunId':'s'}",
+      "{'type':'TEXT_MESSAGE_END','messageId':'t1'}", FINISH},
+     "TEXT_MESSAGE_START for message 't1' with 'subagentRunId' 's': the agent itself (no "
+     "sub-agent run) opened it"},
+};
+
+/* <s> with every ' made ", in a buffer of the caller's (<n> bytes). */
+static const char *dq(const char *s, char *buf, size_t n)
+{
+    size_t i = 0;
+
+    for (; s[i] != '\0' && i + 1 < n; i++)
+        buf[i] = s[i] == '\'' ? '"' : s[i];
+    cr_assert_eq(s[i], '\0', "a frame too long for its buffer");
+    buf[i] = '\0';
+    return buf;
+}
+
+Test(agui, an_id_is_used_only_by_its_opener)
+{
+    static char bufs[AGW_ARRAY_LEN(owner_cases[0].frames) + 1][512];
+
+    for (size_t c = 0; c < AGW_ARRAY_LEN(owner_cases); c++) {
+        const char *frames[AGW_ARRAY_LEN(owner_cases[0].frames)];
+        size_t n = 0;
+        int rcs[2][AGW_ARRAY_LEN(owner_cases[0].frames)];
+        uint64_t events[2];
+        char outcome[2][128];
+        char *text[2];
+
+        for (; n < AGW_ARRAY_LEN(frames) && owner_cases[c].frames[n] != NULL; n++)
+            frames[n] = dq(owner_cases[c].frames[n], bufs[n], sizeof(bufs[n]));
+        for (int on = 0; on < 2; on++)
+            text[on] = run_with_fast(frames, n, on, 0, rcs[on], &events[on], outcome[on],
+                                     sizeof(outcome[on]));
+        cr_assert_str_eq(text[0], text[1], "case %zu: fast paths and full path differ", c);
+        cr_assert_str_eq(outcome[0], outcome[1]);
+        json_t *evs = parse_stream(text[1]);
+        json_t *last = json_array_get(evs, json_array_size(evs) - 1);
+        const char *why = verify_stream(evs);
+        cr_assert_null(why, "case %zu: %s\n%s", c, why, text[1]);
+        if (owner_cases[c].error == NULL) {
+            cr_assert_str_eq(outcome[1], "RUN_FINISHED", "case %zu:\n%s", c, text[1]);
+        } else {
+            const char *want = dq(owner_cases[c].error, bufs[n], sizeof(bufs[n]));
+            cr_assert_str_eq(outcome[1], "RUN_ERROR:INVALID_EVENT", "case %zu", c);
+            cr_assert_str_eq(json_string_value(json_object_get(last, "message")), want, "case %zu",
+                             c);
+            /* and the model finds the stream it was given wrong */
+            json_t *given = json_array();
+            for (size_t i = 0; i < n; i++)
+                json_array_append_new(given, json_loads(frames[i], 0, NULL));
+            json_array_append_new(given, json_loads(dq(FINISH, bufs[n], sizeof(bufs[n])), 0, NULL));
+            cr_assert_not_null(verify_stream(given), "case %zu: the model takes it", c);
+            json_decref(given);
+        }
+        json_decref(evs);
+        free(text[0]);
+        free(text[1]);
+    }
+}
+
+/* A run that opens more ids than its table holds relays them all; the table's memory is bounded. */
+Test(agui, a_run_with_many_ids_keeps_a_bounded_table)
+{
+    struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    struct evbuffer *out = evbuffer_new();
+    char frame[160];
+    int rc = 0;
+
+    for (int i = 0; i < 20000 && rc == 0; i++) {
+        snprintf(frame, sizeof(frame),
+                 "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c%d\",\"toolCallName\":\"f\"}", i);
+        rc = agw_agui_feed(a, frame, strlen(frame), SINK(out));
+        snprintf(frame, sizeof(frame), "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c%d\"}", i);
+        rc = rc || agw_agui_feed(a, frame, strlen(frame), SINK(out));
+    }
+    cr_assert_eq(rc, 0);
+    /* a sub-agent naming an id the table holds is refused; one it could not hold, relayed */
+    static const char late[] = "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c19999\","
+                               "\"toolCallName\":\"f\",\"subagentRunId\":\"s\"}";
+    static const char early[] = "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c7\","
+                                "\"toolCallName\":\"f\",\"subagentRunId\":\"s\"}";
+    cr_assert_eq(agw_agui_feed(a, late, strlen(late), SINK(out)), 0);
+    cr_assert_eq(agw_agui_feed(a, early, strlen(early), SINK(out)), 1);
+    cr_assert_str_eq(agw_agui_outcome(a), "RUN_ERROR:INVALID_EVENT");
+    evbuffer_free(out);
+    agw_agui_free(a);
+}
+
+#undef START
+#undef FINISH
+#undef M1_BY
+#undef M1_END
+#undef BY_A
+#undef BY_B
