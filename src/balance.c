@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <string.h>
 
 #include "agw/balance.h"
 #include "agw/limits.h"
@@ -42,4 +43,52 @@ void agw_balance_order(enum agw_balance mode, const char *const *keys, size_t n,
             order[j - 1] = to;
         }
     }
+}
+
+bool agw_health_failed(struct agw_health *h, uint64_t now_ms, unsigned max_fails,
+                       uint32_t fail_timeout_ms)
+{
+    bool was_down = agw_health_down(h, now_ms);
+    unsigned fails = h->fails;
+
+    if (max_fails == 0)
+        return false;
+    if (fails == 0 || now_ms - h->since_ms >= fail_timeout_ms) { /* a new window */
+        fails = 0;
+        h->since_ms = now_ms;
+    }
+    if (++fails < max_fails) {
+        __atomic_store_n(&h->fails, fails, __ATOMIC_RELAXED);
+        return false;
+    }
+    __atomic_store_n(&h->fails, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->down_until_ms, now_ms + fail_timeout_ms, __ATOMIC_RELAXED);
+    return !was_down;
+}
+
+bool agw_health_succeeded(struct agw_health *h)
+{
+    bool was_marked = h->down_until_ms != 0;
+
+    __atomic_store_n(&h->down_until_ms, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->fails, 0, __ATOMIC_RELAXED);
+    return was_marked;
+}
+
+void agw_balance_skip_down(size_t *order, size_t n, const struct agw_health *health,
+                           uint64_t now_ms)
+{
+    size_t up[AGW_MAX_UPSTREAMS], down[AGW_MAX_UPSTREAMS], nu = 0, nd = 0;
+
+    assert(n <= AGW_MAX_UPSTREAMS);
+    for (size_t i = 0; i < n; i++) {
+        if (agw_health_down(&health[order[i]], now_ms))
+            down[nd++] = order[i];
+        else
+            up[nu++] = order[i];
+    }
+    if (nd == 0 || nu == 0)
+        return;
+    memcpy(order, up, nu * sizeof(*order));
+    memcpy(order + nu, down, nd * sizeof(*order));
 }

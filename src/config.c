@@ -156,6 +156,22 @@ static int get_enum(struct ctx *c, const char *path, json_t *v, const char *cons
                                   : "(not a string)");
 }
 
+/* A duration at <x>: integer milliseconds, or a string like "5s" (agw_parse_duration()). */
+static int get_duration(struct ctx *c, const char *path, const json_t *x, uint32_t *ms)
+{
+    char ex[80];
+
+    if (json_is_integer(x) && json_integer_value(x) >= 0 && json_integer_value(x) <= UINT32_MAX) {
+        *ms = (uint32_t)json_integer_value(x);
+        return 0;
+    }
+    if (json_is_string(x) && agw_parse_duration(json_string_value(x), ms) == 0)
+        return 0;
+    return fail(c, path, "expects a duration like \"5s\" or \"500ms\", got '%s'",
+                json_is_string(x) ? excerpt(json_string_value(x), ex, sizeof(ex))
+                                  : "(not a string)");
+}
+
 static int get_uint(struct ctx *c, const char *path, json_t *v, long long min, long long max,
                     unsigned *out)
 {
@@ -577,9 +593,18 @@ static int expand_env(struct ctx *c, const char *path, const char *in, char **ou
 static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *v,
                        struct agw_agent_config *a)
 {
-    static const char *const keys[] = {
-        "upstreams",        "protocol",        "balance", "retries",   "on_client_disconnect",
-        "upstream_headers", "forward_headers", "ca_file", "decisions", NULL};
+    static const char *const keys[] = {"upstreams",
+                                       "protocol",
+                                       "balance",
+                                       "retries",
+                                       "on_client_disconnect",
+                                       "upstream_headers",
+                                       "forward_headers",
+                                       "ca_file",
+                                       "decisions",
+                                       "max_fails",
+                                       "fail_timeout",
+                                       NULL};
     static const char *const decision_keys[] = {"forward", NULL};
     static const char *const forwards[] = {"auto", "never", "live", NULL};
     static const char *const protocols[] = {"ag-ui", "ag-kit", NULL};
@@ -592,6 +617,8 @@ static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *
 
     a->id = agw_xstrdup(id);
     a->retries = 1;
+    a->max_fails = 1;
+    a->fail_timeout_ms = 10000;
     if (want_object(c, path, v) || check_keys(c, path, v, keys))
         return -AGW_EINVAL;
     join(p, sizeof(p), path, "upstreams");
@@ -659,6 +686,20 @@ static int parse_agent(struct ctx *c, const char *path, const char *id, json_t *
         join(p, sizeof(p), path, "retries");
         if (get_uint(c, p, x, 0, 10, &a->retries))
             return -AGW_EINVAL;
+    }
+    if ((x = json_object_get(v, "max_fails")) != NULL) {
+        join(p, sizeof(p), path, "max_fails");
+        if (get_uint(c, p, x, 0, 1000, &a->max_fails))
+            return -AGW_EINVAL;
+    }
+    if ((x = json_object_get(v, "fail_timeout")) != NULL) {
+        uint32_t ms;
+        join(p, sizeof(p), path, "fail_timeout");
+        if (get_duration(c, p, x, &ms))
+            return -AGW_EINVAL;
+        if (ms == 0 || ms > 3600000)
+            return fail(c, p, "must be from 1ms to 1h");
+        a->fail_timeout_ms = ms;
     }
     if ((x = json_object_get(v, "upstream_headers")) != NULL) {
         const char *name;
@@ -1093,7 +1134,7 @@ static int parse_timeouts(struct ctx *c, json_t *v, struct agw_timeouts *t)
     };
     static const char *const keys[] = {"connect",   "first_byte", "idle",    "run",
                                        "heartbeat", "drain",      "request", NULL};
-    char p[256], ex[80];
+    char p[256];
     json_t *x;
 
     if (v == NULL)
@@ -1105,14 +1146,8 @@ static int parse_timeouts(struct ctx *c, json_t *v, struct agw_timeouts *t)
         if ((x = json_object_get(v, durations[i].name)) == NULL)
             continue;
         join(p, sizeof(p), "timeouts", durations[i].name);
-        if (json_is_integer(x) && json_integer_value(x) >= 0 &&
-            json_integer_value(x) <= UINT32_MAX) {
-            ms = (uint32_t)json_integer_value(x);
-        } else if (!json_is_string(x) || agw_parse_duration(json_string_value(x), &ms) != 0) {
-            return fail(c, p, "expects a duration like \"5s\" or \"500ms\", got '%s'",
-                        json_is_string(x) ? excerpt(json_string_value(x), ex, sizeof(ex))
-                                          : "(not a string)");
-        }
+        if (get_duration(c, p, x, &ms))
+            return -AGW_EINVAL;
         if (ms == 0 && !durations[i].zero_ok)
             return fail(c, p, "must be greater than 0");
         *(uint32_t *)(void *)((char *)t + durations[i].offset) = ms;

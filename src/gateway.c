@@ -6,6 +6,7 @@
 
 #include <assert.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -222,6 +223,36 @@ void agw_gw_run_ended(void *arg, const struct agw_relay_summary *s)
     free(rc);
 }
 
+/* Passive health: what became of a run's attempt on a backend (agw_relay_backend_fn). */
+static void run_backend_outcome(void *arg, size_t attempt, bool answered)
+{
+    struct run_ctx *rc = arg;
+    const struct agw_agent_config *a = rc->art->cfg;
+    size_t i = rc->order[attempt];
+    struct agw_health *h = &rc->art->health[i];
+    pthread_mutex_t *lock = &rc->wc->gc->health_lock;
+    bool changed;
+
+    if (answered && agw_health_clean(h))
+        return; /* (nearly every run: nothing to write, no lock) */
+    pthread_mutex_lock(lock);
+    changed = answered
+                  ? agw_health_succeeded(h)
+                  : agw_health_failed(h, agw_now_ms_coarse(), a->max_fails, a->fail_timeout_ms);
+    pthread_mutex_unlock(lock);
+    if (!changed)
+        return;
+    if (answered) {
+        agw_log_info("agent %s: backend %s answers again", a->id, a->upstreams[i].authority);
+        return;
+    }
+    agw_log_warn("agent %s: backend %s marked down for %" PRIu32
+                 " ms (%u failure%s before the first byte); other backends are tried first",
+                 a->id, a->upstreams[i].authority, a->fail_timeout_ms, a->max_fails,
+                 a->max_fails == 1 ? "" : "s");
+    agw_metrics_add(rc->w->metrics, AGW_C_BACKENDS_MARKED_DOWN, 1);
+}
+
 static bool traceparent_ok(const char *v)
 {
     /* version "00" - 32 hex trace id - 16 hex parent id - 2 hex flags */
@@ -416,13 +447,12 @@ static void start_run(struct agw_worker *w, struct agw_req *req,
     }
     art = &w->wc->agents[agent - cfg->agents];
     struct agw_upstream_pool *order[AGW_MAX_UPSTREAMS];
-    {
-        size_t idx[AGW_MAX_UPSTREAMS];
-        agw_balance_order(agent->balance, art->keys, agent->n_upstreams, in.thread_id, &art->rr,
-                          idx);
-        for (size_t i = 0; i < agent->n_upstreams; i++)
-            order[i] = art->pools[idx[i]];
-    }
+    size_t idx[AGW_MAX_UPSTREAMS];
+    agw_balance_order(agent->balance, art->keys, agent->n_upstreams, in.thread_id, &art->rr, idx);
+    /* (a backend marked down comes after the others: tried only if they fail) */
+    agw_balance_skip_down(idx, agent->n_upstreams, art->health, agw_now_ms_coarse());
+    for (size_t i = 0; i < agent->n_upstreams; i++)
+        order[i] = art->pools[idx[i]];
 
     /* The legacy backend's request (doc/dialects.md); the thread's history keeps the client's. */
     char *upstream_body = NULL;
@@ -444,6 +474,9 @@ static void start_run(struct agw_worker *w, struct agw_req *req,
     rc->rl = slot;
     agw_gw_req_info_copy(w, &rc->ri, req);
     rc->key_id = key != NULL ? key->id : NULL;
+    rc->art = art;
+    for (size_t i = 0; i < agent->n_upstreams; i++)
+        rc->order[i] = (uint8_t)idx[i];
     struct agw_relay_params p = {
         .req = req,
         .agent_id = agent->id,
@@ -466,6 +499,7 @@ static void start_run(struct agw_worker *w, struct agw_req *req,
         .legacy_client = legacy_client,
         .store = w->gw->store,
         .on_end = agw_gw_run_ended,
+        .on_backend = run_backend_outcome,
         .arg = rc,
     };
     agw_metrics_add(w->metrics, AGW_C_RUNS_STARTED, 1);
@@ -1010,6 +1044,10 @@ static void gconf_unref(struct gconf *gc)
         SSL_CTX_free(gc->agent_tls[i]);
     free(gc->listener_tls);
     free(gc->agent_tls);
+    for (size_t i = 0; gc->health != NULL && i < gc->cfg->n_agents; i++)
+        free(gc->health[i]);
+    free(gc->health);
+    pthread_mutex_destroy(&gc->health_lock);
     agw_config_free(gc->cfg);
     free(gc);
 }
@@ -1026,6 +1064,10 @@ static struct gconf *gconf_new(struct agw_config *cfg, unsigned generation, char
     gc->generation = generation;
     gc->listener_tls = agw_xcalloc(cfg->n_listeners, sizeof(*gc->listener_tls));
     gc->agent_tls = agw_xcalloc(cfg->n_agents, sizeof(*gc->agent_tls));
+    gc->health = agw_xcalloc(cfg->n_agents, sizeof(*gc->health));
+    for (size_t i = 0; i < cfg->n_agents; i++)
+        gc->health[i] = agw_xcalloc(cfg->agents[i].n_upstreams, sizeof(**gc->health));
+    pthread_mutex_init(&gc->health_lock, NULL);
     for (size_t i = 0; i < cfg->n_listeners; i++) {
         char path[64];
         if (cfg->listeners[i].tls.cert == NULL)
@@ -1103,6 +1145,7 @@ static struct wconf *wconf_new(struct agw_worker *w, struct gconf *gc)
         art->cfg = a;
         art->pools = agw_xcalloc(a->n_upstreams, sizeof(*art->pools));
         art->keys = agw_xcalloc(a->n_upstreams, sizeof(*art->keys));
+        art->health = gc->health[i];
         po.tls = gc->agent_tls[i]; /* each pool takes its own reference */
         po.fixed_headers = fixed;  /* and its own copy */
         for (size_t j = 0; j < a->n_upstreams; j++) {

@@ -9,6 +9,7 @@
 #include <openssl/ssl.h>
 
 #include "agw/auth.h"
+#include "agw/balance.h"
 #include "agw/config.h"
 #include "agw/gateway.h"
 #include "agw/http_server.h"
@@ -28,11 +29,12 @@ struct event_base;
 struct evdns_base;
 struct event;
 
-/* Per-agent runtime state of one loop: its backends' pools and the round-robin cursor. */
+/* Per-agent runtime state of one loop: its backends' pools and health, the round-robin cursor. */
 struct agent_rt {
     const struct agw_agent_config *cfg;
     struct agw_upstream_pool **pools;
-    const char **keys; /* the backends' URLs, for balancing (borrowed from cfg) */
+    struct agw_health *health; /* per backend: gc->health[agent] (shared by the loops) */
+    const char **keys;         /* the backends' URLs, for balancing (borrowed from cfg) */
     size_t rr;
 };
 
@@ -44,7 +46,11 @@ struct gconf {
     struct agw_config *cfg; /* owned */
     SSL_CTX **listener_tls; /* per cfg->listeners[i]: its server context, or NULL without TLS */
     SSL_CTX **agent_tls;    /* per cfg->agents[i]: the client context for https backends, or NULL */
-    unsigned generation;    /* 1 at start, +1 per reload */
+    /* per cfg->agents[i], per backend: passive health as every loop sees it (balance.h); changed
+     * under <health_lock> (failures, and the first success after them: rare) */
+    struct agw_health **health;
+    pthread_mutex_t health_lock;
+    unsigned generation; /* 1 at start, +1 per reload */
 };
 
 /* A configuration as one loop uses it: the shared gconf and this loop's upstream pools for its
@@ -164,7 +170,9 @@ bool agw_gw_authorize(struct agw_worker *w, struct agw_req *req, const char *age
  * then frees this. */
 struct run_ctx {
     struct agw_worker *w;
-    struct wconf *wc; /* held: the configuration the run started with */
+    struct wconf *wc;                 /* held: the configuration the run started with */
+    struct agent_rt *art;             /* its agent's, in <wc> */
+    uint8_t order[AGW_MAX_UPSTREAMS]; /* the backends in the order tried: indices into art's */
     struct req_info ri;
     const char *key_id;      /* borrowed from wc's config */
     struct agw_rl_entry *rl; /* the rate limits' slot it took, or NULL */

@@ -81,6 +81,9 @@ static const struct {
     [AGW_C_RELOADS] = {"agw_config_reloads_total", "Configurations taken into service on SIGHUP."},
     [AGW_C_RELOADS_REFUSED] = {"agw_config_reloads_refused_total",
                                "Configurations refused on SIGHUP (the one in force stayed)."},
+    [AGW_C_BACKENDS_MARKED_DOWN] = {"agw_upstream_marked_down_total",
+                                    "Backends marked down by passive health (tried after the "
+                                    "others for their agent's fail_timeout)."},
 };
 
 struct agw_metrics *agw_metrics_new(void)

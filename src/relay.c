@@ -133,6 +133,7 @@ struct agw_relay {
     bool legacy_client; /* AG-UI events are written as legacy AG-Kit ones (doc/dialects.md) */
     bool defer_head;    /* a decision's stream: DEFERRED before STREAMING */
     agw_relay_end_fn *on_end;
+    agw_relay_backend_fn *on_backend;
     void *arg;
     /* accounting */
     uint64_t start_ms;
@@ -601,6 +602,12 @@ static bool retry(struct agw_relay *r)
     return true;
 }
 
+static void backend_outcome(struct agw_relay *r, bool answered)
+{
+    if (r->on_backend != NULL)
+        r->on_backend(r->arg, r->attempt, answered);
+}
+
 static const char *current_authority(const struct agw_relay *r)
 {
     return agw_upstream_pool_url(r->backends[r->attempt])->authority;
@@ -620,6 +627,7 @@ static void up_on_head(void *arg, const struct agw_http1_response *resp)
     enter(r);
     if (!before_head(r))
         goto out;
+    backend_outcome(r, resp->status < 500);
     if (resp->status >= 500 && retry(r))
         goto out;
     if (resp->status < 200 || resp->status > 299) {
@@ -812,6 +820,7 @@ static void up_on_error(void *arg, enum agw_up_failure kind, const char *detail)
     if (before_head(r)) {
         bool timeout = kind == AGW_UP_FIRST_BYTE_TIMEOUT;
 
+        backend_outcome(r, false);
         if (kind != AGW_UP_PROTOCOL && retry(r))
             goto out;
         snprintf(msg, sizeof(msg), "%s: %s", timeout ? "gateway timeout" : "bad gateway", detail);
@@ -985,6 +994,7 @@ static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_r
     r->stream_buffer_bytes = p->stream_buffer_bytes;
     r->heartbeat_ms = p->heartbeat_ms;
     r->on_end = p->on_end;
+    r->on_backend = p->on_backend;
     r->connect_us = r->first_byte_us = AGW_UP_NOT_MEASURED;
     r->arg = p->arg;
     r->runs = p->runs;

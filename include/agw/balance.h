@@ -22,4 +22,40 @@ void agw_balance_order(enum agw_balance mode, const char *const *keys, size_t n,
 /* The rendezvous weight of (<thread_id>, <key>): a 64-bit hash, for tests and tools. */
 uint64_t agw_balance_weight(const char *thread_id, const char *key);
 
+/* Passive health of one backend: <max_fails> failures before the first byte within <fail_timeout>
+ * of the first of them mark it down for <fail_timeout>; a run that gets its answer brings it back
+ * at once. Zeroed: up, no failure. Shared by the event loops: agw_health_down() and
+ * agw_health_clean() read it from any thread at any time; agw_health_failed() and
+ * agw_health_succeeded() change it, one caller at a time (the caller's lock). */
+struct agw_health {
+    uint64_t down_until_ms; /* 0: not marked (up); read atomically */
+    unsigned fails;         /* failures counted since <since_ms>; read atomically */
+    uint64_t since_ms;
+};
+
+static inline bool agw_health_down(const struct agw_health *h, uint64_t now_ms)
+{
+    return __atomic_load_n(&h->down_until_ms, __ATOMIC_RELAXED) > now_ms;
+}
+
+/* Neither marked nor failing: a success has nothing to change (no need to take the lock). */
+static inline bool agw_health_clean(const struct agw_health *h)
+{
+    return __atomic_load_n(&h->down_until_ms, __ATOMIC_RELAXED) == 0 &&
+           __atomic_load_n(&h->fails, __ATOMIC_RELAXED) == 0;
+}
+
+/* A failure at <now_ms>. True when it marks the backend down (it was not down). <max_fails> 0:
+ * never marked. */
+bool agw_health_failed(struct agw_health *h, uint64_t now_ms, unsigned max_fails,
+                       uint32_t fail_timeout_ms);
+
+/* The backend answered. True when it had been marked down (it is back). */
+bool agw_health_succeeded(struct agw_health *h);
+
+/* Moves the backends of <order> (<n> indices into <health>) that are down at <now_ms> after the
+ * others, each group in its order; when all are down, the order stays (they are all tried). */
+void agw_balance_skip_down(size_t *order, size_t n, const struct agw_health *health,
+                           uint64_t now_ms);
+
 #endif

@@ -104,6 +104,10 @@ struct agw_agent_config {
     enum agw_protocol protocol;
     enum agw_balance balance;
     unsigned retries; /* extra attempts on other backends before the first byte (default 1) */
+    /* Passive health: a backend that fails <max_fails> times (default 1; 0: never marked) within
+     * <fail_timeout_ms> (default 10 s) is tried after the others for that long. */
+    unsigned max_fails;
+    uint32_t fail_timeout_ms;
     enum agw_on_disconnect on_client_disconnect;
     struct agw_header *upstream_headers; /* sent to the upstream on every request */
     size_t n_upstream_headers;

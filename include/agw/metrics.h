@@ -14,17 +14,18 @@ struct agw_metrics;
 
 /* Plain counters (in the exposition's order). */
 enum agw_counter {
-    AGW_C_RUNS_STARTED = 0,    /* agw_runs_started_total */
-    AGW_C_EVENTS,              /* agw_events_relayed_total */
-    AGW_C_BYTES,               /* agw_bytes_relayed_total */
-    AGW_C_AUTH_FAILURES,       /* agw_auth_failures_total */
-    AGW_C_DECISIONS_FORWARDED, /* agw_decisions_forwarded_total */
-    AGW_C_DECISION_FAILURES,   /* agw_decision_failures_total */
-    AGW_C_DECISIONS_REJECTED,  /* agw_decisions_rejected_total */
-    AGW_C_DECISIONS_STREAMED,  /* agw_decisions_streamed_total */
-    AGW_C_RUNS_CANCELLED,      /* agw_runs_cancelled_total */
-    AGW_C_RELOADS,             /* agw_config_reloads_total */
-    AGW_C_RELOADS_REFUSED,     /* agw_config_reloads_refused_total */
+    AGW_C_RUNS_STARTED = 0,     /* agw_runs_started_total */
+    AGW_C_EVENTS,               /* agw_events_relayed_total */
+    AGW_C_BYTES,                /* agw_bytes_relayed_total */
+    AGW_C_AUTH_FAILURES,        /* agw_auth_failures_total */
+    AGW_C_DECISIONS_FORWARDED,  /* agw_decisions_forwarded_total */
+    AGW_C_DECISION_FAILURES,    /* agw_decision_failures_total */
+    AGW_C_DECISIONS_REJECTED,   /* agw_decisions_rejected_total */
+    AGW_C_DECISIONS_STREAMED,   /* agw_decisions_streamed_total */
+    AGW_C_RUNS_CANCELLED,       /* agw_runs_cancelled_total */
+    AGW_C_RELOADS,              /* agw_config_reloads_total */
+    AGW_C_RELOADS_REFUSED,      /* agw_config_reloads_refused_total */
+    AGW_C_BACKENDS_MARKED_DOWN, /* agw_upstream_marked_down_total */
     AGW_N_COUNTERS
 };
 

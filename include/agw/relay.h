@@ -47,6 +47,9 @@ struct agw_relay_summary {
 };
 
 typedef void agw_relay_end_fn(void *arg, const struct agw_relay_summary *s);
+/* What became of an attempt on backends[<attempt>]: <answered> (a head under 500), or not (it
+ * could not be reached, did not answer in time, answered 5xx or a head that cannot be read). */
+typedef void agw_relay_backend_fn(void *arg, size_t attempt, bool answered);
 
 struct agw_relay_params {
     struct agw_req *req;
@@ -72,6 +75,7 @@ struct agw_relay_params {
      * end; NULL = none */
     struct agw_store *store;
     agw_relay_end_fn *on_end;
+    agw_relay_backend_fn *on_backend; /* or NULL */
     void *arg;
 };
 

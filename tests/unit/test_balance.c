@@ -122,3 +122,81 @@ Test(balance, round_robin_rotates)
     agw_balance_order(AGW_BALANCE_ROUND_ROBIN, URLS, 1, "x", &rr, order);
     cr_assert_eq(order[0], 0);
 }
+
+/* ---- passive health ----------------------------------------------------------------------------
+ */
+
+Test(balance, one_failure_marks_a_backend_down_for_fail_timeout)
+{
+    struct agw_health h = {0};
+
+    cr_assert(!agw_health_down(&h, 1000));
+    cr_assert(agw_health_failed(&h, 1000, 1, 10000), "marked at the first failure");
+    cr_assert(agw_health_down(&h, 1000));
+    cr_assert(agw_health_down(&h, 10999));
+    cr_assert(!agw_health_down(&h, 11000), "up again once fail_timeout passed");
+    cr_assert(!agw_health_failed(&h, 5000, 1, 10000), "a failure while down marks nothing new");
+    cr_assert(agw_health_down(&h, 14999), "… but keeps it down from then on");
+    cr_assert(!agw_health_clean(&h));
+    cr_assert(agw_health_succeeded(&h), "an answer brings it back, and says so");
+    cr_assert(!agw_health_down(&h, 5000));
+    cr_assert(agw_health_clean(&h));
+    cr_assert(!agw_health_succeeded(&h), "said once");
+}
+
+Test(balance, max_fails_counts_failures_within_fail_timeout)
+{
+    struct agw_health h = {0};
+
+    cr_assert(!agw_health_failed(&h, 0, 3, 1000));
+    cr_assert(!agw_health_failed(&h, 500, 3, 1000));
+    cr_assert(!agw_health_failed(&h, 1000, 3, 1000), "the window began at 0: this one starts anew");
+    cr_assert(!agw_health_failed(&h, 1500, 3, 1000));
+    cr_assert(!agw_health_down(&h, 1500));
+    cr_assert(agw_health_failed(&h, 1999, 3, 1000), "three within fail_timeout");
+    cr_assert(agw_health_down(&h, 2998));
+    cr_assert(!agw_health_down(&h, 2999));
+
+    struct agw_health g = {0};
+    cr_assert(!agw_health_failed(&g, 0, 2, 1000));
+    cr_assert(!agw_health_clean(&g), "failing, not yet down");
+    cr_assert(!agw_health_succeeded(&g), "an answer clears the count (it was not down)");
+    cr_assert(agw_health_clean(&g));
+    cr_assert(!agw_health_failed(&g, 10, 2, 1000), "counted from one again");
+}
+
+Test(balance, max_fails_zero_never_marks)
+{
+    struct agw_health h = {0};
+
+    for (int i = 0; i < 100; i++)
+        cr_assert(!agw_health_failed(&h, (uint64_t)i, 0, 1000));
+    cr_assert(!agw_health_down(&h, 50));
+    cr_assert(agw_health_clean(&h));
+}
+
+Test(balance, backends_down_come_after_the_others_in_their_order)
+{
+    struct agw_health h[5] = {{0}};
+    size_t order[5] = {3, 1, 4, 0, 2};
+
+    agw_health_failed(&h[1], 100, 1, 1000);
+    agw_health_failed(&h[0], 100, 1, 1000);
+    agw_balance_skip_down(order, 5, h, 500);
+    size_t want[5] = {3, 4, 2, 1, 0};
+    for (size_t i = 0; i < 5; i++)
+        cr_assert_eq(order[i], want[i], "position %zu", i);
+
+    size_t again[5] = {3, 1, 4, 0, 2};
+    agw_balance_skip_down(again, 5, h, 1100); /* both up again */
+    size_t same[5] = {3, 1, 4, 0, 2};
+    for (size_t i = 0; i < 5; i++)
+        cr_assert_eq(again[i], same[i]);
+
+    struct agw_health all[2] = {{0}};
+    size_t two[2] = {1, 0};
+    agw_health_failed(&all[0], 0, 1, 1000);
+    agw_health_failed(&all[1], 0, 1, 1000);
+    agw_balance_skip_down(two, 2, all, 10);
+    cr_assert(two[0] == 1 && two[1] == 0, "all down: the order stays, and all are tried");
+}

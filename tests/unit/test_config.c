@@ -68,6 +68,8 @@ Test(config, minimal_and_defaults)
     cr_assert_eq(a->protocol, AGW_PROTO_AGUI);
     cr_assert_eq(a->balance, AGW_BALANCE_THREAD_AFFINITY);
     cr_assert_eq(a->retries, 1);
+    cr_assert_eq(a->max_fails, 1);
+    cr_assert_eq(a->fail_timeout_ms, 10000);
     cr_assert_eq(a->on_client_disconnect, AGW_DISCONNECT_CANCEL);
     cr_assert_eq(a->n_upstreams, 1);
     cr_assert_str_eq(a->upstreams[0].host, "127.0.0.1");
@@ -96,6 +98,7 @@ Test(config, full)
              "\"agents\":{\"z\":{\"upstreams\":\"https://backend.example:8443/"
              "run?x=1\",\"protocol\":\"ag-kit\","
              "\"balance\":\"round_robin\",\"retries\":3,\"on_client_disconnect\":\"detach\","
+             "\"max_fails\":0,\"fail_timeout\":\"1m\","
              "\"upstream_headers\":{\"X-Api-Key\":\"k1\",\"X-Auth\":\"Bearer ${AGW_TEST_SECRET}\"},"
              "\"forward_headers\":[\"X-Tenant\"]},"
              "\"a\":{\"upstreams\":[\"http://[::1]:9001/a\",\"http://h2\"]}},"
@@ -126,6 +129,8 @@ Test(config, full)
     cr_assert_eq(z->protocol, AGW_PROTO_AGKIT);
     cr_assert_eq(z->balance, AGW_BALANCE_ROUND_ROBIN);
     cr_assert_eq(z->retries, 3);
+    cr_assert_eq(z->max_fails, 0);
+    cr_assert_eq(z->fail_timeout_ms, 60000);
     cr_assert_eq(z->on_client_disconnect, AGW_DISCONNECT_DETACH);
     cr_assert_eq(z->n_upstream_headers, 2);
     cr_assert_str_eq(z->upstream_headers[1].value, "Bearer backend-secret", "${ENV} expanded");
@@ -230,6 +235,14 @@ Test(config, errors_name_the_key_path)
                  "timeouts.connect: expects a duration like \"5s\" or \"500ms\", got 'abc'");
     expect_error("{" BASE "," AGENT ",\"timeouts\":{\"connect\":0}}",
                  "timeouts.connect: must be greater than 0");
+    expect_error("{" BASE ",\"agents\":{\"a\":{\"upstreams\":[\"http://h/\"],\"max_fails\":-1}}}",
+                 "agents.a.max_fails: expects an integer 0..1000");
+    expect_error("{" BASE ",\"agents\":{\"a\":{\"upstreams\":[\"http://h/\"],\"fail_timeout\":"
+                 "\"soon\"}}}",
+                 "agents.a.fail_timeout: expects a duration like \"5s\" or \"500ms\", got 'soon'");
+    expect_error("{" BASE ",\"agents\":{\"a\":{\"upstreams\":[\"http://h/\"],\"fail_timeout\":"
+                 "\"2h\"}}}",
+                 "agents.a.fail_timeout: must be from 1ms to 1h");
     expect_error("{" BASE "," AGENT ",\"limits\":{\"max_body_bytes\":\"lots\"}}",
                  "limits.max_body_bytes: expects a size");
     expect_error("{" BASE "," AGENT ",\"limits\":{\"upstream_idle_connections\":-1}}",
