@@ -1214,12 +1214,30 @@ static void reaper_cb(evutil_socket_t fd, short what, void *arg)
     reap(arg);
 }
 
-static struct agw_server_options server_options(const struct agw_config *cfg)
+static void add_line(const char *name, const char *value, void *arg)
+{
+    evbuffer_add_printf(arg, "%s: %s\r\n", name, value);
+}
+
+/* agw_server_options.refusal_fields: the HTTP edge's refusals (400, 413, …) carry the CORS fields
+ * an allowed origin gets on any other answer, so that a page can read them. */
+static void refusal_cors(void *arg, const char *origin, struct evbuffer *out)
+{
+    struct agw_worker *w = arg;
+    const struct agw_cors_config *cors = &w->wc->cfg->cors;
+
+    if (agw_cors_check_origin(cors, origin) == AGW_CORS_ALLOWED)
+        agw_cors_headers(cors, origin, false, add_line, out);
+}
+
+static struct agw_server_options server_options(const struct agw_config *cfg, struct agw_worker *w)
 {
     return (struct agw_server_options){.max_body_bytes = cfg->limits.max_body_bytes,
                                        .max_head_bytes = cfg->limits.max_request_header_bytes,
                                        .max_header_fields = cfg->limits.max_request_header_fields,
-                                       .request_ms = cfg->timeouts.request_ms};
+                                       .request_ms = cfg->timeouts.request_ms,
+                                       .refusal_fields = refusal_cors,
+                                       .refusal_arg = w};
 }
 
 struct swap {
@@ -1235,7 +1253,7 @@ static void swap_cb(void *arg)
     struct agw_worker *w = sw->w;
     struct agw_gateway *gw = w->gw;
     const struct agw_config *cfg = sw->gc->cfg;
-    struct agw_server_options so = server_options(cfg);
+    struct agw_server_options so = server_options(cfg, w);
     struct wconf *old = w->wc;
 
     w->wc = wconf_new(w, sw->gc);
@@ -1485,7 +1503,7 @@ static void start_lag_probe(struct agw_worker *w)
  * listeners come later, from agw_gateway_new). */
 static int worker_init(struct agw_worker *w, struct gconf *gc, char *err, size_t errlen)
 {
-    struct agw_server_options so = server_options(gc->cfg);
+    struct agw_server_options so = server_options(gc->cfg, w);
 
     w->lag_sched_fd = -1;
     w->base = agw_loop_new();

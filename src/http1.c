@@ -765,6 +765,7 @@ static int parse_request_line(struct agw_http1_parser *p, struct agw_http1_reque
 
 /* What the field lines said. */
 struct request_fields {
+    const char *head; /* the head's first byte */
     unsigned host, authorization, content_length;
     bool chunked;
 };
@@ -851,6 +852,9 @@ static int request_field(struct agw_http1_parser *p, struct agw_http1_request *r
         for (s = v; next_element(&s, ve, &e, &elen);)
             if (agw_strieq_n(e, elen, "close"))
                 req->close = true;
+    } else if (NAME_IS(line, nlen, "origin")) { /* (for the CORS fields of a refusal) */
+        req->origin_at = (uint32_t)(v - f->head);
+        req->origin_len = (uint32_t)vlen;
     }
     return 0;
 }
@@ -860,7 +864,7 @@ static int parse_request_block(struct agw_http1_parser *p, struct agw_http1_requ
                                const char *h, size_t len)
 {
     const char *end = h + len, *line = h, *next;
-    struct request_fields f = {0};
+    struct request_fields f = {.head = h};
     size_t n;
     int rc;
 

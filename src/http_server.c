@@ -976,6 +976,26 @@ static void rd_free(struct conn_ctx *cc)
 /* Answers a request the gate refused, in HTTP/1.1 whatever the client's version, and closes the
  * connection once the answer is out: after a framing error nothing that follows can be trusted.
  * No request object exists (libevhtp never saw the bytes). */
+/* The CORS fields of a refusal (agw_server_options.refusal_fields), when the request's head said
+ * where it came from: a browser reads the refusal only with them. The head is still at the start of
+ * <raw> (refused while read) or of <pass> (refused in the body). */
+static void refusal_cors(struct conn_ctx *cc, struct evbuffer *out)
+{
+    const struct agw_server_options *o = &cc->srv->opts;
+    struct evbuffer *head = cc->gate == GATE_HEAD ? cc->raw : cc->pass;
+    size_t at = cc->hreq.origin_at, n = cc->hreq.origin_len;
+    char origin[256];
+    const unsigned char *h;
+
+    if (o->refusal_fields == NULL || n == 0 || n >= sizeof(origin) ||
+        (cc->gate != GATE_HEAD && cc->gate != GATE_BODY) || evbuffer_get_length(head) < at + n ||
+        (h = evbuffer_pullup(head, (ev_ssize_t)(at + n))) == NULL)
+        return;
+    memcpy(origin, h + at, n);
+    origin[n] = '\0';
+    o->refusal_fields(o->refusal_arg, origin, out);
+}
+
 static void refuse(struct conn_ctx *cc, int status, const char *msg)
 {
     struct evbuffer *out = bufferevent_get_output(cc->bev);
@@ -993,8 +1013,10 @@ static void refuse(struct conn_ctx *cc, int status, const char *msg)
     n = snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg); /* ASCII text of ours */
     evbuffer_add_printf(out,
                         "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: "
-                        "%d\r\nX-Request-Id: %s\r\nConnection: close\r\n\r\n",
+                        "%d\r\nX-Request-Id: %s\r\n",
                         status, reason_phrase(status), n, id);
+    refusal_cors(cc, out);
+    evbuffer_add(out, "Connection: close\r\n\r\n", 21);
     if (!cc->hreq.head_method)
         evbuffer_add(out, body, (size_t)n);
     agw_log_info("conn %s: request refused: %d %s", peer_of(cc), status, msg);

@@ -90,6 +90,9 @@ struct agw_http1_request {
     bool close;               /* "Connection: close" */
     bool head_method;         /* the method is HEAD (an answer carries no body) */
     char method[AGW_HTTP1_MAX_METHOD + 1]; /* the method, as sent (a token: no NUL in it) */
+    /* The Origin field's value (the last one): <origin_len> bytes at <origin_at> from the head's
+     * start (0: none, or not reached before an error); checked like any value (no control byte). */
+    uint32_t origin_at, origin_len;
     /* The head says Transfer-Encoding: once the body is decoded, it is handed on rewritten with a
      * Content-Length (agw_http1_rewrite_request_head()). */
     bool rewrite;

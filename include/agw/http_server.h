@@ -25,6 +25,11 @@ struct agw_server_options {
     unsigned max_header_fields; /* more get 431 */
     uint32_t request_ms; /* a connection must deliver a request's headers and body within this (0 =
                             no limit) */
+    /* The CORS fields of a refusal answered to a request from <origin> (its Origin field, when the
+     * head was read that far): complete "Name: value\r\n" lines added to <out>, none for an origin
+     * that is not allowed. NULL: refusals carry none. Called on the connection's loop. */
+    void (*refusal_fields)(void *arg, const char *origin, struct evbuffer *out);
+    void *refusal_arg;
 };
 
 /* A loop accepts at most this many connections in one turn, then lets the rest of its ready work

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CORS (doc/protocol.md#cors): a preflight from an allowed origin answered by the gateway itself (no token,
 # no backend), a disallowed origin's preflight 403 without any CORS field, the method and header checks, the
-# CORS fields on every answer to an allowed origin (a stream, 401, 404, 502) and on none to another origin,
-# and a gateway without a "cors" object refusing every preflight.
+# CORS fields on every answer to an allowed origin (a stream, 401, 404, 502, the HTTP edge's refusals) and on
+# none to another origin, and a gateway without a "cors" object refusing every preflight.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 start_demo demo || exit 1
@@ -14,7 +14,8 @@ cat >"$T/gw.json" <<JSON
   "agents": { "demo": { "upstreams": ["$D/agent"] }, "dead": { "upstreams": ["http://127.0.0.1:9/agent"], "retries": 0 } },
   "cors": { "allowed_origins": ["http://app.test:3000", "http://127.0.0.1:5173"], "max_age": "5m",
             "exposed_headers": ["X-Request-Id"] },
-  "store": { "kind": "memory" }
+  "store": { "kind": "memory" },
+  "limits": { "max_body_bytes": 2048 }
 }
 JSON
 start_gateway "$T/gw.json" || exit 1
@@ -88,7 +89,29 @@ heads OPTIONS "$U/demo/runs"
 check_eq "a plain OPTIONS (no preflight) says what the route accepts" 204 "$STATUS"
 check_contains "in Allow" "Allow: POST, OPTIONS" "$H"
 
-# 5. Without a "cors" object no origin is allowed.
+# 5. The HTTP edge's own refusals carry them too, when the head said where the request came from: a body over
+# limits.max_body_bytes (refused from its Content-Length, or from a chunk's size once the head was read), an
+# Expect the gateway does not meet.
+head -c 3000 /dev/zero | tr '\0' a >"$T/big"
+heads POST "$U/demo/runs" -H "$APP" -H 'Authorization: Bearer web-token' -H 'Content-Type: application/json' \
+    --data-binary @"$T/big"
+check_eq "a body over the limit: 413 from the edge" 413 "$STATUS"
+check_contains "… with the CORS fields of the origin" "Access-Control-Allow-Origin: http://app.test:3000" "$H"
+check_contains "… and its exposed headers" "Access-Control-Expose-Headers: X-Request-Id" "$H"
+check_contains "… and its JSON error, which the page can now read" "payload too large: the limit is 2048 bytes" \
+    "$(cat "$T/b")"
+heads POST "$U/demo/runs" -H "$APP" -H 'Content-Type: application/json' -H 'Transfer-Encoding: chunked' \
+    --data-binary @"$T/big"
+check_eq "a chunked body over the limit: 413" 413 "$STATUS"
+check_contains "… with the CORS fields" "Access-Control-Allow-Origin: http://app.test:3000" "$H"
+heads GET "http://127.0.0.1:$GW_PORT/healthz" -H 'Origin: http://127.0.0.1:5173' -H 'Expect: tea'
+check_eq "an Expect it does not meet: 417" 417 "$STATUS"
+check_contains "… with the CORS fields of that origin" "Access-Control-Allow-Origin: http://127.0.0.1:5173" "$H"
+heads POST "$U/demo/runs" -H 'Origin: http://evil.test' -H 'Content-Type: application/json' --data-binary @"$T/big"
+check_eq "from another origin: 413 too" 413 "$STATUS"
+check_not_contains "… without a CORS field" "Access-Control-" "$H"
+
+# 6. Without a "cors" object no origin is allowed.
 stop_pid "$GW_PID" >/dev/null
 sed -i '/"cors"/,/exposed_headers/d' "$T/gw.json"
 start_gateway "$T/gw.json" || exit 1

@@ -1774,3 +1774,35 @@ Test(http1_request, parser_in_caller_memory)
     evbuffer_free(in);
     evbuffer_free(out);
 }
+
+/* The method as sent, and where the Origin field's value lies in the head: kept for the server's
+ * own answers (a 404 naming the method, the CORS fields of a refusal), also when the head is
+ * refused after its fields were read. */
+Test(http1_request, the_method_and_the_origin_are_kept)
+{
+    static const char head[] = "PURGE /x HTTP/1.1\r\nHost: x\r\nOrigin:  http://app.test:3000 \r\n"
+                               "Content-Length: 5000\r\n\r\n";
+    struct agw_http1_parser *p = agw_http1_request_parser_new(1024, &REQ_LIMITS);
+    struct evbuffer *in = evbuffer_new();
+    struct agw_http1_request req;
+
+    evbuffer_add(in, head, sizeof(head) - 1);
+    cr_assert_eq(agw_http1_parse_request_head(p, in, &req), -AGW_ETOOBIG);
+    cr_assert_eq(req.status, 413);
+    cr_assert_str_eq(req.method, "PURGE");
+    cr_assert_eq(req.origin_len, 20);
+    cr_assert(memcmp(head + req.origin_at, "http://app.test:3000", 20) == 0 &&
+                  head[req.origin_at + 20] == ' ',
+              "the value, without the spaces around it");
+    agw_http1_parser_free(p);
+    evbuffer_free(in);
+
+    p = agw_http1_request_parser_new(1024, &REQ_LIMITS);
+    in = evbuffer_new();
+    evbuffer_add_printf(in, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    cr_assert_eq(agw_http1_parse_request_head(p, in, &req), 0);
+    cr_assert_eq(req.origin_len, 0, "no Origin: none");
+    cr_assert_str_eq(req.method, "GET");
+    agw_http1_parser_free(p);
+    evbuffer_free(in);
+}
