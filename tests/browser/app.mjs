@@ -74,6 +74,9 @@ async function main() {
     { name: "search_local_files", description: "Search files on this computer",
       parameters: { type: "object", properties: { keyword: { type: "string" } }, required: ["keyword"] } },
   ]));
+  // A message over the gateway's body limit: the run fails, and the page can read why (the HTTP edge's
+  // 413 carries the CORS fields), as the client reports an HTTP error ("HTTP 413: {…}"). Not counted above.
+  await conversation("too-large", [user("m1", "x".repeat(100000))]);
   const first = errors.find((e) => e);
   document.body.dataset.done = first ? `error: ${first.message ?? first}` : "ok";
 }

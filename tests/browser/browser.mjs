@@ -61,7 +61,7 @@ async function load(origin) {
 }
 
 try {
-  // 1. The allowed origin: the three scenarios, rendered.
+  // 1. The allowed origin: the three scenarios, rendered; a message too large, refused readably.
   const { done, conversations } = await load(`http://127.0.0.1:${PAGE_PORT}`);
   const byName = Object.fromEntries(conversations.map((c) => [c.name, c]));
   check("allowed origin: every conversation ended without error", done === "ok", done);
@@ -83,12 +83,16 @@ try {
   try { sargs = JSON.parse(search?.args ?? ""); } catch { /* checked below */ }
   check("frontend tool: the page rendered the call to its own tool, with its arguments",
         !!search && typeof sargs?.keyword === "string", JSON.stringify(ft));
+  const big = byName["too-large"];
+  check("too large: the run failed, and the page read the gateway's 413 and its message",
+        big?.status === "error" && /^HTTP 413: .*payload too large: the limit is 65536 bytes/.test(big?.error ?? ""),
+        JSON.stringify(big?.error));
 
   // 2. Another origin: the preflight is refused, every run fails in the page, nothing is rendered.
   const other = await load(`http://localhost:${PAGE_PORT}`);
   check("another origin: the page's runs fail", other.done.startsWith("error"), other.done);
   check("another origin: every conversation failed",
-        other.conversations.length === 3 && other.conversations.every((c) => c.status === "error"),
+        other.conversations.length === 4 && other.conversations.every((c) => c.status === "error"),
         JSON.stringify(other.conversations));
   check("another origin: no answer was rendered",
         other.conversations.every((c) => c.messages.every((m) => m.role === "user")), JSON.stringify(other.conversations));

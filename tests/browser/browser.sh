@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A real browser: headless Chromium (Debian's) loads a page served on 127.0.0.1 from another port than the
 # gateway; the page runs the official @ag-ui/client HttpAgent (bundled with esbuild) against the gateway with a
-# bearer token, through CORS, and renders the conversations (text, a server-side tool, a frontend tool), which
-# browser.mjs reads back. The same page from an origin that is not allowed must fail. Skips (77) only when
+# bearer token, through CORS, and renders the conversations (text, a server-side tool, a frontend tool, and a
+# message over the body limit, whose 413 the page must be able to read), which browser.mjs reads back. The same page from an origin that is not allowed must fail. Skips (77) only when
 # Chromium is missing or cannot start; everything else that goes wrong fails.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
@@ -37,6 +37,7 @@ cat >"$T/gw.json" <<JSON
   "auth": { "keys": [ { "id": "browser", "sha256": "$(printf %s browser-token | sha256sum | cut -d' ' -f1)", "agents": ["demo"] } ] },
   "agents": { "demo": { "upstreams": ["http://127.0.0.1:$DEMO_PORT/agent"] } },
   "cors": { "allowed_origins": ["http://127.0.0.1:$PAGE_PORT"] },
+  "limits": { "max_body_bytes": "64KiB" },
   "store": { "kind": "memory" }
 }
 JSON
