@@ -746,36 +746,30 @@ static enum owner_ns owner_ns_of(enum item_kind kind)
     return 0;
 }
 
-/* A hash of the <len> bytes at <p>, seeded with <seed>, never 0: eight bytes a step (an id is
- * often a UUID, 36 bytes; FNV-1a takes a byte a step), each word mixed in by a multiplication,
- * the whole finished by agw_hash_mix(). */
-static uint64_t id_hash(uint64_t seed, const char *p, size_t len)
-{
-    uint64_t h = (seed + len) * 0x9e3779b97f4a7c15ULL, w;
-
-    for (; len >= 8; p += 8, len -= 8) {
-        memcpy(&w, p, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdULL;
-        h ^= h >> 32;
-    }
-    if (len > 0) {
-        w = 0;
-        memcpy(&w, p, len);
-        h = (h ^ w) * 0xff51afd7ed558ccdULL;
-    }
-    h = agw_hash_mix(h);
-    return h != 0 ? h : 1;
-}
-
 static uint64_t owner_key(enum owner_ns ns, const char *id, size_t len)
 {
-    return id_hash((uint64_t)ns, id, len);
+    unsigned char b = (unsigned char)ns;
+    uint64_t h = agw_hash_mix(agw_fnv1a(agw_fnv1a(AGW_FNV_INIT, &b, 1), id, len));
+
+    return h != 0 ? h : 1;
 }
 
 /* The opener a "subagentRunId" of <len> bytes at <sub> names; NULL: the agent itself (0). */
 static uint64_t owner_hash(const char *sub, size_t len)
 {
-    return sub != NULL ? id_hash(0, sub, len) : 0;
+    uint64_t h;
+
+    if (sub == NULL)
+        return 0;
+    h = agw_hash_mix(agw_fnv1a(AGW_FNV_INIT, sub, len));
+    return h != 0 ? h : 1;
+}
+
+/* The same for an event's (or a message's) "subagentRunId" member <sub>: none, or not a string,
+ * names the agent itself. */
+static uint64_t sub_owner(const json_t *sub)
+{
+    return json_is_string(sub) ? owner_hash(json_string_value(sub), json_string_length(sub)) : 0;
 }
 
 static struct owner_slot *owner_slots(struct agw_agui *a, uint32_t *cap)
@@ -853,7 +847,7 @@ static bool owner_ok(struct agw_agui *a, const struct agw_agui_sink *out, const 
     char ex[2][AGUI_EXCERPT + 4];
 
     if (!json_is_string(sub) || !owner_get(a, owner_key(ns, id, id_len), &owner) ||
-        owner == owner_hash(json_string_value(sub), json_string_length(sub)))
+        owner == sub_owner(sub))
         return true;
     invalid_event(a, out, "%s for %s \"%s\" with \"subagentRunId\" \"%s\": %s opened it", type,
                   ns_what[ns], excerpt(id, ex[0]), excerpt(json_string_value(sub), ex[1]),
@@ -875,7 +869,7 @@ static bool owner_open(struct agw_agui *a, const struct agw_agui_sink *out, cons
     if (ns == 0)
         return true;
     key = owner_key(ns, id, id_len);
-    mine = json_is_string(sub) ? owner_hash(json_string_value(sub), json_string_length(sub)) : 0;
+    mine = sub_owner(sub);
     if (kind == ITEM_TOOL_CALL && json_is_string(parent = json_object_get(ev, "parentMessageId")) &&
         owner_get(a, owner_key(OWN_MESSAGE, json_string_value(parent), json_string_length(parent)),
                   &parent_owner)) {
@@ -917,10 +911,9 @@ static void owner_messages(struct agw_agui *a, const json_t *messages, bool repl
 
     json_array_foreach(messages, i, m)
     {
-        const json_t *id = json_object_get(m, "id"), *sub = json_object_get(m, "subagentRunId");
+        const json_t *id = json_object_get(m, "id");
         const char *role = json_string_value(json_object_get(m, "role"));
-        uint64_t owner =
-            json_is_string(sub) ? owner_hash(json_string_value(sub), json_string_length(sub)) : 0;
+        uint64_t owner = sub_owner(json_object_get(m, "subagentRunId"));
         enum owner_ns ns = role == NULL                     ? OWN_MESSAGE
                            : strcmp(role, "reasoning") == 0 ? OWN_REASONING
                            : strcmp(role, "activity") == 0  ? OWN_ACTIVITY
@@ -948,8 +941,7 @@ static bool owner_pass(struct agw_agui *a, const struct agw_agui_sink *out, cons
     const json_t *sub = json_object_get(ev, "subagentRunId");
     const json_t *id =
         json_object_get(ev, type_is(type, "REASONING_ENCRYPTED_VALUE") ? "entityId" : "messageId");
-    uint64_t owner =
-        json_is_string(sub) ? owner_hash(json_string_value(sub), json_string_length(sub)) : 0;
+    uint64_t owner = sub_owner(sub);
 
     if (type_is(type, "MESSAGES_SNAPSHOT")) {
         owner_messages(a, json_object_get(ev, "messages"), true);
