@@ -17,7 +17,9 @@
 #   both, the table gives the cost of recording. --stall: afterwards, the loop-stall pass: for K
 #   rounds, a fresh gateway with AGW_LOOP_PROBE_MS=1, history on, then off, takes the short and the
 #   throughput load at once for S seconds; its longest event-loop lateness and its agw_history_*
-#   series are read from /metrics (the probe costs CPU: no CPU figures from this pass).
+#   series are read from /metrics, and every lateness of 1 ms or more from its log, beside those of
+#   a bare event loop with the same probe on the same CPU (bench/agw-probe: the machine's own
+#   pauses) (the probe costs CPU: no CPU figures from this pass).
 #   --writer-apart (with pinning and --workers 1): the store's writer thread of a gateway recording
 #   history runs on CPU 0 with the load generator and the agent, its event loop alone on CPU 1 (by
 #   default the whole gateway is on CPU 1, the writer taking turns with the loop).
@@ -96,7 +98,8 @@ BUILD=$(cd "$BUILD" 2>/dev/null && pwd) || { echo "bench/run.sh: no build direct
 LOAD=$BUILD/bench/agw-load
 DEMO=$BUILD/src/agui-demo-agent
 GW=$BUILD/src/agui-gateway
-for f in "$LOAD" "$DEMO" "$GW"; do
+PROBE=$BUILD/bench/agw-probe
+for f in "$LOAD" "$DEMO" "$GW" "$PROBE"; do
     [ -x "$f" ] || { echo "bench/run.sh: $f is not built (make -C $BUILD)" >&2; exit 2; }
 done
 has_target() { case " $TARGETS " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -147,7 +150,7 @@ RAW=$OUTDIR/raw-$STAMP.jsonl
 RESULT=$OUTDIR/results-$STAMP.md
 : >"$RAW"
 
-DEMO_PID="" NGINX_PID="" HA_PID="" GW_PID="" GWN_PID="" STALL_PID="" LOAD_PID="" LOAD2_PID=""
+DEMO_PID="" NGINX_PID="" HA_PID="" GW_PID="" GWN_PID="" STALL_PID="" REF_PID="" LOAD_PID="" LOAD2_PID=""
 
 stop() { # PID: TERM, 10 s, then KILL
     local p=$1
@@ -163,6 +166,7 @@ cleanup() {
     stop "$LOAD_PID"
     stop "$LOAD2_PID"
     stop "$STALL_PID"
+    stop "$REF_PID"
     stop "$GW_PID"
     stop "$GWN_PID"
     stop "$HA_PID"
@@ -536,10 +540,15 @@ warm_up() { # TARGET: short runs, not recorded
 # ---- the loop-stall pass (--stall) ---------------------------------------------------------------
 # stall_one TARGET ROUND: a fresh gateway (history on for gateway, off for gateway-nohist) with the
 # loop probe every 1 ms, idle for S seconds (the machine's own timer lateness), then the short and the
-# throughput load at once; the probe's maximum (it only grows) is read every 0.25 s. Appends one JSON
-# line (scenario "stall") with the maximum when idle, its steps under load, its parts (less the
-# waits for a CPU; of that, the most the loop can have run: agw_event_loop_busy_lag_seconds_max), the agw_history_*
-# series at the end, and what each thread read from and wrote to storage during the load, to $RAW.
+# throughput load at once; the probe's maximum (it only grows) is read every 0.25 s. Beside the
+# gateway, on its CPU, a bare event loop with the same probe (bench/agw-probe), the reference: both
+# keep every lateness of 1 ms or more with its time (the gateway logs them when it stops), so that a
+# lateness of the gateway's loop can be told from one of the machine's (the reference late at the
+# same moment). Appends one JSON line (scenario "stall") with the maximum when idle, its steps under
+# load, its parts (less the waits for a CPU; of that, the most the loop can have run:
+# agw_event_loop_busy_lag_seconds_max), both probes' latenesses and the load's window (monotonic
+# clock), the agw_history_* series at the end, and what each thread read from and wrote to storage
+# during the load, to $RAW.
 #
 # thread_io PID -> JSON {"loop": [read_bytes, write_bytes], "others": [...]}: the kernel's storage
 # accounting (/proc/PID/task/TID/io) of the event loops (every thread but the store's writer) and of
@@ -564,8 +573,11 @@ PY
 
 stall_one() {
     local tgt=$1 round=$2 name=stall hist=on port base bound rc1 rc2 m idle idle_self idle_busy t0 series="" io0 io1
+    local m0 m1
     [ "$tgt" = gateway-nohist ] && name=stalln hist=off
-    launch_gateway "$name" "$hist" AGW_LOOP_PROBE_MS=1
+    "${PROXY_CPU[@]}" "$PROBE" --report-ms 1 >"$T/ref.out" 2>&1 &
+    REF_PID=$!
+    launch_gateway "$name" "$hist" AGW_LOOP_PROBE_MS=1 AGW_LOOP_PROBE_REPORT_MS=1
     STALL_PID=$LAUNCHED_PID port=$LAUNCHED_PORT
     base="http://127.0.0.1:$port/v1/ag-ui/agents"
     bound=$([ "$QUICK" = 1 ] && echo 90 || echo 240)
@@ -574,6 +586,7 @@ stall_one() {
     idle_self=$(metric "$port" agw_event_loop_self_lag_seconds_max)
     idle_busy=$(metric "$port" agw_event_loop_busy_lag_seconds_max)
     io0=$(thread_io "$STALL_PID")
+    m0=$(mono)
     t0=$(date +%s.%N)
     # shellcheck disable=SC2046
     timeout $((bound + 30)) "${PEERS_CPU[@]}" "$LOAD" --url "$base/throughput/runs" \
@@ -594,18 +607,32 @@ stall_one() {
     wait "$LOAD2_PID"
     rc2=$?
     LOAD_PID="" LOAD2_PID=""
+    m1=$(mono)
     history_settle "$port"
     io1=$(thread_io "$STALL_PID")
     m=$(curl -s -m 5 "http://127.0.0.1:$port/metrics" | grep -E '^agw_(event_loop_((self|busy)_)?lag|history_)')
     stop "$STALL_PID"
     STALL_PID=""
+    stop "$REF_PID"
+    REF_PID=""
+    # the latenesses the gateway logged when it stopped: read here, not left for the log's reader
+    grep 'loop probe: late' "$T/$name.log" >"$T/gw-probe.out"
+    sed -i '/loop probe: /d' "$T/$name.log"
     [ "$rc1" = 0 ] || echo "bench/run.sh: stall/$tgt round $round: throughput load exit $rc1: $(head -c 300 "$T/stall-tp.err")" >&2
     [ "$rc2" = 0 ] || echo "bench/run.sh: stall/$tgt round $round: short load exit $rc2: $(head -c 300 "$T/stall-short.err")" >&2
     python3 - "$tgt" "$round" "$rc1" "$rc2" "$(head -n1 "$T/stall-tp.out")" \
         "$(head -n1 "$T/stall-short.out")" "$m" "${idle:-}" "$series" "$io0" "$io1" "${idle_self:-}" "${idle_busy:-}" \
-        >>"$RAW" <<'PY'
-import json, sys
-tgt, rnd, rc1, rc2, tp, short, m, idle, series, io0, io1, idle_self, idle_busy = sys.argv[1:]
+        "$m0" "$m1" "$T/gw-probe.out" "$T/ref.out" >>"$RAW" <<'PY'
+import json, re, sys
+tgt, rnd, rc1, rc2, tp, short, m, idle, series, io0, io1, idle_self, idle_busy, m0, m1, gwp, refp = sys.argv[1:]
+LINE = re.compile(r"loop probe: late ([0-9.]+) ms at ([0-9.]+) s; own ([0-9.]+) ms, running ([0-9.]+) ms")
+def lateness(path):  # [[at s, late ms, own ms, running ms], ...]
+    out = []
+    for line in open(path, errors="replace"):
+        g = LINE.search(line)
+        if g:
+            out.append([float(g.group(2)), float(g.group(1)), float(g.group(3)), float(g.group(4))])
+    return out
 io0, io1 = json.loads(io0 or "{}"), json.loads(io1 or "{}")
 io = {k: [b - a for a, b in zip(io0[k], io1[k])] for k in io1 if k in io0}
 metrics = {}
@@ -624,7 +651,8 @@ print(json.dumps({"scenario": "stall", "target": tgt, "round": int(rnd),
                   "lag_idle_s": float(idle) if idle else None, "lag_steps": steps,
                   "lag_self_idle_s": float(idle_self) if idle_self else None,
                   "lag_busy_idle_s": float(idle_busy) if idle_busy else None,
-                  "storage_io": io}))
+                  "storage_io": io, "load_window": [float(m0), float(m1)],
+                  "probe_gateway": lateness(gwp), "probe_reference": lateness(refp)}))
 PY
     printf '  %-10s %-14s round %s: exit %s/%s, %s\n' stall "$tgt" "$round" "$rc1" "$rc2" \
         "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); m=r["metrics"]; a=r["load"]; b=r["load_short"]
@@ -641,6 +669,9 @@ print("events %s + %s, runs failed %s + %s, loop lag max idle %s ms, under load 
          "%.1f" % (m["agw_history_commit_seconds_max"] * 1e3) if "agw_history_commit_seconds_max" in m else "n/a"))' \
             "$(tail -n1 "$RAW")")" >&2
 }
+
+# the monotonic clock (CLOCK_MONOTONIC, the probes' clock), in seconds
+mono() { python3 -c 'import time; print("%.6f" % time.monotonic())'; }
 
 # ---- the run -------------------------------------------------------------------------------------
 STORE_FS=$(df -PT "$T" 2>/dev/null | awk 'NR == 2 {print $2 " (" $1 ")"}')

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -28,6 +27,7 @@
 #include "agw/decision.h"
 #include "agw/input.h"
 #include "agw/log.h"
+#include "agw/loop_probe.h"
 #include "agw/router.h"
 #include "agw/tls.h"
 
@@ -83,16 +83,16 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
     }
     for (unsigned k = 0; k < gw->n_workers; k++) {
         struct agw_worker *o = &gw->workers[k];
-        int64_t lag = (int64_t)__atomic_load_n(&o->lag_max_us, __ATOMIC_RELAXED);
-        int64_t self = (int64_t)__atomic_load_n(&o->lag_self_max_us, __ATOMIC_RELAXED);
-        int64_t busy = (int64_t)__atomic_load_n(&o->lag_busy_max_us, __ATOMIC_RELAXED);
-        if (o->lag_probe != NULL && lag > g.loop_lag_max_us)
-            g.loop_lag_max_us = lag;
-        if (__atomic_load_n(&o->lag_sched_fd, __ATOMIC_ACQUIRE) >= 0) {
-            if (self > g.loop_lag_self_max_us)
-                g.loop_lag_self_max_us = self;
-            if (busy > g.loop_lag_busy_max_us)
-                g.loop_lag_busy_max_us = busy;
+        struct agw_loop_probe_maxima pm;
+
+        if (o->probe != NULL) {
+            agw_loop_probe_maxima(o->probe, &pm);
+            if (pm.late_us > g.loop_lag_max_us)
+                g.loop_lag_max_us = pm.late_us;
+            if (pm.own_us > g.loop_lag_self_max_us)
+                g.loop_lag_self_max_us = pm.own_us;
+            if (pm.running_us > g.loop_lag_busy_max_us)
+                g.loop_lag_busy_max_us = pm.running_us;
         }
         g.loop_turns += __atomic_load_n(&o->loop_stats.turns, __ATOMIC_RELAXED);
         g.loop_naps += __atomic_load_n(&o->loop_stats.naps, __ATOMIC_RELAXED);
@@ -1398,105 +1398,35 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 
 /* ---- life ------------------------------------------------------------------------------------ */
 
-/* The loop probe (AGW_LOOP_PROBE_MS, for benchmarks): a timerfd that becomes readable every period
- * (the kernel's high-resolution timer, not the loop's millisecond timeouts); how late the loop
- * reads it after the first expiry it had not served is how long a ready event waited for the loop.
- * That lateness has two parts the kernel tells apart: time the loop thread was runnable and waited
- * for a CPU (another thread or process had it: the store's writer, the machine's noise), and the
- * rest, the loop's own callbacks or a sleep in a system call (a disk wait would be here). The
- * second is the lateness less the growth of the thread's run-queue wait over the same period
- * (/proc/thread-self/schedstat, its second field, in ns), a lower bound of the loop's own part.
- * That part is itself two: the loop ran (its callbacks: at most the growth of its time on a CPU,
- * the file's first field, since the last expiry it served, which came before this one was due),
- * or it slept (in epoll_wait() or a nap, woken late; a lock; a disk wait). */
-static void sched_times(int fd, uint64_t *run_ns, uint64_t *wait_ns)
+/* The loop probe (AGW_LOOP_PROBE_MS, for benchmarks; include/agw/loop_probe.h). */
+static void start_probe(struct agw_worker *w)
 {
-    char buf[96], *p;
-    ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+    uint64_t period_us, report_us;
 
-    *run_ns = *wait_ns = 0;
-    if (n <= 0)
+    agw_loop_probe_env(&period_us, &report_us);
+    if (period_us == 0)
         return;
-    buf[n] = '\0';
-    *run_ns = strtoull(buf, &p, 10);
-    *wait_ns = strtoull(p, NULL, 10);
+    w->probe = agw_loop_probe_new(w->base, period_us, report_us);
+    if (w->probe == NULL)
+        agw_log_warn("AGW_LOOP_PROBE_MS: no probe: %s", strerror(errno));
 }
 
-static void lag_probe_cb(evutil_socket_t fd, short what, void *arg)
+/* The latenesses the probe kept (AGW_LOOP_PROBE_REPORT_MS), logged once the loop stopped: a line
+ * each, for bench/run.sh to read. */
+static void log_probe(struct agw_worker *w)
 {
-    struct agw_worker *w = arg;
-    struct timespec ts;
-    uint64_t now_us, expired = 0, due, late, run_ns, wait_ns, waited_us, ran_us, self, busy;
+    const struct agw_loop_lateness *l;
+    size_t n;
+    uint64_t lost;
+    char line[160];
 
-    (void)what;
-    if (read(fd, &expired, sizeof(expired)) != (ssize_t)sizeof(expired) || expired == 0)
-        return;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    now_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-    due = w->lag_start_us + (w->lag_expired + 1) * w->lag_period_us;
-    late = now_us > due ? now_us - due : 0;
-    w->lag_expired += expired;
-    if (late > __atomic_load_n(&w->lag_max_us, __ATOMIC_RELAXED))
-        __atomic_store_n(&w->lag_max_us, late, __ATOMIC_RELAXED);
-    if (w->lag_sched_fd < 0)
-        return;
-    sched_times(w->lag_sched_fd, &run_ns, &wait_ns);
-    waited_us = (wait_ns - w->lag_wait_ns) / 1000u; /* in the run queue since the last expiry */
-    ran_us = (run_ns - w->lag_run_ns) / 1000u;      /* on a CPU since then */
-    self = late > waited_us ? late - waited_us : 0;
-    busy = self < ran_us ? self : ran_us;
-    w->lag_wait_ns = wait_ns;
-    w->lag_run_ns = run_ns;
-    if (self > __atomic_load_n(&w->lag_self_max_us, __ATOMIC_RELAXED))
-        __atomic_store_n(&w->lag_self_max_us, self, __ATOMIC_RELAXED);
-    if (busy > __atomic_load_n(&w->lag_busy_max_us, __ATOMIC_RELAXED))
-        __atomic_store_n(&w->lag_busy_max_us, busy, __ATOMIC_RELAXED);
-}
-
-/* Arms the probe's timer once the loop runs (a start-up before it is not the loop's lateness). */
-static void arm_lag_probe(evutil_socket_t fd, short what, void *arg)
-{
-    struct agw_worker *w = arg;
-    struct itimerspec its;
-    struct timespec now;
-    int sfd;
-
-    (void)fd;
-    (void)what;
-    its.it_interval.tv_sec = (time_t)(w->lag_period_us / 1000000u);
-    its.it_interval.tv_nsec = (long)(w->lag_period_us % 1000000u) * 1000L;
-    its.it_value = its.it_interval;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    w->lag_start_us = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
-    w->lag_expired = 0;
-    /* Opened here, on the loop's thread: "thread-self" is the thread that opens it. */
-    sfd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
-    if (sfd >= 0)
-        sched_times(sfd, &w->lag_run_ns, &w->lag_wait_ns);
-    __atomic_store_n(&w->lag_sched_fd, sfd, __ATOMIC_RELEASE);
-    timerfd_settime(event_get_fd(w->lag_probe), 0, &its, NULL);
-}
-
-static void start_lag_probe(struct agw_worker *w)
-{
-    const char *v = getenv("AGW_LOOP_PROBE_MS");
-    long ms = v != NULL ? strtol(v, NULL, 10) : 0;
-    const struct timeval now = {0, 0};
-    int fd;
-
-    if (ms <= 0 || ms > 10000)
-        return;
-    fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (fd < 0) {
-        agw_log_warn("AGW_LOOP_PROBE_MS: no timerfd: %s", strerror(errno));
-        return;
+    l = agw_loop_probe_records(w->probe, &n, &lost);
+    for (size_t i = 0; i < n; i++) {
+        agw_loop_probe_format(&l[i], line, sizeof(line));
+        agw_log_warn("worker %u: %s", w->index, line);
     }
-    w->lag_period_us = (uint64_t)ms * 1000u;
-    /* The highest priority: it measures the loop, it must not wait behind a busy one's work. */
-    w->lag_probe = event_new(w->base, fd, EV_READ | EV_PERSIST, lag_probe_cb, w);
-    event_priority_set(w->lag_probe, 0);
-    event_add(w->lag_probe, NULL);
-    event_base_once(w->base, -1, EV_TIMEOUT, arm_lag_probe, w, &now);
+    if (lost > 0)
+        agw_log_warn("worker %u: loop probe: %" PRIu64 " more latenesses not kept", w->index, lost);
 }
 
 /* The loop objects of worker <w>, its relays, its first configuration (pools) and its server (the
@@ -1505,7 +1435,6 @@ static int worker_init(struct agw_worker *w, struct gconf *gc, char *err, size_t
 {
     struct agw_server_options so = server_options(gc->cfg, w);
 
-    w->lag_sched_fd = -1;
     w->base = agw_loop_new();
     if (w->base == NULL) {
         snprintf(err, errlen, "cannot create the event loop");
@@ -1526,7 +1455,7 @@ static int worker_init(struct agw_worker *w, struct gconf *gc, char *err, size_t
         w->admin = agw_server_new(w->base, &so, admin_handler, w);
     w->drain_poll = evtimer_new(w->base, drain_poll_cb, w);
     w->batch_window_us = gc->cfg->batch_window_us;
-    start_lag_probe(w);
+    start_probe(w);
     return 0;
 }
 
@@ -1548,11 +1477,9 @@ static void worker_free(struct agw_worker *w)
         agw_log_error("worker %u: a configuration is still held at exit", w->index);
     if (w->drain_poll != NULL)
         event_free(w->drain_poll);
-    if (w->lag_probe != NULL) {
-        close(event_get_fd(w->lag_probe));
-        event_free(w->lag_probe);
-        if (w->lag_sched_fd >= 0)
-            close(w->lag_sched_fd);
+    if (w->probe != NULL) {
+        log_probe(w);
+        agw_loop_probe_free(w->probe);
     }
     if (w->dns != NULL)
         evdns_base_free(w->dns, 0);

@@ -88,15 +88,7 @@ struct agw_worker {
     struct wconf *wconfs;          /* every wconf of this loop still alive */
     struct event *reaper;          /* drops released wconf references */
     struct event *drain_poll;
-    struct event *lag_probe; /* AGW_LOOP_PROBE_MS only */
-    uint64_t lag_period_us, lag_start_us,
-        lag_expired;                  /* the probe's timerfd: its start, expiries */
-    uint64_t lag_max_us;              /* read by /metrics on any loop: atomic */
-    int lag_sched_fd;                 /* this loop thread's schedstat; -1: none */
-    uint64_t lag_wait_ns;             /* its time waiting for a CPU, at the last expiry */
-    uint64_t lag_run_ns;              /* its time on a CPU, at the last expiry */
-    uint64_t lag_self_max_us;         /* lateness less that wait; atomic as lag_max_us */
-    uint64_t lag_busy_max_us;         /* of that, the most it can have run; atomic too */
+    struct agw_loop_probe *probe;     /* AGW_LOOP_PROBE_MS only */
     uint32_t batch_window_us;         /* the configuration's batch_window_us (restart only) */
     struct agw_loop_stats loop_stats; /* read by /metrics on any loop: atomic */
     bool draining;

@@ -8,7 +8,9 @@
 #   2. the gateway stopped (SIGSTOP) for 0.4 s: not a wait for a CPU, both figures see it; the loop
 #      did not run, so its busy part stays small;
 #   3. a request body of 600,000 messages (30 MB, under a raised limits.max_body_bytes), validated in
-#      one callback: the loop runs for a long time, and the busy part sees it.
+#      one callback: the loop runs for a long time, and the busy part sees it;
+#   4. with AGW_LOOP_PROBE_REPORT_MS, the gateway logs each lateness of at least that when it stops,
+#      with its parts (bench/run.sh --stall reads them): the stop's and the long callback's are there.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 if ! command -v taskset >/dev/null 2>&1 || ! command -v chrt >/dev/null 2>&1; then
@@ -20,7 +22,7 @@ cat >"$T/gw.json" <<JSON
   "limits": { "max_body_bytes": 67108864 },
   "agents": { "a": { "upstreams": ["http://127.0.0.1:9/agent"] } } }
 JSON
-AGW_LOOP_PROBE_MS=1 start_gateway "$T/gw.json" || exit 1
+AGW_LOOP_PROBE_MS=1 AGW_LOOP_PROBE_REPORT_MS=100 start_gateway "$T/gw.json" || exit 1
 ms() { awk -v s="$1" 'BEGIN { printf "%d", s * 1000 }'; }
 
 sleep 0.5
@@ -54,7 +56,7 @@ if chrt -f 1 true 2>/dev/null; then
         # waits for a CPU were counted as its own would fail both.
         echo "a second trial, on a fresh gateway"
         stop_pid "$GW_PID" >/dev/null
-        AGW_LOOP_PROBE_MS=1 start_gateway "$T/gw.json" || exit 1
+        AGW_LOOP_PROBE_MS=1 AGW_LOOP_PROBE_REPORT_MS=100 start_gateway "$T/gw.json" || exit 1
         sleep 0.5
         rt_trial
     fi
@@ -109,4 +111,18 @@ else
 fi
 stop_pid "$GW_PID" >/dev/null
 check_eq "the gateway stops cleanly" 0 "$STOP_STATUS"
+
+# 4. The latenesses of 100 ms or more, logged at the stop: "late L ms at T s; own O ms, running R ms".
+lines=$(grep 'worker 0: loop probe: late' "$GW_LOG")
+echo "$lines"
+stopped=$(echo "$lines" | awk '{ for (i = 1; i <= NF; i++) { if ($i == "late") l = $(i + 1); if ($i == "own") o = $(i + 1); if ($i == "running") r = $(i + 1) }
+    if (l >= 350 && o >= 350 && r < 100) n++ } END { print n + 0 }')
+ran=$(echo "$lines" | awk '{ for (i = 1; i <= NF; i++) { if ($i == "own") o = $(i + 1); if ($i == "running") r = $(i + 1) }
+    if (r >= 100 && r <= o) n++ } END { print n + 0 }')
+CHECKS=$((CHECKS + 1))
+if [ "$stopped" -ge 1 ] && [ "$ran" -ge 1 ]; then
+    ok "the latenesses are logged at the stop with their parts: the stop's (own, not running) and the long callback's (running)"
+else
+    fail "expected a logged lateness of 350 ms or more, own, not running (got $stopped) and one running 100 ms or more (got $ran)"
+fi
 finish
