@@ -4,7 +4,8 @@
 # until it ran again (for a sleep: the idle time and the wait for the CPU once woken), and who got the
 # CPU. The short and the throughput load at once, as the stall pass
 # of run.sh, with thread history on and then off. A loop that waited on the disk would show D-state
-# sleeps (io_schedule); one that waited on a lock held by the store's writer, futex waits.
+# sleeps (io_schedule); one that waited on a lock held by the store's writer, futex waits. Each sleep
+# of 2 ms or more is listed with its time (the monotonic clock's, as the loop probe's records).
 # usage: BUILD=_build bash bench/loop-sleeps.sh [SECONDS]   (default 5). Needs perf (linux-perf), python3,
 # and the permission to trace the scheduler (root, or kernel.perf_event_paranoid <= -1).
 set -u
@@ -45,14 +46,17 @@ JSON
     PIDS="$PIDS $gw"
     for _ in $(seq 100); do [ -s "$T/gw.port" ] && break; sleep 0.1; done
     port=$(head -n1 "$T/gw.port")
+    # traced from before the load starts: its first second is where stalls were seen
+    perf record -q -e sched:sched_switch -g "${TRACE[@]}" -o "$T/perf.data" -- sleep "$SECS" >/dev/null 2>&1 &
+    pr=$!
+    sleep 0.5
     "${PEERS[@]}" "$BUILD/bench/agw-load" --url "http://127.0.0.1:$port/v1/ag-ui/agents/tp/runs" \
-        --header "Authorization: Bearer $TOKEN" --concurrency 50 --seconds $((SECS + 2)) >/dev/null &
+        --header "Authorization: Bearer $TOKEN" --concurrency 50 --seconds $((SECS - 1)) >/dev/null &
     l1=$!
     "${PEERS[@]}" "$BUILD/bench/agw-load" --url "http://127.0.0.1:$port/v1/ag-ui/agents/short/runs" \
-        --header "Authorization: Bearer $TOKEN" --concurrency 100 --seconds $((SECS + 2)) >/dev/null &
+        --header "Authorization: Bearer $TOKEN" --concurrency 100 --seconds $((SECS - 1)) >/dev/null &
     l2=$!
-    sleep 1
-    perf record -q -e sched:sched_switch -g "${TRACE[@]}" -o "$T/perf.data" -- sleep "$SECS" >/dev/null 2>&1
+    wait "$pr"
     wait "$l1" "$l2"
     kill "$gw"
     wait "$gw"
@@ -84,6 +88,7 @@ for line in open(path, errors="replace"):
         recs.append(cur)
 count, took, went, pending = collections.Counter(), collections.defaultdict(list), \
     collections.defaultdict(collections.Counter), None
+longs = []
 for r in recs:
     if r["prev"] == loop:
         why = next((f for f in r["stack"] if f not in plumbing), "?")
@@ -91,9 +96,13 @@ for r in recs:
         kind = f"{state} {why}"
         count[kind] += 1
         went[kind][r["to"]] += 1
-        pending = (r["t"], kind)
+        pending = (r["t"], kind, r["stack"])
     elif r["next"] == loop and pending:
-        took[pending[1]].append((r["t"] - pending[0]) * 1e3)
+        ms = (r["t"] - pending[0]) * 1e3
+        took[pending[1]].append(ms)
+        if ms >= 2 and not pending[1].startswith("R") and len(longs) < 20:
+            longs.append("    %.3f ms asleep (and waiting for the CPU once woken) from %.6f s: %s"
+                         % (ms, pending[0], pending[1]))
         pending = None
 print("  %7s  %-34s %9s %9s  %s" % ("times", "state, where", "p99 ms", "max ms", "the CPU went to"))
 for kind, n in count.most_common():
@@ -104,6 +113,7 @@ disk = sum(n for k, n in count.items() if k.startswith("D "))
 locks = [k for k in count if k.startswith("S ") and "futex" in k]
 print("  sleeps in D state (disk): %d; futex waits: %d (longest %.3f ms); S = asleep, R = preempted"
       % (disk, sum(count[k] for k in locks), max([max(took[k] or [0]) for k in locks] or [0])))
+print("  sleeps of 2 ms or more (at most 20):" + ("\n" + "\n".join(longs) if longs else " none"))
 PY
 }
 

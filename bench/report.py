@@ -460,10 +460,20 @@ def stall(run, out):
         un_on = [x for x in (unshared(r) for r in recs("gateway")) if x is not None]
         un_off = [x for x in (unshared(r) for r in recs("gateway-nohist")) if x is not None]
         if un_on:
+            per = ", ".join(fmt(x, 2) for x in un_on)
+            over = sum(1 for x in un_on if x >= STALL_GOAL_MS)
+
+            def ref_own(r):
+                xs = in_window(r, "probe_reference")
+                return max((x[2] for x in xs), default=0.0) if xs is not None else None
+            refs = [x for x in (ref_own(r) for r in run.stall) if x is not None]
             out.append(f"- the loop's own part under the load (its latenesses within the load's window), less "
                        f"the reference's own part at the same moments (a bare loop on its CPU: the machine's pauses): "
-                       f"history on {max(un_on):.2f} ms, off {fmt(max(un_off), 2) + ' ms' if un_off else 'n/a'} "
-                       f"({'under' if max(un_on) < STALL_GOAL_MS else 'NOT under'} {STALL_GOAL_MS:.0f} ms)")
+                       f"history on {max(un_on):.2f} ms (per round {per}; {over} of {len(un_on)} rounds at "
+                       f"{STALL_GOAL_MS:.0f} ms or more), off {fmt(max(un_off), 2) + ' ms' if un_off else 'n/a'} "
+                       f"({'under' if max(un_on) < STALL_GOAL_MS else 'NOT under'} {STALL_GOAL_MS:.0f} ms); the "
+                       f"reference's own part alone in the same windows, all rounds: up to "
+                       f"{fmt(max(refs), 2) + ' ms' if refs else 'n/a'}")
         loop_io = [sio("loop", i)(r) for r in recs("gateway") for i in (0, 1)]
         if loop_io and None not in loop_io:
             out.append(f"- the event loop's own storage I/O under that load (kernel accounting, all "
