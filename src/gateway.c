@@ -1097,6 +1097,38 @@ err:
     return NULL;
 }
 
+/* Passive health survives a reload: each backend of the new configuration (an agent of the same
+ * name, an upstream of the same URL) starts where the old configuration left it, so that a reload
+ * (a key added) does not make every backend marked down be tried again at once. <to> is not yet in
+ * use. */
+static void carry_health(struct gconf *from, struct gconf *to)
+{
+    const struct agw_config *a = from->cfg, *b = to->cfg;
+
+    pthread_mutex_lock(&from->health_lock);
+    for (size_t i = 0; i < b->n_agents; i++) {
+        const struct agw_agent_config *nb = &b->agents[i];
+        for (size_t k = 0; k < a->n_agents; k++) {
+            const struct agw_agent_config *na = &a->agents[k];
+            if (strcmp(na->id, nb->id) != 0)
+                continue;
+            for (size_t j = 0; j < nb->n_upstreams; j++)
+                for (size_t m = 0; m < na->n_upstreams; m++)
+                    if (strcmp(na->upstreams[m].text, nb->upstreams[j].text) == 0) {
+                        const struct agw_health *h = &from->health[k][m];
+                        to->health[i][j] = (struct agw_health){
+                            .down_until_ms = __atomic_load_n(&h->down_until_ms, __ATOMIC_RELAXED),
+                            .fails = __atomic_load_n(&h->fails, __ATOMIC_RELAXED),
+                            .since_ms = h->since_ms,
+                        };
+                        break;
+                    }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&from->health_lock);
+}
+
 /* The header fields every upstream request of agent <a> carries: built once per configuration
  * (doc/protocol.md#upstream-request). Returns an allocated string of "Name: value\r\n" lines. */
 static char *fixed_headers(const struct agw_agent_config *a)
@@ -1356,6 +1388,7 @@ static void reload(struct agw_gateway *gw)
         agw_metrics_add(gw->metrics, AGW_C_RELOADS_REFUSED, 1);
         return;
     }
+    carry_health(gw->gc, gc);
     agw_metrics_add(gw->metrics, AGW_C_RELOADS, 1);
     agw_log_set_level((enum agw_log_level)cfg->log.level);
     agw_ratelimit_configure(gw->ratelimit, cfg, agw_now_ms());

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Passive health: a backend that fails before the first byte is marked down for its agent's fail_timeout and
 # tried after the others meanwhile; once that passed it is tried again, and it is back as soon as it answers.
-# max_fails counts failures within fail_timeout; 0 never marks. The event loops share the view; the runs of a
-# phase go over one connection, one after the other, so that the round robin's turns are known.
+# max_fails counts failures within fail_timeout; 0 never marks. The event loops share the view, and a reload
+# keeps it; the runs of a phase go over one connection, one after the other, so that the round robin's turns
+# are known.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 start_demo demo || exit 1
@@ -52,6 +53,16 @@ runs three 12
 check_eq "three: every run answered" "200x12 " "$CODES"
 check_eq "three: three failures within fail_timeout mark it, then it is left alone" 3 $(($(failures) - before))
 check_eq "three: counted" 2 "$(metric agw_upstream_marked_down_total)"
+
+# A reload (SIGHUP) keeps what the loops know of each backend (same agent, same URL): the backend marked
+# down for an hour is not tried again because the configuration was read again.
+kill -HUP "$GW_PID"
+for _ in $(seq 100); do grep -q "configuration 2 in force" "$GW_LOG" && break; sleep 0.1; done
+check_contains "reloaded" "configuration 2 in force" "$(cat "$GW_LOG")"
+before=$(failures)
+runs three 6
+check_eq "three, after the reload: every run answered" "200x6 " "$CODES"
+check_eq "three, after the reload: still down, not tried" 0 $(($(failures) - before))
 
 before=$(failures)
 runs never 6
