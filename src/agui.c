@@ -1882,9 +1882,12 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len,
     }
     /* Remember the bytes before the delta: the next content event of the item likely starts with
      * them (an agent writes its events alike), and then only its delta and what follows it is
-     * read (fast_cached()). */
+     * read (fast_cached()). Only when they hold the type and the id (and a subagentRunId, if any):
+     * bytes before a delta written first name no item, and a frame starting with them may have no
+     * type at all. */
     before_delta = (size_t)(fe.delta.p - data);
-    if (data[len - 1] == '}' && before_delta <= sizeof(a->cached)) {
+    if (data[len - 1] == '}' && before_delta <= sizeof(a->cached) && fe.type.p < fe.delta.p &&
+        id->p < fe.delta.p && (fe.subagent_run_id.p == NULL || fe.subagent_run_id.p < fe.delta.p)) {
         memcpy(a->cached, data, before_delta);
         a->cached_len = before_delta;
         a->cached_kind = kind;

@@ -2487,6 +2487,49 @@ Test(agui, fast_paths_agree_with_the_full_path)
     cr_assert_gt(fast_finished, 200, "the streams reach RUN_FINISHED too");
 }
 
+/* The cached prefix holds what comes before a content event's delta: only when the type and the id
+ * are in it does a later frame with the same bytes before its delta name the same item. A frame
+ * whose delta comes first would otherwise leave "{\"delta\":\"" as the prefix, and an event with no
+ * type at all ({"delta":""}, found by the fuzzer) would be taken for an empty delta of that item
+ * and dropped, where the full path ends the run with INVALID_EVENT. Each stream is fed with the
+ * fast paths on and off: the same bytes out, the same return values. */
+Test(agui, a_cached_prefix_names_its_type_and_id)
+{
+    const char *const streams[][6] = {
+        {"{\"delta\":\"c\",\"messageId\":\"m1\",\"type\":\"TEXT_MESSAGE_CONTENT\"}",
+         "{\"delta\":\"\"}"},
+        {"{\"delta\":\"c\",\"messageId\":\"m1\",\"type\":\"TEXT_MESSAGE_CONTENT\"}",
+         "{\"delta\":\"d\"}"},
+        {"{\"messageId\":\"m1\",\"delta\":\"c\",\"type\":\"TEXT_MESSAGE_CONTENT\"}",
+         "{\"messageId\":\"m1\",\"delta\":\"\"}"},
+        {"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"delta\":\"c\",\"messageId\":\"m1\"}",
+         "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"delta\":\"d\"}"},
+    };
+
+    for (size_t k = 0; k < AGW_ARRAY_LEN(streams); k++) {
+        const char *frames[4] = {
+            "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
+            "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\"}",
+            streams[k][0], streams[k][1]};
+        int rf[4], rs[4];
+        uint64_t ef, es;
+        char of[96], os[96];
+        char *fast = run_with_fast(frames, 4, true, 0, rf, &ef, of, sizeof(of));
+        char *slow = run_with_fast(frames, 4, false, 0, rs, &es, os, sizeof(os));
+
+        cr_assert_str_eq(fast, slow, "stream %zu: fast paths wrote\n%s\nthe full path\n%s", k, fast,
+                         slow);
+        cr_assert(strstr(slow, "INVALID_EVENT") != NULL,
+                  "stream %zu: the last event is refused:\n%s", k, slow);
+        for (size_t i = 0; i < 4; i++)
+            cr_assert_eq(rf[i], rs[i], "stream %zu, frame %zu", k, i);
+        cr_assert_eq(ef, es, "stream %zu", k);
+        cr_assert_str_eq(of, os, "stream %zu", k);
+        free(fast);
+        free(slow);
+    }
+}
+
 /* The allocation-free fast path for content events must decide exactly as the full parser: each
  * frame below is fed after RUN_STARTED + TEXT_MESSAGE_START m1, and the expected relay is stated
  * explicitly. */
