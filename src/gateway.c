@@ -5,7 +5,6 @@
 #include "config.h"
 
 #include <assert.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>

@@ -973,9 +973,6 @@ static void rd_free(struct conn_ctx *cc)
     }
 }
 
-/* Answers a request the gate refused, in HTTP/1.1 whatever the client's version, and closes the
- * connection once the answer is out: after a framing error nothing that follows can be trusted.
- * No request object exists (libevhtp never saw the bytes). */
 /* The CORS fields of a refusal (agw_server_options.refusal_fields), when the request's head said
  * where it came from: a browser reads the refusal only with them. The head is still at the start of
  * <raw> (refused while read) or of <pass> (refused in the body). */
@@ -996,6 +993,9 @@ static void refusal_cors(struct conn_ctx *cc, struct evbuffer *out)
     o->refusal_fields(o->refusal_arg, origin, out);
 }
 
+/* Answers a request the gate refused, in HTTP/1.1 whatever the client's version, and closes the
+ * connection once the answer is out: after a framing error nothing that follows can be trusted.
+ * No request object exists (libevhtp never saw the bytes). */
 static void refuse(struct conn_ctx *cc, int status, const char *msg)
 {
     struct evbuffer *out = bufferevent_get_output(cc->bev);

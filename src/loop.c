@@ -7,14 +7,6 @@
 
 #include "agw/loop.h"
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 struct event_base *agw_loop_new(void)
 {
     struct event_config *ec = event_config_new();
@@ -48,12 +40,12 @@ int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_st
     if (window_us == 0)
         return event_base_dispatch(base);
     for (;;) {
-        int64_t t0 = mono_us(), turn;
+        int64_t t0 = (int64_t)agw_now_us(), turn;
         int rc = event_base_loop(base, EVLOOP_ONCE);
 
         if (rc != 0 || event_base_got_exit(base) || event_base_got_break(base))
             return rc;
-        turn = mono_us() - t0;
+        turn = (int64_t)agw_now_us() - t0;
         mean += (turn - mean) / 16;
         turns++;
         if (turn < window && 2 * mean < window) {

@@ -13,7 +13,6 @@
 #include "agw/loop_probe.h"
 
 struct agw_loop_probe {
-    struct event_base *base;
     struct event *ev; /* on the timerfd */
     uint64_t period_us;
     uint64_t start_us; /* when the timer was armed */
@@ -29,14 +28,6 @@ struct agw_loop_probe {
     size_t n_records;
     uint64_t lost;
 };
-
-static uint64_t now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* The thread's time on a CPU and in the run queue (ns): schedstat's first two fields. */
 static void sched_times(int fd, uint64_t *run_ns, uint64_t *wait_ns)
@@ -71,7 +62,7 @@ static void probe_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (read(fd, &expired, sizeof(expired)) != (ssize_t)sizeof(expired) || expired == 0)
         return;
-    now = now_us();
+    now = agw_now_us();
     due = p->start_us + (p->expired + 1) * p->period_us; /* the first expiry not served */
     late = now > due ? now - due : 0;
     p->expired += expired;
@@ -114,7 +105,7 @@ static void arm_cb(evutil_socket_t fd, short what, void *arg)
     its.it_interval.tv_sec = (time_t)(p->period_us / 1000000u);
     its.it_interval.tv_nsec = (long)(p->period_us % 1000000u) * 1000L;
     its.it_value = its.it_interval;
-    p->start_us = now_us();
+    p->start_us = agw_now_us();
     p->expired = 0;
     p->sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
     if (p->sched_fd >= 0) {
@@ -139,7 +130,6 @@ struct agw_loop_probe *agw_loop_probe_new(struct event_base *base, uint64_t peri
     if (fd < 0)
         return NULL;
     p = agw_xcalloc(1, sizeof(*p));
-    p->base = base;
     p->period_us = period_us;
     p->sched_fd = -1;
     p->report_us = report_us;
