@@ -35,6 +35,7 @@
 #include "agw/io.h"
 #include "agw/http_server.h"
 #include "agw/log.h"
+#include "agw/loop.h"
 #include "agw/mem.h"
 
 #define REQUEST_ID_MAX 64
@@ -1141,7 +1142,8 @@ static void gate_rd_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)what;
     if (n > 0) {
-        gate_input(cc);
+        gate_input(cc); /* may free <cc> */
+        agw_loop_slice_check();
         return;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -1157,6 +1159,7 @@ static void gate_read_cb(struct bufferevent *bev, void *arg)
 {
     evbuffer_add_buffer(((struct conn_ctx *)arg)->raw, bufferevent_get_input(bev));
     gate_input(arg);
+    agw_loop_slice_check();
 }
 
 static void gate_write_cb(struct bufferevent *bev, void *arg)

@@ -1,11 +1,22 @@
 /* Running an event loop with wake-up batching: see include/agw/loop.h. */
 #include "config.h"
 
+#include <stdbool.h>
 #include <time.h>
 
 #include <event2/event.h>
 
 #include "agw/loop.h"
+
+/* The turn this thread's loop is running, for agw_loop_slice_check(): its loop (NULL: no
+ * agw_loop_run() on this thread), when its first check came (0: none yet; the callbacks began
+ * after the wait for readiness, which a turn's own start would count), and whether a check ended
+ * it. */
+static _Thread_local struct {
+    struct event_base *base;
+    int64_t start;
+    bool ended;
+} cur;
 
 struct event_base *agw_loop_new(void)
 {
@@ -15,10 +26,11 @@ struct event_base *agw_loop_new(void)
 
     if (ec == NULL)
         return NULL;
-    /* The precise clock: libevent otherwise reads CLOCK_MONOTONIC_COARSE, which moves in steps of
-     * the kernel's tick (4 ms at HZ=250), and a slice of 1 ms measured with it lasts 0 to 4 ms. */
-    if (event_config_set_max_dispatch_interval(ec, &slice, -1, AGW_PRIO_NEW) == 0 &&
-        event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER) == 0)
+    /* libevent's own slice is a backstop, for the callbacks that do not call
+     * agw_loop_slice_check(): on its clock, CLOCK_MONOTONIC_COARSE, it ends a turn at the first
+     * tick (4 ms at HZ=250) after the slice. Not EVENT_BASE_FLAG_PRECISE_TIMER: libevent 2.1 then
+     * arms a timerfd before every epoll_wait(), a system call per turn (doc/internals/loop.md). */
+    if (event_config_set_max_dispatch_interval(ec, &slice, -1, AGW_PRIO_NEW) == 0)
         base = event_base_new_with_config(ec);
     event_config_free(ec);
     if (base != NULL && event_base_priority_init(base, AGW_N_PRIORITIES) != 0) {
@@ -26,6 +38,24 @@ struct event_base *agw_loop_new(void)
         base = NULL;
     }
     return base;
+}
+
+void agw_loop_slice_check(void)
+{
+    int64_t now;
+
+    if (cur.base == NULL || cur.ended)
+        return;
+    now = (int64_t)agw_now_us();
+    if (cur.start == 0) {
+        cur.start = now;
+        return;
+    }
+    /* A break someone else asked for is theirs: the run ends on it, as it would have. */
+    if (now - cur.start < AGW_LOOP_SLICE_US || event_base_got_break(cur.base))
+        return;
+    cur.ended = true;
+    event_base_loopbreak(cur.base);
 }
 
 int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_stats *st)
@@ -36,20 +66,24 @@ int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_st
      * stream, in bursts) give means of about 200 µs, a saturated relay of about 20 to 50 µs. */
     int64_t mean = 16 * window;
     uint64_t turns = 0, naps = 0;
+    int rc;
 
-    if (window_us == 0)
-        return event_base_dispatch(base);
     for (;;) {
-        int64_t t0 = (int64_t)agw_now_us(), turn;
-        int rc = event_base_loop(base, EVLOOP_ONCE);
+        int64_t t0 = (int64_t)agw_now_us(), len;
 
-        if (rc != 0 || event_base_got_exit(base) || event_base_got_break(base))
-            return rc;
-        turn = (int64_t)agw_now_us() - t0;
-        mean += (turn - mean) / 16;
+        cur.base = base;
+        cur.start = 0;
+        cur.ended = false;
+        rc = event_base_loop(base, EVLOOP_ONCE);
+        /* A turn that agw_loop_slice_check() ended is a turn like the others: the callbacks left
+         * active run in the next, after a look at the sockets and the timers. */
+        if (rc != 0 || event_base_got_exit(base) || (event_base_got_break(base) && !cur.ended))
+            break;
+        len = (int64_t)agw_now_us() - t0;
+        mean += (len - mean) / 16;
         turns++;
-        if (turn < window && 2 * mean < window) {
-            struct timespec d = {.tv_sec = 0, .tv_nsec = (long)(window - turn) * 1000};
+        if (window > 0 && len < window && 2 * mean < window) {
+            struct timespec d = {.tv_sec = 0, .tv_nsec = (long)(window - len) * 1000};
 
             nanosleep(&d, NULL);
             naps++;
@@ -59,4 +93,6 @@ int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_st
             __atomic_store_n(&st->naps, naps, __ATOMIC_RELAXED);
         }
     }
+    cur.base = NULL;
+    return rc;
 }

@@ -29,6 +29,7 @@
 #include "agw/io.h"
 #include "agw/limits.h"
 #include "agw/log.h"
+#include "agw/loop.h"
 #include "agw/mem.h"
 #include "agw/tls.h"
 #include "agw/upstream.h"
@@ -653,6 +654,7 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
         if (got > 0) {
             up->last_read_ms = agw_now_ms_coarse(); /* (on every event: the cheap clock) */
             body_block(up, (size_t)got);            /* may free <up> */
+            agw_loop_slice_check();
             return;
         }
     } else {
@@ -660,6 +662,7 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
         if (got > 0) {
             up->last_read_ms = agw_now_ms_coarse();
             process_input(up); /* may free <up> */
+            agw_loop_slice_check();
             return;
         }
     }
@@ -717,7 +720,8 @@ static void up_read_cb(struct bufferevent *bev, void *arg)
 
     (void)bev;
     up->last_read_ms = agw_now_ms();
-    process_input(up);
+    process_input(up); /* may free <up> */
+    agw_loop_slice_check();
 }
 
 static void kick_cb(evutil_socket_t fd, short what, void *arg)

@@ -18,16 +18,26 @@
 
 struct event_base;
 
-/* Bounded work per loop turn (agw_loop_new()): a callback's own work is bounded elsewhere (one read
- * of at most 64 KiB), so a saturated loop answers within about this plus one callback. */
+/* Bounded work per loop turn: a callback's own work is bounded elsewhere (one read of at most
+ * 64 KiB), so a saturated loop answers within about this plus one callback. */
 #define AGW_LOOP_SLICE_US 1000
 
 /* A new event loop as every worker runs one: AGW_N_PRIORITIES priorities (include/agw/common.h),
- * and bounded work per turn — once callbacks of AGW_PRIO_NEW and lower priorities have run for
- * AGW_LOOP_SLICE_US in a turn, libevent looks at the sockets and the timers again before running
- * the rest, so that a saturated loop still accepts, answers and fires its timers. NULL when
- * libevent cannot make one. */
+ * and bounded work per turn. Run by agw_loop_run(), a turn ends once callbacks that call
+ * agw_loop_slice_check() (the reads of streams and of requests) have run for about
+ * AGW_LOOP_SLICE_US; libevent then looks at the sockets and the timers again before running the
+ * rest, so that a saturated loop still accepts and answers. Other callbacks of AGW_PRIO_NEW and
+ * lower priorities are bounded by libevent's own slice, measured on its coarse clock: up to a
+ * kernel tick (4 ms at HZ=250). Timers fire within a tick too (libevent's precise clock would
+ * cost a system call per turn; doc/internals/loop.md). NULL when libevent cannot make one. */
 struct event_base *agw_loop_new(void);
+
+/* Called at the end of a callback whose work can be long (a read handled to its end): once the
+ * callbacks of the running turn of agw_loop_run() on this thread have run for AGW_LOOP_SLICE_US,
+ * counted from the first such call of the turn, the turn ends after this callback (an
+ * event_base_loopbreak() that agw_loop_run() takes for the end of a turn, not of the run). A
+ * clock read; nothing on a thread that runs no agw_loop_run(). */
+void agw_loop_slice_check(void);
 
 /* What a loop did; updated with relaxed atomic stores, so another thread may read it. */
 struct agw_loop_stats {
@@ -36,9 +46,12 @@ struct agw_loop_stats {
 };
 
 /* Runs <base> until event_base_loopexit()/loopbreak() or until no event is left, as
- * event_base_dispatch() does, batching wake-ups over <window_us> (0: never; plain dispatch).
+ * event_base_dispatch() does, batching wake-ups over <window_us> (0: never), one turn
+ * (event_base_loop(EVLOOP_ONCE)) at a time.
  * <st>, when not NULL, is kept up to date. Returns what event_base_dispatch() would: 0 after an
- * exit or a break, 1 when no event was left, -1 on an error. */
+ * exit or a break, 1 when no event was left, -1 on an error. (A break asked for from another
+ * thread in the instant a slice's own break ends a turn is taken for that turn's end; the gateway
+ * stops its loops with event_base_loopexit().) */
 int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_stats *st);
 
 #endif

@@ -1,10 +1,13 @@
 /* Tests for src/loop.c: a busy loop (turns shorter than the window) naps and so turns less often,
- * an idle one never naps, a window of 0 is plain dispatch, and an exit or a break ends the run.
- * The bounds are counts with wide margins, not timings; the last test bounds the callbacks of a
- * turn. */
+ * an idle one never naps, a window of 0 never naps, and an exit or a break ends the run. The
+ * bounds are counts with wide margins, not timings; the last tests bound the callbacks of a turn,
+ * with agw_loop_slice_check() and without. */
 #include <criterion/criterion.h>
 
+#include <stdbool.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -64,9 +67,11 @@ Test(loop, without_a_window_every_tick_is_a_turn)
     struct ticker t;
 
     run_ticker(1, 300, 0, &st, &t);
+    /* (a timer of 1 ms fires at libevent's coarse clock's tick: 4 ms at HZ=250) */
     cr_assert_gt(t.ticks, 20, "ticks %u", t.ticks);
     cr_assert_eq(st.naps, 0);
-    cr_assert_eq(st.turns, 0, "plain dispatch keeps no statistics");
+    cr_assert_geq(st.turns + 1, t.ticks, "turns %llu for %u ticks", (unsigned long long)st.turns,
+                  t.ticks);
 }
 
 Test(loop, an_idle_loop_never_naps)
@@ -100,11 +105,15 @@ Test(loop, a_break_ends_the_run_and_an_empty_loop_returns_1)
 }
 
 struct busy {
+    bool check;        /* the callbacks call agw_loop_slice_check() */
     unsigned done;     /* busy callbacks run */
-    unsigned at_probe; /* busy callbacks run when the probe timer last fired */
-    unsigned max_run;  /* the most busy callbacks run between two firings of the probe */
+    bool pending;      /* a byte waits for the probe */
+    unsigned at_write; /* busy callbacks run when it was written */
+    unsigned max_wait; /* the most busy callbacks run while a byte waited */
     unsigned probes;
-    struct event *probe;
+    unsigned timers; /* firings of the timer */
+    int wr;          /* the socket's other end */
+    struct event *probe, *timer;
 };
 
 static void busy_cb(evutil_socket_t fd, short what, void *arg)
@@ -119,52 +128,115 @@ static void busy_cb(evutil_socket_t fd, short what, void *arg)
         clock_gettime(CLOCK_MONOTONIC, &t);
     while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 200000L);
     b->done++;
+    if (b->done == 100) {
+        event_del(b->probe); /* the run ends once nothing is left */
+    } else if (!b->pending) {
+        /* a new connection knocks: how many callbacks run before the loop answers it? */
+        cr_assert_eq(write(b->wr, "x", 1), 1);
+        b->pending = true;
+        b->at_write = b->done;
+    }
+    if (b->check)
+        agw_loop_slice_check();
 }
 
-/* Fires at the first look at the timers after it is due, and is due again 0.1 ms later: the
- * busy callbacks run between two firings are those of one turn. */
+/* The socket, at the highest priority, as a listener is: runs at the first look at the sockets
+ * after a byte came. */
 static void probe_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct busy *b = arg;
-    const struct timeval tenth_ms = {.tv_sec = 0, .tv_usec = 100};
+    char c;
+
+    (void)what;
+    cr_assert_eq(read(fd, &c, 1), 1);
+    if (b->done - b->at_write > b->max_wait)
+        b->max_wait = b->done - b->at_write;
+    b->pending = false;
+    b->probes++;
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct busy *b = arg;
+    const struct timeval ms = {.tv_sec = 0, .tv_usec = 1000};
 
     (void)fd;
     (void)what;
-    if (b->done - b->at_probe > b->max_run)
-        b->max_run = b->done - b->at_probe;
-    b->at_probe = b->done;
-    b->probes++;
+    b->timers++;
     if (b->done < 100)
-        event_add(b->probe, &tenth_ms);
+        event_add(b->timer, &ms);
 }
 
-Test(loop, a_turn_of_busy_callbacks_lets_timers_in_after_1_ms)
+/* 100 callbacks of 200 µs, all ready at once, as flowing streams are (20 ms of work), beside a
+ * socket that each callback makes readable while it is not, and a timer due every millisecond,
+ * run by agw_loop_run(). */
+static void run_busy(struct busy *b)
 {
     struct event_base *base = agw_loop_new();
-    struct busy b = {0};
     struct event *ev[100];
-    const struct timeval tenth_ms = {.tv_sec = 0, .tv_usec = 100};
+    const struct timeval ms = {.tv_sec = 0, .tv_usec = 1000};
+    int sv[2];
 
     cr_assert_not_null(base);
-    b.probe = evtimer_new(base, probe_cb, &b);
-    event_priority_set(b.probe, 0);
-    event_add(b.probe, &tenth_ms);
-    /* 100 callbacks of 200 µs, all ready at once, as flowing streams are: 20 ms of work. */
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    b->wr = sv[1];
+    b->probe = event_new(base, sv[0], EV_READ | EV_PERSIST, probe_cb, b);
+    event_priority_set(b->probe, 0);
+    event_add(b->probe, NULL);
+    b->timer = evtimer_new(base, timer_cb, b);
+    event_priority_set(b->timer, 0);
+    event_add(b->timer, &ms);
     for (int i = 0; i < 100; i++) {
-        ev[i] = event_new(base, -1, 0, busy_cb, &b);
+        ev[i] = event_new(base, -1, 0, busy_cb, b);
         event_priority_set(ev[i], AGW_PRIO_FLOWING);
         event_active(ev[i], EV_READ, 0);
     }
-    cr_assert_eq(agw_loop_run(base, 0, NULL), 1, "the loop ran out of events");
-    cr_assert_eq(b.done, 100);
-    /* A turn ends once its callbacks have run for AGW_LOOP_SLICE_US (1 ms): 5 of 200 µs (a
-     * preempted callback only lasts longer, so fewer fit). libevent measures the slice with the
-     * clock it reads; the coarse one moves in steps of the kernel's tick (4 ms at HZ=250), and
-     * turns of up to 20 callbacks were the failure looked for. */
-    cr_assert_leq(b.max_run, 6, "a turn ran %u callbacks of 200 us", b.max_run);
-    cr_assert_geq(b.probes, 15, "the timer fired %u times over 20 ms of work", b.probes);
+    cr_assert_eq(agw_loop_run(base, 100, NULL), 1, "the loop ran out of events");
+    cr_assert_eq(b->done, 100, "a slice's end ended the run");
     for (int i = 0; i < 100; i++)
         event_free(ev[i]);
-    event_free(b.probe);
+    event_free(b->probe);
+    event_free(b->timer);
+    event_base_free(base);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+Test(loop, callbacks_that_check_the_slice_let_sockets_in_after_1_ms)
+{
+    struct busy b = {.check = true};
+
+    run_busy(&b);
+    /* The slice is counted from the first check of a turn, the end of its first callback: 1 + 5
+     * callbacks of 200 µs (a preempted callback only lasts longer, so fewer fit). */
+    cr_assert_leq(b.max_wait, 6, "the socket waited for %u callbacks of 200 us", b.max_wait);
+    cr_assert_geq(b.probes, 14, "the socket was answered %u times over 20 ms of work", b.probes);
+    /* timers, on libevent's coarse clock, fire within a tick */
+    cr_assert_geq(b.timers, 3, "the timer fired %u times over 20 ms of work", b.timers);
+}
+
+Test(loop, other_callbacks_are_bounded_by_a_tick)
+{
+    struct busy b = {.check = false};
+    struct timespec res;
+    unsigned bound;
+
+    /* libevent's own slice, on CLOCK_MONOTONIC_COARSE: a turn ends at the first tick after 1 ms */
+    cr_assert_eq(clock_getres(CLOCK_MONOTONIC_COARSE, &res), 0);
+    bound = (unsigned)((res.tv_sec * 1000000000L + res.tv_nsec) / 200000L) + 7;
+    run_busy(&b);
+    cr_assert_leq(b.max_wait, bound, "the socket waited for %u callbacks of 200 us (bound %u)",
+                  b.max_wait, bound);
+    cr_assert_geq(b.probes, 3, "the socket was answered %u times over 20 ms of work", b.probes);
+}
+
+Test(loop, a_check_outside_a_run_does_nothing)
+{
+    struct event_base *base = agw_loop_new();
+
+    cr_assert_not_null(base);
+    for (int i = 0; i < 3; i++)
+        agw_loop_slice_check();
+    cr_assert_not(event_base_got_break(base));
     event_base_free(base);
 }
