@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Two builds of the gateway, alternated: the same load through build A, then B, then B, then A, and
+# so on, for N pairs; prints each run's proxy CPU per million events (and the p99 per-event latency
+# for paced loads) and the medians. For a change whose effect is a few per cent: on a shared machine
+# the figures of one run drift from the next by more than that, and alternating pairs put the two
+# builds side by side within each spell. bench/run.sh is the benchmark against nginx and HAProxy;
+# this is the check of one change. See doc/benchmarks.md ("How to reproduce").
+#
+# usage: bench/pairs.sh --a BINARY --b BINARY [--scenario S] [--pairs N] [--seconds S]
+#                       [--history on|off] [--build DIR]
+#   --a, --b: two agui-gateway binaries (e.g. a copy of the build before a change, and the build
+#   after). --scenario (throughput): short, throughput or paced, as in bench/run.sh (one event per
+#   write()). --pairs (5); --seconds (5): each run, after 1 s of warm-up. --history (on): an
+#   embedded store, fresh for each run, or none. BUILD (env) or --build: where the demo agent and
+#   agw-load are (default: <srcdir>/_build-bench).
+# With 2+ CPUs the gateway runs on CPU 1, the agent and the load on CPU 0. Everything runs on
+# 127.0.0.1 with ephemeral ports in a temporary directory; every process started here is stopped
+# on exit.
+set -u
+
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$SRC/_build-bench}
+A="" B="" SCENARIO=throughput PAIRS=5 SECS=5 HISTORY=on
+
+die() {
+    echo "bench/pairs.sh: $*" >&2
+    exit 2
+}
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --a) A=$2; shift 2 ;;
+    --b) B=$2; shift 2 ;;
+    --scenario) SCENARIO=$2; shift 2 ;;
+    --pairs) PAIRS=$2; shift 2 ;;
+    --seconds) SECS=$2; shift 2 ;;
+    --history) HISTORY=$2; shift 2 ;;
+    --build) BUILD=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option: $1 (see --help)" ;;
+    esac
+done
+[ -x "$A" ] && [ -x "$B" ] || die "--a and --b name two agui-gateway binaries"
+case "$PAIRS$SECS" in *[!0-9]*) die "--pairs and --seconds take numbers" ;; esac
+[ "$PAIRS" -gt 0 ] && [ "$SECS" -gt 0 ] || die "--pairs and --seconds must be at least 1"
+case "$HISTORY" in on | off) ;; *) die "--history: on or off" ;; esac
+case "$SCENARIO" in
+short) QUERY="events=10&size=100&ids=run&write_each=1" LOADARGS="--concurrency 100 --runs-per-thread 10" ;;
+throughput) QUERY="events=2000&size=200&write_each=1" LOADARGS="--concurrency 50" ;;
+paced) QUERY="events=500&size=100&delay_ms=1&ts=1&write_each=1" LOADARGS="--concurrency 50" ;;
+*) die "--scenario: short, throughput or paced" ;;
+esac
+DEMO=$BUILD/src/agui-demo-agent
+LOAD=$BUILD/bench/agw-load
+for f in "$DEMO" "$LOAD"; do
+    [ -x "$f" ] || die "$f is not built (make, then make bench/agw-load, in $BUILD)"
+done
+GW_CPU=() LOAD_CPU=()
+if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+    GW_CPU=(taskset -c 1) LOAD_CPU=(taskset -c 0)
+fi
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/agw-pairs.XXXXXX")
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+wait_file() { # FILE SECONDS
+    local i
+    for ((i = 0; i < $2 * 10; i++)); do
+        [ -s "$1" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+"${LOAD_CPU[@]}" "$DEMO" --listen 127.0.0.1:0 --port-file "$T/demo.port" --log-level warn \
+    >"$T/demo.log" 2>&1 &
+PIDS+=($!)
+wait_file "$T/demo.port" 10 || die "the demo agent did not start: $(cat "$T/demo.log")"
+TOKEN=bench-pairs-token-0123456789abcdef
+TOKEN_SHA=$(printf %s "$TOKEN" | "$A" hash-token) || die "hash-token failed"
+
+# one NAME BINARY: a fresh gateway, 1 s of warm-up, the timed load; prints "NAME CPU P99".
+one() {
+    local name=$1 bin=$2 gp port url c0 c1 hist
+    rm -rf "$T/store" "$T/gw.port"
+    if [ "$HISTORY" = on ]; then
+        hist='"history": {"enabled": true}, "store": {"kind": "embedded", "path": "'"$T/store"'"},'
+    else
+        hist='"history": {"enabled": false},'
+    fi
+    cat >"$T/gw.json" <<EOF
+{"listen": [{"address": "127.0.0.1", "port": 0}],
+ "auth": {"keys": [{"id": "bench", "sha256": "$TOKEN_SHA", "agents": ["*"]}]},
+ "log": {"level": "warn", "access": "off"}, $hist "workers": 1,
+ "agents": {"a": {"upstreams": ["http://127.0.0.1:$(head -n1 "$T/demo.port")/agent?$QUERY"]}}}
+EOF
+    "${GW_CPU[@]}" "$bin" -c "$T/gw.json" --port-file "$T/gw.port" >"$T/gw.log" 2>&1 &
+    gp=$!
+    PIDS+=("$gp")
+    wait_file "$T/gw.port" 10 || die "the gateway ($bin) did not start: $(tail -5 "$T/gw.log")"
+    port=$(head -n1 "$T/gw.port")
+    url=http://127.0.0.1:$port/v1/ag-ui/agents/a/runs
+    # shellcheck disable=SC2086 # LOADARGS is a list of options
+    "${LOAD_CPU[@]}" "$LOAD" --url "$url" --header "Authorization: Bearer $TOKEN" $LOADARGS \
+        --seconds 1 --duration 60 >/dev/null || die "the warm-up load failed"
+    c0=$(awk '{print $14 + $15}' "/proc/$gp/stat")
+    # shellcheck disable=SC2086
+    "${LOAD_CPU[@]}" "$LOAD" --url "$url" --header "Authorization: Bearer $TOKEN" $LOADARGS \
+        --seconds "$SECS" --duration $((SECS + 60)) >"$T/load.json" || die "the load failed"
+    c1=$(awk '{print $14 + $15}' "/proc/$gp/stat")
+    kill "$gp"
+    wait "$gp" 2>/dev/null
+    python3 - "$T/load.json" "$c0" "$c1" "$name" "$(getconf CLK_TCK)" <<'EOF' || die "the load's figures are unreadable"
+import json, sys
+d = json.load(open(sys.argv[1]))
+if d["runs_failed"] != 0:
+    sys.exit("runs failed: %d" % d["runs_failed"])
+cpu = (int(sys.argv[3]) - int(sys.argv[2])) / int(sys.argv[5])
+print(sys.argv[4], "%.3f" % (cpu / d["events"] * 1e6), d.get("latency_us", {}).get("p99", 0))
+EOF
+}
+
+echo "bench/pairs.sh: $SCENARIO, history $HISTORY, $PAIRS pairs of $SECS s; A = $A, B = $B" >&2
+for ((i = 1; i <= PAIRS; i++)); do
+    if [ $((i % 2)) = 1 ]; then
+        one A "$A" && one B "$B"
+    else
+        one B "$B" && one A "$A"
+    fi
+done | tee "$T/runs" | awk '{printf "  %s  %8.3f s per million events  p99 %s us\n", $1, $2, $3}'
+python3 - "$T/runs" "$SCENARIO" <<'EOF'
+import statistics, sys
+runs = [l.split() for l in open(sys.argv[1]) if l.strip()]
+cpu = {k: [float(r[1]) for r in runs if r[0] == k] for k in "AB"}
+p99 = {k: [float(r[2]) for r in runs if r[0] == k] for k in "AB"}
+if not cpu["A"] or len(cpu["A"]) != len(cpu["B"]):
+    sys.exit("bench/pairs.sh: runs missing")
+ma, mb = statistics.median(cpu["A"]), statistics.median(cpu["B"])
+pairs = ", ".join("%.2f/%.2f" % ab for ab in zip(cpu["A"], cpu["B"]))
+print("proxy CPU s per million events, A/B per pair: %s" % pairs)
+print("medians: A %.3f, B %.3f (B/A %+.1f %%); B lower in %d of %d pairs"
+      % (ma, mb, (mb / ma - 1) * 100, sum(b < a for a, b in zip(cpu["A"], cpu["B"])), len(cpu["A"])))
+if sys.argv[2] == "paced":
+    print("p99 per-event latency medians: A %.0f us, B %.0f us"
+          % (statistics.median(p99["A"]), statistics.median(p99["B"])))
+EOF
