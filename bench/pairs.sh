@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two builds of the gateway, alternated: the same load through build A, then B, then B, then A, and
-# so on, for N pairs; prints each run's proxy CPU per million events (and the p99 per-event latency
-# for paced loads) and the medians. For a change whose effect is a few per cent: on a shared machine
+# so on, for N pairs; prints each run's proxy CPU per million events (and apart the part of the
+# store's writer thread, and the p99 per-event latency for paced loads) and the medians. For a change whose effect is a few per cent: on a shared machine
 # the figures of one run drift from the next by more than that, and alternating pairs put the two
 # builds side by side within each spell. bench/run.sh is the benchmark against nginx and HAProxy;
 # this is the check of one change. See doc/benchmarks.md ("How to reproduce").
@@ -87,9 +87,18 @@ wait_file "$T/demo.port" 10 || die "the demo agent did not start: $(cat "$T/demo
 TOKEN=bench-pairs-token-0123456789abcdef
 TOKEN_SHA=$(printf %s "$TOKEN" | "$A" hash-token) || die "hash-token failed"
 
-# one NAME BINARY: a fresh gateway, 1 s of warm-up, the timed load; prints "NAME CPU P99".
+# writer_ticks PID: the CPU ticks of the store's writer thread (named agw-store); 0 without one.
+writer_ticks() {
+    local t n=0
+    for t in /proc/"$1"/task/*; do
+        [ "$(cat "$t/comm" 2>/dev/null)" = agw-store ] && n=$(awk '{print $14 + $15}' "$t/stat")
+    done
+    echo "$n"
+}
+
+# one NAME BINARY: a fresh gateway, 1 s of warm-up, the timed load; prints "NAME CPU P99 WRITER".
 one() {
-    local name=$1 bin=$2 gp port url c0 c1 hist
+    local name=$1 bin=$2 gp port url c0 c1 w0 w1 hist
     rm -rf "$T/store" "$T/gw.port"
     if [ "$HISTORY" = on ]; then
         hist='"history": {"enabled": true}, "store": {"kind": "embedded", "path": "'"$T/store"'"},'
@@ -112,19 +121,24 @@ EOF
     "${LOAD_CPU[@]}" "$LOAD" --url "$url" --header "Authorization: Bearer $TOKEN" $LOADARGS \
         --seconds 1 --duration 60 >/dev/null || die "the warm-up load failed"
     c0=$(awk '{print $14 + $15}' "/proc/$gp/stat")
+    w0=$(writer_ticks "$gp")
     # shellcheck disable=SC2086
     "${LOAD_CPU[@]}" "$LOAD" --url "$url" --header "Authorization: Bearer $TOKEN" $LOADARGS \
         --seconds "$SECS" --duration $((SECS + 60)) >"$T/load.json" || die "the load failed"
     c1=$(awk '{print $14 + $15}' "/proc/$gp/stat")
+    w1=$(writer_ticks "$gp")
     kill "$gp"
     wait "$gp" 2>/dev/null
-    python3 - "$T/load.json" "$c0" "$c1" "$name" "$(getconf CLK_TCK)" <<'EOF' || die "the load's figures are unreadable"
+    python3 - "$T/load.json" "$c0" "$c1" "$name" "$(getconf CLK_TCK)" "$w0" "$w1" <<'EOF' || die "the load's figures are unreadable"
 import json, sys
 d = json.load(open(sys.argv[1]))
 if d["runs_failed"] != 0:
     sys.exit("runs failed: %d" % d["runs_failed"])
-cpu = (int(sys.argv[3]) - int(sys.argv[2])) / int(sys.argv[5])
-print(sys.argv[4], "%.3f" % (cpu / d["events"] * 1e6), d.get("latency_us", {}).get("p99", 0))
+hz = int(sys.argv[5])
+cpu = (int(sys.argv[3]) - int(sys.argv[2])) / hz
+writer = (int(sys.argv[7]) - int(sys.argv[6])) / hz
+print(sys.argv[4], "%.3f" % (cpu / d["events"] * 1e6), d.get("latency_us", {}).get("p99", 0),
+      "%.3f" % (writer / d["events"] * 1e6))
 EOF
 }
 
@@ -135,12 +149,14 @@ for ((i = 1; i <= PAIRS; i++)); do
     else
         one B "$B" && one A "$A"
     fi
-done | tee "$T/runs" | awk '{printf "  %s  %8.3f s per million events  p99 %s us\n", $1, $2, $3}'
+done | tee "$T/runs" |
+    awk '{printf "  %s  %8.3f s per million events (the writer %.3f)  p99 %s us\n", $1, $2, $4, $3}'
 python3 - "$T/runs" "$SCENARIO" <<'EOF'
 import statistics, sys
 runs = [l.split() for l in open(sys.argv[1]) if l.strip()]
 cpu = {k: [float(r[1]) for r in runs if r[0] == k] for k in "AB"}
 p99 = {k: [float(r[2]) for r in runs if r[0] == k] for k in "AB"}
+wr = {k: [float(r[3]) for r in runs if r[0] == k] for k in "AB"}
 if not cpu["A"] or len(cpu["A"]) != len(cpu["B"]):
     sys.exit("bench/pairs.sh: runs missing")
 ma, mb = statistics.median(cpu["A"]), statistics.median(cpu["B"])
@@ -148,6 +164,10 @@ pairs = ", ".join("%.2f/%.2f" % ab for ab in zip(cpu["A"], cpu["B"]))
 print("proxy CPU s per million events, A/B per pair: %s" % pairs)
 print("medians: A %.3f, B %.3f (B/A %+.1f %%); B lower in %d of %d pairs"
       % (ma, mb, (mb / ma - 1) * 100, sum(b < a for a, b in zip(cpu["A"], cpu["B"])), len(cpu["A"])))
+if any(wr["A"] + wr["B"]):
+    print("the store's writer alone, medians: A %.3f, B %.3f; A/B per pair: %s"
+          % (statistics.median(wr["A"]), statistics.median(wr["B"]),
+             ", ".join("%.3f/%.3f" % ab for ab in zip(wr["A"], wr["B"]))))
 if sys.argv[2] == "paced":
     print("p99 per-event latency medians: A %.0f us, B %.0f us"
           % (statistics.median(p99["A"]), statistics.median(p99["B"])))
