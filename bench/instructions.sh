@@ -31,10 +31,9 @@ HISTORY=both
 QUERY="events=10&size=100&ids=run&write_each=1"
 TOP=0
 
-die() {
-    echo "bench/instructions.sh: $*" >&2
-    exit 2
-}
+ME=bench/instructions.sh
+# shellcheck source=bench/lib.sh
+. "$SRC/bench/lib.sh"
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -61,25 +60,7 @@ for b in "$GW" "$DEMO" "$LOAD"; do
     [ -x "$b" ] || die "$b is not built (make, then make bench/agw-load, in $BUILD)"
 done
 
-T=$(mktemp -d "${TMPDIR:-/tmp}/agw-instr.XXXXXX")
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-wait_file() { # FILE SECONDS
-    local i
-    for ((i = 0; i < $2 * 10; i++)); do
-        [ -s "$1" ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
+bench_tmp instr
 
 TOKEN=bench-instructions-token-0123456789
 TOKEN_SHA=$(printf %s "$TOKEN" | "$GW" hash-token) || die "hash-token failed"

@@ -22,10 +22,9 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$SRC/_build-bench}
 A="" B="" SCENARIO=throughput PAIRS=5 SECS=5 HISTORY=on
 
-die() {
-    echo "bench/pairs.sh: $*" >&2
-    exit 2
-}
+ME=bench/pairs.sh
+# shellcheck source=bench/lib.sh
+. "$SRC/bench/lib.sh"
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -60,25 +59,7 @@ if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
     GW_CPU=(taskset -c 1) LOAD_CPU=(taskset -c 0)
 fi
 
-T=$(mktemp -d "${TMPDIR:-/tmp}/agw-pairs.XXXXXX")
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-wait_file() { # FILE SECONDS
-    local i
-    for ((i = 0; i < $2 * 10; i++)); do
-        [ -s "$1" ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
+bench_tmp pairs
 
 "${LOAD_CPU[@]}" "$DEMO" --listen 127.0.0.1:0 --port-file "$T/demo.port" --log-level warn \
     >"$T/demo.log" 2>&1 &
