@@ -4,6 +4,8 @@
 
 #include <assert.h>
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,37 +52,52 @@ struct hs {
 enum role { ROLE_OTHER, ROLE_ASSISTANT, ROLE_TOOL, ROLE_REASONING, ROLE_ACTIVITY };
 
 struct item {
-    json_t *msg;       /* owned; NULL while the message is held as <text> */
-    char *text;        /* owned; NULL when held as <msg> (or shed with nothing since) */
-    size_t text_len;   /* bytes of the text, without the closing '"}' */
-    size_t text_base;  /* held as text: bytes of it not in <text> (shed), <= saved_len */
-    size_t text_cap;   /* >= text_len - text_base + TEXT_CLOSE_LEN + 1, or 0 with <text> NULL */
-    struct hs text_hs; /* of the first <text_base> bytes */
-    bool text_ended;   /* a TEXT_MESSAGE_END named it since its last delta (a hint for memory only:
-                          shedding frees the buffer of an ended text, keeps a growing one's) */
-    bool shed_value;   /* a value, shed: see above */
-    bool from_input;   /* held as text since a run's input gave it (raw_text_item()): shed as a
-                          value is, whatever its size, once saved and while nothing changed it */
-    char *json;        /* owned: <msg> as compact JSON (agw_history_message_json(), comparisons with
-                          a client's copy); NULL until asked, freed when the message changes */
+    json_t *msg;      /* owned; NULL while the message is held as <text> */
+    char *text;       /* owned; NULL when held as <msg> (or shed with nothing since) */
+    size_t text_len;  /* bytes of the text, without the closing '"}' */
+    size_t text_base; /* held as text: bytes of it not in <text> (shed), <= saved_len */
+    size_t text_cap;  /* >= text_len - text_base + TEXT_CLOSE_LEN + 1, or 0 with <text> NULL */
+    /* The hash of the first <text_base> bytes: of a shed value, <value_hash>; of a shed text, the
+     * hash going on in <text_hs> (owned; NULL while nothing is shed), out of the item since only
+     * the texts shed need one; but a run's input message held as text, shed whole at once, has
+     * its final hash in <value_hash> and no <text_hs> (shed_text()) */
+    uint64_t value_hash;
+    struct hs *text_hs;
+    char *json; /* owned: <msg> as compact JSON (agw_history_message_json(), comparisons with
+                   a client's copy); NULL until asked, freed when the message changes */
     size_t json_len;
-    const char *id; /* the message's "id" (never changes), in this item's block */
-    size_t id_len;
-    const char *run_id;      /* in this item's block; NULL = no run known */
-    uint64_t hash;           /* of id */
-    uint64_t pos;            /* position in the thread's life: h->dropped + its index */
-    struct item *next;       /* hash chain */
-    unsigned char text_role; /* held as text (or a shed value): its enum role */
-    bool changed;            /* made, edited or moved since agw_history_mark_saved() */
+    uint64_t pos;      /* position in the thread's life: h->dropped + its index */
+    struct item *next; /* hash chain */
     /* What the store holds of it (agw_history_message_row()): <saved_parts> pieces (0: nothing
      * known), the first <saved_len> bytes of <text> when held as text. <whole>: it must be written
      * whole (made, moved, or its store's pieces are not a prefix of <text>); else a text changed
      * since is written as the piece it grew by. */
     size_t saved_len;
+    uint32_t hash;   /* of the id (the index's buckets) */
+    uint32_t id_len; /* the id is <strings> */
     unsigned saved_parts;
+    unsigned char text_role; /* held as text (or a shed value): its enum role */
+    bool has_run;            /* the run id follows the id in <strings> (item_run()) */
+    bool text_ended; /* a TEXT_MESSAGE_END named it since its last delta (a hint for memory only:
+                        shedding frees the buffer of an ended text, keeps a growing one's) */
+    bool shed_value; /* a value, shed: see above */
+    bool from_input; /* held as text since a run's input gave it (raw_text_item()): shed as a
+                        value is, whatever its size, once saved and while nothing changed it */
+    bool changed;    /* made, edited or moved since agw_history_mark_saved() */
     bool whole;
-    char strings[]; /* id, then run_id, each NUL-terminated */
+    char strings[]; /* the id, then the run id, each NUL-terminated */
 };
+
+/* The item's id (<id_len> bytes) and its run's id (NULL: no run known), in its block. */
+static inline const char *item_id(const struct item *it)
+{
+    return it->strings;
+}
+
+static inline const char *item_run(const struct item *it)
+{
+    return it->has_run ? it->strings + it->id_len + 1 : NULL;
+}
 
 struct agw_history {
     struct item **items;       /* oldest first */
@@ -231,6 +248,21 @@ static uint64_t hs_final(const struct hs *s)
     return h ^ (h >> 31);
 }
 
+/* The final hash of item <it>'s first <text_base> bytes (> 0). */
+static uint64_t item_shed_hash(const struct item *it)
+{
+    assert(it->text_base > 0);
+    return it->text_hs == NULL ? it->value_hash : hs_final(it->text_hs);
+}
+
+/* Item <it> has nothing shed. */
+static void item_hs_clear(struct item *it)
+{
+    free(it->text_hs);
+    it->text_hs = NULL;
+    it->value_hash = 0;
+}
+
 /* ---- the text form ------------------------------------------------------------------------- */
 
 /* Bytes of the text in memory (the rest is shed). */
@@ -350,7 +382,7 @@ static char *text_copy(struct agw_history *h, const struct item *it, size_t *len
             return NULL;
         }
         hs_update(&check, stored, it->text_base);
-        if (hs_final(&check) != hs_final(&it->text_hs)) { /* not what was shed */
+        if (hs_final(&check) != item_shed_hash(it)) { /* not what was shed */
             free(stored);
             h->load_errors++;
             return NULL;
@@ -395,14 +427,14 @@ static int text_whole(struct agw_history *h, struct item *it)
         it->msg = v;
         it->shed_value = false;
         it->text_len = it->text_base = 0;
-        memset(&it->text_hs, 0, sizeof(it->text_hs));
+        item_hs_clear(it);
         return 0;
     }
     free(it->text);
     it->text = b;
     it->text_cap = len + 1;
     it->text_base = 0;
-    memset(&it->text_hs, 0, sizeof(it->text_hs));
+    item_hs_clear(it);
     return 0;
 }
 
@@ -413,10 +445,11 @@ static void text_lost(struct item *it)
 {
     json_t *m = must(json_object());
 
-    must_ok(json_object_set_new(m, "id", must(json_stringn(it->id, it->id_len))));
+    must_ok(json_object_set_new(m, "id", must(json_stringn(item_id(it), it->id_len))));
     free(it->text);
     it->text = NULL;
     it->text_len = it->text_base = it->text_cap = 0;
+    item_hs_clear(it);
     it->shed_value = false;
     it->msg = m;
 }
@@ -428,17 +461,17 @@ static void text_lost(struct item *it)
 static struct item *item_new(const char *id, size_t id_len, const char *run_id)
 {
     size_t run_len = run_id != NULL ? strlen(run_id) + 1 : 0;
-    struct item *it = agw_xcalloc(1, sizeof(*it) + id_len + 1 + run_len);
+    struct item *it = agw_xcalloc(1, offsetof(struct item, strings) + id_len + 1 + run_len);
 
+    assert(id_len < UINT32_MAX); /* (an id is part of a request body or an event: far less) */
     memcpy(it->strings, id, id_len);
     it->strings[id_len] = '\0';
-    it->id = it->strings;
-    it->id_len = id_len;
+    it->id_len = (uint32_t)id_len;
     if (run_id != NULL) {
         memcpy(it->strings + id_len + 1, run_id, run_len);
-        it->run_id = it->strings + id_len + 1;
+        it->has_run = true;
     }
-    it->hash = hash_bytes(id, id_len);
+    it->hash = (uint32_t)hash_bytes(id, id_len);
     it->changed = true;
     it->whole = true;
     return it;
@@ -448,6 +481,7 @@ static void item_free(struct item *it)
 {
     json_decref(it->msg);
     free(it->text);
+    free(it->text_hs);
     free(it->json);
     free(it);
 }
@@ -550,7 +584,7 @@ static void touch_moved(struct agw_history *h, size_t i)
 
 /* ---- the index by id ----------------------------------------------------------------------- */
 
-static struct item **bucket_of(const struct agw_history *h, uint64_t hash)
+static struct item **bucket_of(const struct agw_history *h, uint32_t hash)
 {
     return &h->buckets[hash & (h->n_buckets - 1)];
 }
@@ -604,9 +638,9 @@ static void index_remove(struct agw_history *h, struct item *it)
     *p = it->next;
 }
 
-static bool item_has_id(const struct item *it, uint64_t hash, const char *id, size_t len)
+static bool item_has_id(const struct item *it, uint32_t hash, const char *id, size_t len)
 {
-    return it->hash == hash && it->id_len == len && memcmp(it->id, id, len) == 0;
+    return it->hash == hash && it->id_len == len && memcmp(item_id(it), id, len) == 0;
 }
 
 /* The index of the first message with id <id> (<len> bytes; the client's messages.find), or
@@ -614,11 +648,11 @@ static bool item_has_id(const struct item *it, uint64_t hash, const char *id, si
 static size_t find_msgn(const struct agw_history *h, const char *id, size_t len)
 {
     const struct item *best = NULL;
-    uint64_t hash;
+    uint32_t hash;
 
     if (h->n == 0)
         return SIZE_MAX;
-    hash = hash_bytes(id, len);
+    hash = (uint32_t)hash_bytes(id, len);
     if (h->n_buckets == 0) {
         for (size_t i = 0; i < h->n; i++)
             if (item_has_id(h->items[i], hash, id, len))
@@ -793,6 +827,7 @@ static void replace_at(struct agw_history *h, size_t i, json_t *msg)
     free(it->text);
     it->text = NULL;
     it->text_len = it->text_base = it->text_cap = 0;
+    item_hs_clear(it);
     it->shed_value = false;
     it->msg = msg;
     it->whole = true;
@@ -1031,16 +1066,14 @@ static bool item_is_bytes(struct item *it, const char *raw, size_t len)
     const char *j;
     size_t n;
 
-    if (it->msg == NULL && it->text_base > 0) { /* shed: its length and hash */
-        struct hs a = {0}, b = it->text_hs;
-        if (len != it->text_len + (it->shed_value ? 0 : TEXT_CLOSE_LEN))
+    if (it->msg == NULL && it->text_base > 0) { /* shed: its length, hash and the rest */
+        struct hs a = {0};
+        if (len != it->text_len + (it->shed_value ? 0 : TEXT_CLOSE_LEN) ||
+            (text_mem(it) > 0 && memcmp(raw + it->text_base, it->text, text_mem(it)) != 0) ||
+            (!it->shed_value && memcmp(raw + it->text_len, TEXT_CLOSE, TEXT_CLOSE_LEN) != 0))
             return false;
-        hs_update(&a, raw, len);
-        if (text_mem(it) > 0)
-            hs_update(&b, it->text, text_mem(it));
-        if (!it->shed_value)
-            hs_update(&b, TEXT_CLOSE, TEXT_CLOSE_LEN);
-        return hs_final(&a) == hs_final(&b);
+        hs_update(&a, raw, it->text_base);
+        return hs_final(&a) == item_shed_hash(it);
     }
     if (it->msg == NULL) {
         j = text_closed(it, &n);
@@ -1580,7 +1613,7 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
     sn.authority = snapshot_authority(ev, &sn.types);
     for (size_t i = 0; i < h->n; i++) {
         struct item *it = h->items[i];
-        const json_t *s = json_object_get(sn.by_id, it->id);
+        const json_t *s = json_object_get(sn.by_id, item_id(it));
         if (s == NULL && !snapshot_keeps(h, it, &sn)) {
             index_remove(h, it);
             item_free(it);
@@ -1916,7 +1949,7 @@ const json_t *agw_history_message(struct agw_history *h, size_t i)
 
 const char *agw_history_run_id(const struct agw_history *h, size_t i)
 {
-    return i < h->n ? h->items[i]->run_id : NULL;
+    return i < h->n ? item_run(h->items[i]) : NULL;
 }
 
 uint64_t agw_history_dropped(const struct agw_history *h)
@@ -2082,12 +2115,15 @@ static size_t shed_value(struct agw_history *h, size_t i)
     struct item *it = h->items[i];
     size_t len;
     const char *j;
+    struct hs s;
 
     if (json_object_get(it->msg, "toolCalls") != NULL)
         return 0;
     j = agw_history_message_json(h, i, &len); /* the bytes the store wrote */
-    memset(&it->text_hs, 0, sizeof(it->text_hs));
-    hs_update(&it->text_hs, j, len);
+    memset(&s, 0, sizeof(s));
+    hs_update(&s, j, len);
+    item_hs_clear(it);
+    it->value_hash = hs_final(&s);
     it->text_role = (unsigned char)item_role(it);
     it->text_len = it->text_base = len;
     it->shed_value = true;
@@ -2099,6 +2135,59 @@ static size_t shed_value(struct agw_history *h, size_t i)
     return len;
 }
 
+/* A growing text's buffer is made to fit its bytes again, after a commit, when it is at most this
+ * big and has room for this much more: an idle stream's answer (a few words so far) keeps no room
+ * for more (the next delta makes it twice the size again, text_reserve()). A bigger buffer stays as
+ * it is: a text streamed goes on in it (no new pages for it). */
+#define TEXT_FIT_MAX   1024
+#define TEXT_FIT_SLACK 32
+
+/* agw_history_shed() of text <it> (as saved): its bytes the store holds go when they are at least
+ * <min_bytes>, or when it is an ended input message. Returns the bytes let go. An input message
+ * shed whole at once keeps its final hash alone (a user's message does not grow: when one does, its
+ * bytes are read back first, and it goes on as any text). */
+static size_t shed_text(struct agw_history *h, struct item *it, size_t min_bytes)
+{
+    size_t saved, freed = 0, need;
+
+    if (it->text_base > 0 && it->text_hs == NULL && it->saved_len > it->text_base &&
+        text_whole(h, it) != 0) { /* a final hash cannot go on */
+        text_lost(it);
+        return 0;
+    }
+    saved = it->saved_len - it->text_base; /* bytes in memory the store holds */
+    if (saved > 0 && it->from_input && it->text_ended && it->text_base == 0 &&
+        saved == it->text_len) {
+        struct hs s = {0};
+        hs_update(&s, it->text, saved);
+        it->value_hash = hs_final(&s);
+        it->text_base = saved;
+        freed = saved;
+    } else if (saved > 0 && (saved >= min_bytes || (it->from_input && it->text_ended))) {
+        if (it->text_hs == NULL)
+            it->text_hs = agw_xcalloc(1, sizeof(*it->text_hs));
+        hs_update(it->text_hs, it->text, saved);
+        it->text_base += saved;
+        if (text_mem(it) > 0) /* what it grew by since the commit */
+            memmove(it->text, it->text + saved, text_mem(it));
+        freed = saved;
+    }
+    if (it->text == NULL)
+        return freed;
+    need = text_mem(it) + TEXT_CLOSE_LEN + 1;
+    if (text_mem(it) == 0 && it->text_ended) { /* an ended text frees its buffer */
+        free(it->text);
+        it->text = NULL;
+        freed = it->text_cap;
+        it->text_cap = 0;
+    } else if (it->text_cap <= TEXT_FIT_MAX && it->text_cap >= need + TEXT_FIT_SLACK) {
+        it->text = agw_xrealloc(it->text, need);
+        freed += it->text_cap - need;
+        it->text_cap = need;
+    }
+    return freed;
+}
+
 size_t agw_history_shed(struct agw_history *h, size_t min_bytes)
 {
     size_t freed = 0;
@@ -2108,7 +2197,6 @@ size_t agw_history_shed(struct agw_history *h, size_t min_bytes)
     /* the items below shed_from did not change since the last look: what could be shed was */
     for (size_t i = h->shed_from; i < h->n; i++) {
         struct item *it = h->items[i];
-        size_t saved, tail;
 
         if (it->changed || it->saved_parts == 0)
             continue; /* not as saved */
@@ -2119,27 +2207,8 @@ size_t agw_history_shed(struct agw_history *h, size_t min_bytes)
                 freed += shed_value(h, i);
             continue;
         }
-        if (it->shed_value)
-            continue;
-        saved = it->saved_len - it->text_base; /* bytes in memory the store holds */
-        tail = it->text_len - it->saved_len;   /* (none right after a commit) */
-        if (saved > 0 && (saved >= min_bytes || (it->from_input && it->text_ended))) {
-            hs_update(&it->text_hs, it->text, saved);
-            it->text_base = it->saved_len;
-            if (tail > 0)
-                memmove(it->text, it->text + saved, tail);
-        } else {
-            saved = 0; /* (kept) */
-        }
-        /* a growing text goes on in the same buffer (no new pages for it); an ended one frees it */
-        if (text_mem(it) == 0 && it->text_ended && it->text != NULL) {
-            free(it->text);
-            it->text = NULL;
-            freed += it->text_cap;
-            it->text_cap = 0;
-        } else {
-            freed += saved;
-        }
+        if (!it->shed_value)
+            freed += shed_text(h, it, min_bytes);
     }
     h->shed_from = h->n;
     return freed;
@@ -2213,9 +2282,9 @@ char *agw_history_dump(struct agw_history *h)
         const struct item *it = h->items[i];
         json_t *m = it->msg != NULL ? json_incref(it->msg) : item_copy(h, it);
         if (m == NULL)
-            m = must(json_pack("{s:s%}", "id", it->id, it->id_len));
+            m = must(json_pack("{s:s%}", "id", item_id(it), (size_t)it->id_len));
         must_ok(json_array_append_new(
-            msgs, must(json_pack("{s:s?, s:o}", "run_id", it->run_id, "message", m))));
+            msgs, must(json_pack("{s:s?, s:o}", "run_id", item_run(it), "message", m))));
     }
     doc = must(json_pack("{s:i, s:I, s:o}", "v", DUMP_VERSION, "dropped", (json_int_t)h->dropped,
                          "messages", msgs));
@@ -2438,7 +2507,7 @@ out:
 static bool page_match(const struct agw_history *h, const struct agw_history_query *q, size_t i)
 {
     return q->run_id[0] == '\0' ||
-           (h->items[i]->run_id != NULL && strcmp(h->items[i]->run_id, q->run_id) == 0);
+           (item_run(h->items[i]) != NULL && strcmp(item_run(h->items[i]), q->run_id) == 0);
 }
 
 /* Whether a message of <q->run_id> lies in [<from>, <to>). */

@@ -1140,6 +1140,125 @@ Test(history, a_shed_text_is_compared_by_length_and_hash)
     mini_free(&st);
 }
 
+/* The body of a RunAgentInput whose messages are u1 and a1 with content <content>. */
+static char *resend_a1(const char *content)
+{
+    static const char fmt[] = "{\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"},"
+                              "{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"%s\"}]}";
+    size_t n = sizeof(fmt) + strlen(content);
+    char *b = malloc(n);
+
+    snprintf(b, n, fmt, content);
+    return b;
+}
+
+/* A text shed over several commits keeps one hash going on, ended or not: a client's copy is told
+ * equal or not at every step without reading anything back, also when a later run's deltas make an
+ * ended text grow (a message id an agent uses again). */
+Test(history, a_shed_text_s_hash_goes_on_as_it_grows_even_after_its_end)
+{
+    struct mini_store st = {0};
+    struct agw_history *h = shed_thread(&st); /* a1: "Hello, world", growing, shed */
+    char want[256] = "Hello, world", *b;
+    int loads;
+
+    for (int k = 0; k < 5; k++) { /* 5 commits of 13 bytes */
+        cr_assert_eq(agw_history_append_text(h, "a1", 2, " and more, ok", 13), 1);
+        strcat(want, " and more, ok");
+        save(h, &st);
+        agw_history_shed(h, 0);
+        b = resend_a1(want);
+        loads = st.loads;
+        cr_assert_eq(merge_body(h, "r1", b), 0, "the same text, after commit %d", k);
+        cr_assert_eq(st.loads, loads, "told by length, hash and the bytes in memory");
+        free(b);
+        expect_page_content(h, 1, want);
+    }
+    cr_assert_eq(agw_history_load_errors(h), 0);
+    b = resend_a1(want);
+    b[strlen(b) - 5] ^= 1; /* its last content byte ('k' of ...ok"}]}): kept in memory */
+    cr_assert_eq(merge_body(h, "r1", b), 1, "another last byte");
+    free(b);
+    b = resend_a1(want);
+    b[strlen(b) - 6] ^= 1; /* 'o' -> 'n' */
+    want[strlen(want) - 2] ^= 1;
+    cr_assert_eq(merge_body(h, "r1", b), 1, "and another");
+    free(b);
+    expect_page_content(h, 1, want);
+    agw_history_free(h);
+    mini_free(&st);
+
+    /* the same, ended, then a later run's delta */
+    memset(&st, 0, sizeof(st));
+    h = shed_thread(&st);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\"}");
+    agw_history_shed(h, 0);
+    b = resend_a1("Hello, world");
+    cr_assert_eq(merge_body(h, "r2", b), 0, "equal: by length and hash");
+    free(b);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "! Again.", 8), 1);
+    save(h, &st);
+    agw_history_shed(h, 0);
+    b = resend_a1("Hello, world! Again.");
+    cr_assert_eq(merge_body(h, "r2", b), 0, "equal after it was shed again");
+    free(b);
+    cr_assert_eq(st.loads, 0, "nothing read back");
+    expect_page_content(h, 1, "Hello, world! Again.");
+    cr_assert_eq(agw_history_load_errors(h), 0);
+    agw_history_free(h);
+    mini_free(&st);
+
+    /* an input message shed whole keeps a final hash: grown by deltas, it is read back once */
+    memset(&st, 0, sizeof(st));
+    h = agw_history_new(10);
+    agw_history_set_loader(h, mini_load, &st);
+    cr_assert_eq(merge_body(h, "r1",
+                            "{\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":"
+                            "\"Hi\"}]}"),
+                 1);
+    save(h, &st);
+    cr_assert_gt(agw_history_shed(h, 1000), 0);
+    cr_assert_eq(agw_history_append_text(h, "u1", 2, " there", 6), 1);
+    save(h, &st);
+    agw_history_shed(h, 0);
+    cr_assert_eq(st.loads, 1, "u1 read back");
+    expect_page_content(h, 0, "Hi there");
+    cr_assert_eq(merge_body(h, "r3",
+                            "{\"messages\":[{\"id\":\"u1\",\"role\":\"user\",\"content\":"
+                            "\"Hi there\"}]}"),
+                 0, "equal");
+    cr_assert_eq(st.loads, 2, "u1 by the page, nothing more");
+    cr_assert_eq(agw_history_load_errors(h), 0);
+    agw_history_free(h);
+    mini_free(&st);
+}
+
+/* A small growing text (an idle stream's answer so far) keeps no room beyond its bytes once saved;
+ * it grows again as before. */
+Test(history, a_small_growing_text_fits_its_buffer_once_saved)
+{
+    struct mini_store st = {0};
+    struct agw_history *h = agw_history_new(10);
+    size_t before, after;
+
+    agw_history_set_loader(h, mini_load, &st);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\",\"role\":\"assistant\"}");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "Hel", 3), 1);
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "lo", 2), 1);
+    save(h, &st);
+    before = agw_history_text_bytes(h);
+    agw_history_shed(h, 1024); /* below the size to shed: kept, made to fit */
+    after = agw_history_text_bytes(h);
+    cr_assert_lt(after, before, "room let go: %zu -> %zu bytes", before, after);
+    cr_assert_eq(after, strlen("{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello") + 3,
+                 "its bytes, the closing '\"}' and a NUL");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, ", world", 7), 1);
+    expect_page_content(h, 0, "Hello, world");
+    cr_assert_eq(st.loads, 0);
+    agw_history_free(h);
+    mini_free(&st);
+}
+
 Test(history, a_shed_text_that_moves_is_read_back_from_where_it_was)
 {
     struct mini_store st = {0};
