@@ -8,6 +8,7 @@
 
 #include "agw/capture.h"
 #include "agw/jscan.h"
+#include "agw/mem.h"
 
 /* Nesting the scanner follows below the event's own object; deeper events are kept as they are
  * (jansson's own limit is 2048). */
@@ -190,7 +191,7 @@ static char *room(struct agw_capture *c, size_t n)
 
         if (c->len > 0)
             memcpy(b, c->buf, c->len);
-        free(c->buf);
+        agw_mem_separate_free(c->buf);
         c->buf = b;
         c->cap = AGW_CAPTURE_CHUNK_BYTES;
         c->buf_is_chunk = true;
@@ -206,10 +207,10 @@ static char *room(struct agw_capture *c, size_t n)
             cap *= 2;
         /* Not realloc(): jemalloc's takes its slow path for a block that changes size class
          * (about 1,000 instructions for 256 to 2,048 bytes); this copies what is used. */
-        b = agw_xmalloc(cap);
+        b = agw_mem_separate_alloc(cap);
         if (c->len > 0)
             memcpy(b, c->buf, c->len);
-        free(c->buf);
+        agw_mem_separate_free(c->buf);
         c->buf = b;
         c->cap = cap;
     }
@@ -281,9 +282,15 @@ static void coalesce(struct agw_capture *c, enum kind kind, const struct member 
 
 /* ---- the interface --------------------------------------------------------------------------- */
 
+/* A capture and its buffers are on the separate heap (include/agw/mem.h): they live while a run
+ * streams and go when its stream waits (the relay frees an idle run's capture), while the stream's
+ * own objects stay: on the main heap, their pages would keep the holes they leave. */
 struct agw_capture *agw_capture_new(void)
 {
-    return agw_xcalloc(1, sizeof(struct agw_capture));
+    struct agw_capture *c = agw_mem_separate_alloc(sizeof(*c));
+
+    memset(c, 0, sizeof(*c));
+    return c;
 }
 
 void agw_capture_use_chunks(struct agw_capture *c, agw_capture_chunk_fn *get, void *arg)
@@ -296,8 +303,8 @@ void agw_capture_free(struct agw_capture *c)
 {
     if (c == NULL)
         return;
-    free(c->buf);
-    free(c);
+    agw_mem_separate_free(c->buf);
+    agw_mem_separate_free(c);
 }
 
 /* A flat RUN_STARTED (agw_capture_typed()) that may have an "input" member: the name is a key or

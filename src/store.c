@@ -637,7 +637,7 @@ static void job_free(struct agw_store *s, struct job *j)
     if (j->kind == JOB_EVENTS && j->chunk)
         chunk_put(s, j->data);
     else if (j->kind == JOB_EVENTS && !j->in_block)
-        free(j->data);
+        agw_mem_separate_free(j->data); /* a capture's buffer (src/capture.c) */
     free(j->page.body);
     free(j->page.agents);
     agw_mem_separate_free(j);
