@@ -7,11 +7,12 @@
 # this is the check of one change. See doc/benchmarks.md ("How to reproduce").
 #
 # usage: bench/pairs.sh --a BINARY --b BINARY [--scenario S] [--pairs N] [--seconds S]
-#                       [--history on|off] [--build DIR]
+#                       [--history on|off] [--history-a on|off] [--history-b on|off] [--build DIR]
 #   --a, --b: two agui-gateway binaries (e.g. a copy of the build before a change, and the build
 #   after). --scenario (throughput): short, throughput or paced, as in bench/run.sh (one event per
 #   write()). --pairs (5); --seconds (5): each run, after 1 s of warm-up. --history (on): an
-#   embedded store, fresh for each run, or none. BUILD (env) or --build: where the demo agent and
+#   embedded store, fresh for each run, or none; --history-a and --history-b set it for one side
+#   (the cost of recording: the same binary twice, --history-a off --history-b on). BUILD (env) or --build: where the demo agent and
 #   agw-load are (default: <srcdir>/_build-bench).
 # With 2+ CPUs the gateway runs on CPU 1, the agent and the load on CPU 0. Everything runs on
 # 127.0.0.1 with ephemeral ports in a temporary directory; every process started here is stopped
@@ -20,7 +21,7 @@ set -u
 
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$SRC/_build-bench}
-A="" B="" SCENARIO=throughput PAIRS=5 SECS=5 HISTORY=on
+A="" B="" SCENARIO=throughput PAIRS=5 SECS=5 HISTORY=on HIST_A="" HIST_B=""
 
 ME=bench/pairs.sh
 # shellcheck source=bench/lib.sh
@@ -34,6 +35,8 @@ while [ $# -gt 0 ]; do
     --pairs) PAIRS=$2; shift 2 ;;
     --seconds) SECS=$2; shift 2 ;;
     --history) HISTORY=$2; shift 2 ;;
+    --history-a) HIST_A=$2; shift 2 ;;
+    --history-b) HIST_B=$2; shift 2 ;;
     --build) BUILD=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option: $1 (see --help)" ;;
@@ -42,7 +45,10 @@ done
 [ -x "$A" ] && [ -x "$B" ] || die "--a and --b name two agui-gateway binaries"
 case "$PAIRS$SECS" in *[!0-9]*) die "--pairs and --seconds take numbers" ;; esac
 [ "$PAIRS" -gt 0 ] && [ "$SECS" -gt 0 ] || die "--pairs and --seconds must be at least 1"
-case "$HISTORY" in on | off) ;; *) die "--history: on or off" ;; esac
+HIST_A=${HIST_A:-$HISTORY} HIST_B=${HIST_B:-$HISTORY}
+for h in "$HISTORY" "$HIST_A" "$HIST_B"; do
+    case "$h" in on | off) ;; *) die "--history, --history-a, --history-b: on or off" ;; esac
+done
 case "$SCENARIO" in
 short) QUERY="events=10&size=100&ids=run&write_each=1" LOADARGS="--concurrency 100 --runs-per-thread 10" ;;
 throughput) QUERY="events=2000&size=200&write_each=1" LOADARGS="--concurrency 50" ;;
@@ -77,11 +83,12 @@ writer_ticks() {
     echo "$n"
 }
 
-# one NAME BINARY: a fresh gateway, 1 s of warm-up, the timed load; prints "NAME CPU P99 WRITER".
+# one NAME BINARY HISTORY: a fresh gateway, 1 s of warm-up, the timed load; prints "NAME CPU P99
+# WRITER".
 one() {
     local name=$1 bin=$2 gp port url c0 c1 w0 w1 hist
     rm -rf "$T/store" "$T/gw.port"
-    if [ "$HISTORY" = on ]; then
+    if [ "$3" = on ]; then
         hist='"history": {"enabled": true}, "store": {"kind": "embedded", "path": "'"$T/store"'"},'
     else
         hist='"history": {"enabled": false},'
@@ -123,12 +130,12 @@ print(sys.argv[4], "%.3f" % (cpu / d["events"] * 1e6), d.get("latency_us", {}).g
 EOF
 }
 
-echo "bench/pairs.sh: $SCENARIO, history $HISTORY, $PAIRS pairs of $SECS s; A = $A, B = $B" >&2
+echo "bench/pairs.sh: $SCENARIO, $PAIRS pairs of $SECS s; A = $A (history $HIST_A), B = $B (history $HIST_B)" >&2
 for ((i = 1; i <= PAIRS; i++)); do
     if [ $((i % 2)) = 1 ]; then
-        one A "$A" && one B "$B"
+        one A "$A" "$HIST_A" && one B "$B" "$HIST_B"
     else
-        one B "$B" && one A "$A"
+        one B "$B" "$HIST_B" && one A "$A" "$HIST_A"
     fi
 done | tee "$T/runs" |
     awk '{printf "  %s  %8.3f s per million events (the writer %.3f)  p99 %s us\n", $1, $2, $4, $3}'
