@@ -12,8 +12,8 @@
 #   after). --scenario (throughput): short, throughput or paced, as in bench/run.sh (one event per
 #   write()). --pairs (5); --seconds (5): each run, after 1 s of warm-up. --history (on): an
 #   embedded store, fresh for each run, or none; --history-a and --history-b set it for one side
-#   (the cost of recording: the same binary twice, --history-a off --history-b on). BUILD (env) or --build: where the demo agent and
-#   agw-load are (default: <srcdir>/_build-bench).
+#   (the cost of recording: the same binary twice, --history-a off --history-b on). BUILD (env)
+#   or --build: where the demo agent and agw-load are (default: <srcdir>/_build-bench).
 # With 2+ CPUs the gateway runs on CPU 1, the agent and the load on CPU 0. Everything runs on
 # 127.0.0.1 with ephemeral ports in a temporary directory; every process started here is stopped
 # on exit.

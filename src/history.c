@@ -164,11 +164,12 @@ static const char *msg_id(const json_t *m)
     return str_field(m, "id");
 }
 
-static uint64_t hash_bytes(const char *s, size_t n)
+/* The hash of an id (the index's buckets). */
+static uint32_t hash_bytes(const char *s, size_t n)
 {
     uint64_t h = agw_fnv1a(AGW_FNV_INIT, s, n);
 
-    return h ^ (h >> 29);
+    return (uint32_t)(h ^ (h >> 29));
 }
 
 /* ---- hashing bytes given in pieces --------------------------------------------------------- */
@@ -246,6 +247,15 @@ static uint64_t hs_final(const struct hs *s)
     for (int k = 0; k < 4; k++)
         h = ((h ^ t.h[k]) * HS_MUL) ^ (h >> 29);
     return h ^ (h >> 31);
+}
+
+/* The final hash of <n> bytes given at once. */
+static uint64_t hs_of(const char *p, size_t n)
+{
+    struct hs s = {0};
+
+    hs_update(&s, p, n);
+    return hs_final(&s);
 }
 
 /* The final hash of item <it>'s first <text_base> bytes (> 0). */
@@ -372,7 +382,6 @@ static char *text_copy(struct agw_history *h, const struct item *it, size_t *len
 {
     char *stored = NULL, *b;
     size_t n = 0;
-    struct hs check = {0};
 
     if (it->text_base > 0) {
         if (h->load == NULL || h->load(h->load_arg, it->pos, &stored, &n) != 0 ||
@@ -381,8 +390,7 @@ static char *text_copy(struct agw_history *h, const struct item *it, size_t *len
             h->load_errors++;
             return NULL;
         }
-        hs_update(&check, stored, it->text_base);
-        if (hs_final(&check) != item_shed_hash(it)) { /* not what was shed */
+        if (hs_of(stored, it->text_base) != item_shed_hash(it)) { /* not what was shed */
             free(stored);
             h->load_errors++;
             return NULL;
@@ -471,7 +479,7 @@ static struct item *item_new(const char *id, size_t id_len, const char *run_id)
         memcpy(it->strings + id_len + 1, run_id, run_len);
         it->has_run = true;
     }
-    it->hash = (uint32_t)hash_bytes(id, id_len);
+    it->hash = hash_bytes(id, id_len);
     it->changed = true;
     it->whole = true;
     return it;
@@ -652,7 +660,7 @@ static size_t find_msgn(const struct agw_history *h, const char *id, size_t len)
 
     if (h->n == 0)
         return SIZE_MAX;
-    hash = (uint32_t)hash_bytes(id, len);
+    hash = hash_bytes(id, len);
     if (h->n_buckets == 0) {
         for (size_t i = 0; i < h->n; i++)
             if (item_has_id(h->items[i], hash, id, len))
@@ -1066,15 +1074,11 @@ static bool item_is_bytes(struct item *it, const char *raw, size_t len)
     const char *j;
     size_t n;
 
-    if (it->msg == NULL && it->text_base > 0) { /* shed: its length, hash and the rest */
-        struct hs a = {0};
-        if (len != it->text_len + (it->shed_value ? 0 : TEXT_CLOSE_LEN) ||
-            (text_mem(it) > 0 && memcmp(raw + it->text_base, it->text, text_mem(it)) != 0) ||
-            (!it->shed_value && memcmp(raw + it->text_len, TEXT_CLOSE, TEXT_CLOSE_LEN) != 0))
-            return false;
-        hs_update(&a, raw, it->text_base);
-        return hs_final(&a) == item_shed_hash(it);
-    }
+    if (it->msg == NULL && it->text_base > 0) /* shed: its length, hash and the rest */
+        return len == it->text_len + (it->shed_value ? 0 : TEXT_CLOSE_LEN) &&
+               (text_mem(it) == 0 || memcmp(raw + it->text_base, it->text, text_mem(it)) == 0) &&
+               (it->shed_value || memcmp(raw + it->text_len, TEXT_CLOSE, TEXT_CLOSE_LEN) == 0) &&
+               hs_of(raw, it->text_base) == item_shed_hash(it);
     if (it->msg == NULL) {
         j = text_closed(it, &n);
     } else {
@@ -2115,15 +2119,12 @@ static size_t shed_value(struct agw_history *h, size_t i)
     struct item *it = h->items[i];
     size_t len;
     const char *j;
-    struct hs s;
 
     if (json_object_get(it->msg, "toolCalls") != NULL)
         return 0;
     j = agw_history_message_json(h, i, &len); /* the bytes the store wrote */
-    memset(&s, 0, sizeof(s));
-    hs_update(&s, j, len);
     item_hs_clear(it);
-    it->value_hash = hs_final(&s);
+    it->value_hash = hs_of(j, len);
     it->text_role = (unsigned char)item_role(it);
     it->text_len = it->text_base = len;
     it->shed_value = true;
@@ -2158,9 +2159,7 @@ static size_t shed_text(struct agw_history *h, struct item *it, size_t min_bytes
     saved = it->saved_len - it->text_base; /* bytes in memory the store holds */
     if (saved > 0 && it->from_input && it->text_ended && it->text_base == 0 &&
         saved == it->text_len) {
-        struct hs s = {0};
-        hs_update(&s, it->text, saved);
-        it->value_hash = hs_final(&s);
+        it->value_hash = hs_of(it->text, saved);
         it->text_base = saved;
         freed = saved;
     } else if (saved > 0 && (saved >= min_bytes || (it->from_input && it->text_ended))) {

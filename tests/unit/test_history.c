@@ -1176,7 +1176,7 @@ Test(history, a_shed_text_s_hash_goes_on_as_it_grows_even_after_its_end)
     }
     cr_assert_eq(agw_history_load_errors(h), 0);
     b = resend_a1(want);
-    b[strlen(b) - 5] ^= 1; /* its last content byte ('k' of ...ok"}]}): kept in memory */
+    b[strlen(b) - 5] ^= 1; /* its last content byte ('k' of ...ok"}]}), shed: the hash tells */
     cr_assert_eq(merge_body(h, "r1", b), 1, "another last byte");
     free(b);
     b = resend_a1(want);
