@@ -23,6 +23,10 @@ void agw_balance_order(enum agw_balance mode, const char *const *keys, size_t n,
     uint64_t w[AGW_MAX_UPSTREAMS];
 
     assert(n > 0 && n <= AGW_MAX_UPSTREAMS);
+    if (n == 1) { /* one backend: nothing to weigh (two hashes of the thread's id a run, saved) */
+        order[0] = 0;
+        return;
+    }
     if (mode == AGW_BALANCE_ROUND_ROBIN) {
         size_t first = (*rr)++ % n;
         for (size_t i = 0; i < n; i++)

@@ -14,8 +14,8 @@
 #include "agw/config.h"
 
 /* Writes into <order> the indices 0..<n>-1 of the backends named by <keys> in the order to try them
- * for a run of <thread_id>. <rr> is the agent's round-robin cursor (advanced for round_robin,
- * unused otherwise). <n> is 1..AGW_MAX_UPSTREAMS. */
+ * for a run of <thread_id>. <rr> is the agent's round-robin cursor (advanced for round_robin
+ * with 2+ backends, unused otherwise). <n> is 1..AGW_MAX_UPSTREAMS. */
 void agw_balance_order(enum agw_balance mode, const char *const *keys, size_t n,
                        const char *thread_id, size_t *rr, size_t *order);
 
