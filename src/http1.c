@@ -767,6 +767,7 @@ static int parse_request_line(struct agw_http1_parser *p, struct agw_http1_reque
 struct request_fields {
     const char *head; /* the head's first byte */
     unsigned host, authorization, content_length;
+    uint32_t n_fields;
     bool chunked;
 };
 
@@ -871,11 +872,12 @@ static int parse_request_block(struct agw_http1_parser *p, struct agw_http1_requ
     n = cut_line(line, end, &next);
     if ((rc = parse_request_line(p, req, line, n)) != 0)
         return rc;
-    for (line = next; (n = cut_line(line, end, &next)) > 0; line = next)
+    for (line = next; (n = cut_line(line, end, &next)) > 0; line = next, f.n_fields++)
         if ((rc = request_field(p, req, &f, line, n)) != 0)
             return rc;
     if (f.host == 0)
         return refuse(p, req, 400, "bad request: missing Host header");
+    req->n_fields = f.n_fields;
     if (f.chunked && f.content_length > 0)
         return refuse(p, req, 400, "bad request: both Transfer-Encoding and Content-Length");
     if (f.chunked) {
@@ -924,20 +926,66 @@ bool agw_http1_body_over_limit(const struct agw_http1_parser *p)
     return p->over_limit;
 }
 
-void agw_http1_rewrite_request_head(const char *head, size_t head_len, uint64_t body_len,
-                                    struct evbuffer *out)
+size_t agw_http1_request_fields(char *head, size_t head_len, struct agw_http1_field *f, size_t max)
 {
-    const char *end = head + head_len, *line = head, *next;
-    size_t n = cut_line(line, end, &next);
+    char *end = head + head_len, *line = memchr(head, '\n', head_len), *lf;
+    size_t n, k = 0;
 
-    evbuffer_add(out, line, (size_t)(next - line));
-    for (line = next; (n = cut_line(line, end, &next)) > 0; line = next) {
-        /* The head was checked: a name is a token right before its colon. */
-        if (n >= 18 && line[17] == ':' && NAME_IS(line, 17, "transfer-encoding"))
-            continue;
-        evbuffer_add(out, line, (size_t)(next - line));
+    assert(line != NULL);
+    /* after the request line, each line up to the blank one */
+    for (line++; k < max && (lf = memchr(line, '\n', (size_t)(end - line))) != NULL;
+         line = lf + 1) {
+        if ((n = (size_t)(lf - line)) > 0 && line[n - 1] == '\r')
+            n--;
+        if (n == 0)
+            break;
+        /* The head was checked: a name is a token right before its colon, a value's bytes are
+         * field bytes. */
+        char *colon = memchr(line, ':', n), *v, *ve = line + n;
+
+        assert(colon != NULL);
+        for (v = colon + 1; v < ve && is_ows(*v); v++)
+            ;
+        while (ve > v && is_ows(ve[-1]))
+            ve--;
+        *colon = '\0';
+        *ve = '\0';
+        f[k++] = (struct agw_http1_field){.name = line,
+                                          .value = v,
+                                          .name_len = (uint32_t)(colon - line),
+                                          .value_len = (uint32_t)(ve - v)};
     }
-    evbuffer_add_printf(out, "Content-Length: %" PRIu64 "\r\n\r\n", body_len);
+    return k;
+}
+
+void agw_http1_framing_head(const char *head, size_t head_len, const struct agw_http1_request *req,
+                            uint64_t body_len, struct evbuffer *out)
+{
+    const char *lf = memchr(head, '\n', head_len);
+    char buf[AGW_HTTP1_FRAMING_EXTRA], digits[24];
+    size_t n = 0, k = 0;
+
+    assert(lf != NULL);
+    evbuffer_add(out, head, (size_t)(lf + 1 - head));
+    if (req->body != AGW_HTTP1_BODY_NONE) {
+        memcpy(buf, "Content-Length: ", 16);
+        n = 16;
+        do {
+            digits[k++] = (char)('0' + body_len % 10);
+            body_len /= 10;
+        } while (body_len > 0);
+        while (k > 0)
+            buf[n++] = digits[--k];
+        buf[n++] = '\r';
+        buf[n++] = '\n';
+    }
+    if (req->close) {
+        memcpy(buf + n, "Connection: close\r\n", 19);
+        n += 19;
+    }
+    buf[n++] = '\r';
+    buf[n++] = '\n';
+    evbuffer_add(out, buf, n);
 }
 
 /* ---- body ----------------------------------------------------------------------------------- */

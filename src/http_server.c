@@ -98,6 +98,14 @@ enum gate_state {
     GATE_CLOSING,  /* refused: the answer goes out, then what the client still sends is dropped */
 };
 
+/* The current request's head, which the gate keeps (libevhtp is handed its request line and its
+ * framing alone, agw_http1_framing_head()): its fields, split in place in its text, which follows
+ * them in the same block (on the separate heap). */
+struct gate_head {
+    size_t n;
+    struct agw_http1_field f[];
+};
+
 /* A client's address (conn_ctx's <peer>), or its text once made. */
 union peer_addr {
     struct sockaddr sa; /* sa_family AF_UNSPEC: not known */
@@ -123,9 +131,10 @@ struct conn_ctx {
     struct agw_http1_parser *parser; /* NULL once released */
     struct agw_http1_request hreq;   /* the head being read, from GATE_BODY on */
     struct evbuffer *raw;            /* read from the client and not yet handed to libevhtp */
-    struct evbuffer *pass; /* the request being assembled: its head, then its body; NULL once
-                              released */
-    struct evbuffer *body; /* a chunked body, decoded (allocated for the first one) */
+    struct evbuffer *pass;  /* the request being assembled: its head, then its body; NULL once
+                               released */
+    struct evbuffer *body;  /* a chunked body, decoded (allocated for the first one) */
+    struct gate_head *head; /* the current request's head, from GATE_BODY until it ends */
     bufferevent_data_cb lib_read, lib_write; /* libevhtp's callbacks */
     bufferevent_event_cb lib_event;
     void *lib_arg;
@@ -798,24 +807,22 @@ static const char *const known_names[AGW_N_KNOWN_HEADERS] = {
     [AGW_HDR_X_REQUEST_ID] = "X-Request-Id",
 };
 
-static int known_cb(evhtp_kv_t *kv, void *arg)
-{
-    enum agw_known_header h = known_candidate(kv->key, kv->klen);
-
-    (void)arg;
-    if (h != AGW_N_KNOWN_HEADERS && known.v[h] == NULL &&
-        agw_strieq_n(kv->key, kv->klen, known_names[h]))
-        known.v[h] = kv->val; /* the first of the name, as evhtp_header_find() finds it */
-    return 0;
-}
-
 const char *agw_req_known_header(const struct agw_req *req, enum agw_known_header h)
 {
-    if (req->r == NULL || (unsigned)h >= AGW_N_KNOWN_HEADERS)
+    const struct gate_head *head = req->cc->head;
+
+    if (req->r == NULL || head == NULL || (unsigned)h >= AGW_N_KNOWN_HEADERS)
         return NULL;
     if (known.req != req) {
         memset(known.v, 0, sizeof(known.v));
-        evhtp_kvs_for_each(req->r->headers_in, known_cb, NULL);
+        for (size_t i = 0; i < head->n; i++) {
+            const struct agw_http1_field *f = &head->f[i];
+            enum agw_known_header k = known_candidate(f->name, f->name_len);
+
+            if (k != AGW_N_KNOWN_HEADERS && known.v[k] == NULL &&
+                agw_strieq_n(f->name, f->name_len, known_names[k]))
+                known.v[k] = f->value; /* the first of the name */
+        }
         known.req = req;
     }
     return known.v[h];
@@ -827,26 +834,14 @@ static void forget_known(const struct agw_req *req)
         known.req = NULL;
 }
 
-struct foreach_ctx {
-    agw_header_fn *fn;
-    void *arg;
-};
-
-static int foreach_cb(evhtp_kv_t *kv, void *arg)
-{
-    struct foreach_ctx *fc = arg;
-
-    fc->fn(kv->key, kv->val, fc->arg);
-    return 0;
-}
-
 void agw_req_foreach_header(const struct agw_req *req, agw_header_fn *fn, void *arg)
 {
-    struct foreach_ctx fc = {fn, arg};
+    const struct gate_head *head = req->cc->head;
 
-    if (req->r == NULL)
+    if (req->r == NULL || head == NULL)
         return;
-    evhtp_kvs_for_each(req->r->headers_in, foreach_cb, &fc);
+    for (size_t i = 0; i < head->n; i++)
+        fn(head->f[i].name, head->f[i].value, arg);
 }
 
 struct evbuffer *agw_req_body(const struct agw_req *req)
@@ -900,8 +895,38 @@ static void gate_parser_free(struct agw_http1_parser *p)
     agw_mem_separate_free(p);
 }
 
+/* The current request's head goes (its request ended, or the stream was released). */
+static void head_free(struct conn_ctx *cc)
+{
+    agw_mem_separate_free(cc->head);
+    cc->head = NULL;
+}
+
+/* The head the gate accepted (cc->hreq) leaves <raw> for a block of the gate's, where its fields
+ * are split, and libevhtp's head starts <pass> (a chunked body's is written in hand_over()). */
+static void take_head(struct conn_ctx *cc)
+{
+    size_t len = cc->hreq.head_len, nf = cc->hreq.n_fields;
+    struct gate_head *h;
+    char *text;
+
+    head_free(cc);
+    h = agw_mem_separate_alloc(sizeof(*h) + nf * sizeof(h->f[0]) + len + 1);
+    text = (char *)(h->f + nf);
+    evbuffer_remove(cc->raw, text, len);
+    text[len] = '\0';
+    if (!cc->hreq.rewrite) {
+        agw_mem_separate_enter();
+        agw_http1_framing_head(text, len, &cc->hreq, cc->hreq.content_length, cc->pass);
+        agw_mem_separate_leave();
+    }
+    h->n = agw_http1_request_fields(text, len, h->f, nf);
+    cc->head = h;
+}
+
 static void conn_ctx_free(struct conn_ctx *cc)
 {
+    head_free(cc);
     gate_parser_free(cc->parser);
     evbuffer_free(cc->raw);
     agw_mem_separate_enter();
@@ -980,15 +1005,21 @@ static void rd_free(struct conn_ctx *cc)
 static void refusal_cors(struct conn_ctx *cc, struct evbuffer *out)
 {
     const struct agw_server_options *o = &cc->srv->opts;
-    struct evbuffer *head = cc->gate == GATE_HEAD ? cc->raw : cc->pass;
     size_t at = cc->hreq.origin_at, n = cc->hreq.origin_len;
     char origin[256];
-    const unsigned char *h;
+    const char *h;
 
-    if (o->refusal_fields == NULL || n == 0 || n >= sizeof(origin) ||
-        (cc->gate != GATE_HEAD && cc->gate != GATE_BODY) || evbuffer_get_length(head) < at + n ||
-        (h = evbuffer_pullup(head, (ev_ssize_t)(at + n))) == NULL)
+    if (o->refusal_fields == NULL || n == 0 || n >= sizeof(origin))
         return;
+    if (cc->gate == GATE_HEAD) { /* the head is still in <raw> */
+        if (evbuffer_get_length(cc->raw) < at + n ||
+            (h = (const char *)evbuffer_pullup(cc->raw, (ev_ssize_t)(at + n))) == NULL)
+            return;
+    } else if (cc->gate == GATE_BODY && cc->head != NULL && at + n <= cc->hreq.head_len) {
+        h = (const char *)(cc->head->f + cc->hreq.n_fields); /* (its values intact) */
+    } else {
+        return;
+    }
     memcpy(origin, h + at, n);
     origin[n] = '\0';
     o->refusal_fields(o->refusal_arg, origin, out);
@@ -1040,16 +1071,12 @@ static void hand_over(struct conn_ctx *cc)
 {
     struct evbuffer *in = bufferevent_get_input(cc->bev);
 
-    if (cc->hreq.rewrite) {
-        size_t head_len = cc->hreq.head_len;
-        struct evbuffer *req = evbuffer_new();
-        const char *head = (const char *)evbuffer_pullup(cc->pass, (ev_ssize_t)head_len);
-
-        agw_http1_rewrite_request_head(head, head_len, evbuffer_get_length(cc->body), req);
-        evbuffer_drain(cc->pass, head_len);
-        evbuffer_add_buffer(req, cc->body);
-        evbuffer_add_buffer(cc->pass, req);
-        evbuffer_free(req);
+    if (cc->hreq.rewrite) { /* libevhtp's head, now that the body's length is known */
+        agw_mem_separate_enter();
+        agw_http1_framing_head((const char *)(cc->head->f + cc->hreq.n_fields), cc->hreq.head_len,
+                               &cc->hreq, evbuffer_get_length(cc->body), cc->pass);
+        agw_mem_separate_leave();
+        evbuffer_add_buffer(cc->pass, cc->body);
     }
     /* The input is empty (every read moved to <raw>); its end is frozen by the bufferevent outside
      * its reads, its front is not: prepending to an empty buffer appends. */
@@ -1085,7 +1112,7 @@ static void gate_run(struct conn_ctx *cc)
             refuse(cc, cc->hreq.status, cc->hreq.error);
             return;
         }
-        evbuffer_remove_buffer(cc->raw, cc->pass, cc->hreq.head_len);
+        take_head(cc);
         cc->gate = GATE_BODY;
         cc->continue_sent = false;
         if (cc->hreq.rewrite && cc->body == NULL) {
@@ -1289,6 +1316,7 @@ static void end_request(struct conn_ctx *cc, struct agw_req *req)
     }
     cc->srv->active--;
     forget_known(req);
+    head_free(cc);
     free(req);
 }
 
@@ -1487,6 +1515,7 @@ static bool release(struct conn_ctx *cc)
     cc->owned = true;
     req->r = NULL;
     forget_known(req);
+    head_free(cc);
     bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
     /* Reading goes back to the bufferevent (registered before the gate's event goes, so that the
      * socket stays registered with epoll): no request follows, and an idle stream keeps one event

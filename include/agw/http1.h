@@ -93,9 +93,10 @@ struct agw_http1_request {
     /* The Origin field's value (the last one): <origin_len> bytes at <origin_at> from the head's
      * start (0: none, or not reached before an error); checked like any value (no control byte). */
     uint32_t origin_at, origin_len;
-    /* The head says Transfer-Encoding: once the body is decoded, it is handed on rewritten with a
-     * Content-Length (agw_http1_rewrite_request_head()). */
+    /* The head says Transfer-Encoding: once the body is decoded, it is handed on with a
+     * Content-Length (agw_http1_framing_head()). */
     bool rewrite;
+    uint32_t n_fields; /* header fields */
     /* Errors: the status to answer (400, 413, 414, 417, 431, 501, 505) and why. */
     int status;
     const char *error; /* static text, for the client: "bad request: …" */
@@ -139,11 +140,28 @@ int agw_http1_parse_request_head(struct agw_http1_parser *p, struct evbuffer *in
  * over-long chunk line or trailer section (400). */
 bool agw_http1_body_over_limit(const struct agw_http1_parser *p);
 
-/* Writes the head of a request that agw_http1_parse_request_head() accepted with req->rewrite,
- * as its chunked body has been decoded: the request line and every field as they were, but
- * Transfer-Encoding, then "Content-Length: <body_len>". <head> is the original head
- * (req->head_len bytes). */
-void agw_http1_rewrite_request_head(const char *head, size_t head_len, uint64_t body_len,
-                                    struct evbuffer *out);
+/* The bytes agw_http1_framing_head() adds to the request line, at most. */
+#define AGW_HTTP1_FRAMING_EXTRA (16 + 20 + 2 + 19 + 2)
+
+/* One field of a request head, as agw_http1_request_fields() splits it: its name and its value
+ * without the OWS around it, each a NUL-terminated string within the head. */
+struct agw_http1_field {
+    const char *name, *value;
+    uint32_t name_len, value_len;
+};
+
+/* Splits the head of a request that agw_http1_parse_request_head() accepted (<head>, its
+ * req->head_len bytes, a copy the caller owns) in place: each field's name and value become
+ * NUL-terminated strings (the colon and the byte after the value are overwritten). Writes the
+ * fields in order into <f> (req->n_fields of them; <max> at most) and returns how many. */
+size_t agw_http1_request_fields(char *head, size_t head_len, struct agw_http1_field *f, size_t max);
+
+/* The head the server library is handed for a request that agw_http1_parse_request_head()
+ * accepted, the fields being kept by their caller: its request line as it came (<head>, before
+ * agw_http1_request_fields() split it), "Content-Length: <body_len>" when it has a body (a chunked
+ * one decoded: its decoded length), "Connection: close" when the client asked for it, and the
+ * blank line. No printf-family call. */
+void agw_http1_framing_head(const char *head, size_t head_len, const struct agw_http1_request *req,
+                            uint64_t body_len, struct evbuffer *out);
 
 #endif

@@ -1,24 +1,25 @@
 /* libFuzzer driver for the strict HTTP/1.1 request parser of src/http1.c (the server side:
  * agw_http1_request_parser_new(), agw_http1_parse_request_head(), agw_http1_parse_body(),
- * agw_http1_body_over_limit(), agw_http1_rewrite_request_head()). The input is what a client sends
- * on one connection; its first five bytes choose the limits and how the rest is cut into reads:
- *   byte 0: max_head = 1 + 8 * b        byte 1: max_line = 1 + 2 * b
- *   byte 2: max_fields = 1 + b % 32      byte 3: max_body = 16 * b (255: SIZE_MAX)
- *   byte 4: the seed of the read sizes.
- * The stream is parsed as a sequence of pipelined requests (the head taken by the caller, then the
- * body) whole, byte by byte, in the chosen reads, from an evbuffer of many small segments, and
- * byte by byte and in the chosen reads with body reads decoded in place as memory blocks: every way
- * must give the same heads, statuses, errors and decoded bodies (split-invariance).
+ * agw_http1_body_over_limit(), agw_http1_framing_head(), agw_http1_request_fields()). The input is
+ * what a client sends on one connection; its first five bytes choose the limits and how the rest is
+ * cut into reads: byte 0: max_head = 1 + 8 * b        byte 1: max_line = 1 + 2 * b byte 2:
+ * max_fields = 1 + b % 32      byte 3: max_body = 16 * b (255: SIZE_MAX) byte 4: the seed of the
+ * read sizes. The stream is parsed as a sequence of pipelined requests (the head taken by the
+ * caller, then the body) whole, byte by byte, in the chosen reads, from an evbuffer of many small
+ * segments, and byte by byte and in the chosen reads with body reads decoded in place as memory
+ * blocks: every way must give the same heads, statuses, errors and decoded bodies
+ * (split-invariance).
  *
  * Invariants: an accepted head is at most max_head bytes, ends with an empty line, has CR LF line
  * ends only (no bare LF), a request line "METHOD SP target SP HTTP/1.1", lines within max_line,
  * at most max_fields fields, exactly one Host, no control byte in any value, Content-Length XOR
  * Transfer-Encoding, and says what its fields say (body kind, length within max_body, Expect,
  * Connection: close, HEAD, rewrite); a decoded body is within max_body (and exactly Content-Length
- * long when complete); a chunked request's rewritten head (agw_http1_rewrite_request_head()) is the
- * same head without Transfer-Encoding plus a Content-Length, and a fresh parser accepts it and its
- * body as the same request with a Content-Length body; a refused request has a status in {400, 413,
- * 414, 417, 431, 501, 505} that matches the code returned, and an error string.
+ * long when complete); a complete request's framing head (agw_http1_framing_head()) is its request
+ * line, a Content-Length of its decoded body when it has one, "Connection: close" when it asked,
+ * and the empty line; its fields as split (agw_http1_request_fields()) are its field lines' names
+ * and values, OWS trimmed, in order, as many as req->n_fields; a refused request has a status in
+ * {400, 413, 414, 417, 431, 501, 505} that matches the code returned, and an error string.
  *
  *   tests/fuzz/build.sh _build-fuzz request        (or by hand:)
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I_build src/http1.c src/common.c \
@@ -206,61 +207,62 @@ static void check_head(const struct setup *s, const struct agw_http1_request *re
         fatal("accepted head: close");
 }
 
-/* The rewritten head of a chunked request whose head is <h> and whose decoded body is <body>. */
-static void check_rewrite(const struct setup *s, const char *h, size_t n, const char *body,
+/* What the server is handed for an accepted request whose head is <h> (<n> bytes) and whose
+ * decoded body is <body_len> bytes: its request line, then exactly its framing
+ * (agw_http1_framing_head()); and its fields as the gate keeps them (agw_http1_request_fields()):
+ * every field line's name and value without the OWS around it, in order, req->n_fields of them. */
+static void check_framing(const struct agw_http1_request *req, const char *h, size_t n,
                           size_t body_len)
 {
-    struct evbuffer *out = evbuffer_new(), *in = evbuffer_new(), *dec = evbuffer_new();
-    struct agw_http1_request_limits lim = s->lim;
-    struct agw_http1_parser *p;
-    struct agw_http1_request req;
-    char cl[48], *rw, *got;
-    size_t rw_len, got_len, cl_len, keep = 0;
-    int rc;
+    struct evbuffer *out = evbuffer_new();
+    const char *lf = memchr(h, '\n', n), *end = h + n;
+    char want[128], *got, *copy;
+    struct agw_http1_field *f;
+    size_t got_len, want_len = 0, k = 0, nf;
 
-    agw_http1_rewrite_request_head(h, n, body_len, out);
-    rw = take_all(out, &rw_len);
-    /* Textually: every line but Transfer-Encoding ones, in order, then the Content-Length. */
-    cl_len = (size_t)snprintf(cl, sizeof(cl), "Content-Length: %zu\r\n\r\n", body_len);
-    for (const char *line = h, *lf; line < h + n - 2; line = lf + 1) {
-        lf = memchr(line, '\n', (size_t)(h + n - line));
-        if ((size_t)(lf - line) >= 18 && line[17] == ':' &&
-            agw_strieq_n(line, 17, "transfer-encoding"))
-            continue;
-        if (keep + (size_t)(lf + 1 - line) > rw_len ||
-            memcmp(rw + keep, line, (size_t)(lf + 1 - line)) != 0)
-            fatal("rewritten head: a line of the original is missing or changed");
-        keep += (size_t)(lf + 1 - line);
-    }
-    if (rw_len != keep + cl_len || memcmp(rw + keep, cl, cl_len) != 0)
-        fatal("rewritten head: not ended by its Content-Length");
-
-    /* A fresh parser takes it as the same request with a Content-Length body (the new line may be
-     * longer than the old limit allowed, and the head a little longer). */
-    if (lim.max_line < cl_len)
-        lim.max_line = cl_len;
-    lim.max_body = SIZE_MAX;
-    p = agw_http1_request_parser_new(rw_len + 1, &lim);
-    evbuffer_add(in, rw, rw_len);
-    evbuffer_add(in, body, body_len);
-    rc = agw_http1_parse_request_head(p, in, &req);
-    if (rc != 0)
-        fatal("rewritten head: refused by a fresh parser");
-    if (req.head_len != rw_len || req.body != AGW_HTTP1_BODY_LENGTH ||
-        req.content_length != body_len || req.rewrite)
-        fatal("rewritten head: not a Content-Length request of the body's length");
-    evbuffer_drain(in, req.head_len);
-    if (agw_http1_parse_body(p, in, dec) != 1 || evbuffer_get_length(in) != 0)
-        fatal("rewritten request: body not complete");
-    got = take_all(dec, &got_len);
-    if (got_len != body_len || memcmp(got, body, body_len) != 0)
-        fatal("rewritten request: another body");
+    if (req->body == AGW_HTTP1_BODY_LENGTH && req->content_length != body_len)
+        fatal("framing: a length body of another length");
+    agw_http1_framing_head(h, n, req, body_len, out);
+    got = take_all(out, &got_len);
+    if (req->body != AGW_HTTP1_BODY_NONE)
+        want_len += (size_t)snprintf(want, sizeof(want), "Content-Length: %zu\r\n", body_len);
+    if (req->close)
+        want_len +=
+            (size_t)snprintf(want + want_len, sizeof(want) - want_len, "Connection: close\r\n");
+    want_len += (size_t)snprintf(want + want_len, sizeof(want) - want_len, "\r\n");
+    if (got_len != (size_t)(lf + 1 - h) + want_len || memcmp(got, h, (size_t)(lf + 1 - h)) != 0 ||
+        memcmp(got + (lf + 1 - h), want, want_len) != 0)
+        fatal("framing head: not the request line and the framing");
     free(got);
-    free(rw);
-    agw_http1_parser_free(p);
     evbuffer_free(out);
-    evbuffer_free(in);
-    evbuffer_free(dec);
+
+    copy = malloc(n + 1);
+    memcpy(copy, h, n);
+    copy[n] = '\0';
+    f = calloc(req->n_fields + 1, sizeof(*f));
+    nf = agw_http1_request_fields(copy, n, f, req->n_fields);
+    if (nf != req->n_fields)
+        fatal("fields: not as many as the head says");
+    for (const char *line = lf + 1; line < end - 2; line = lf + 1, k++) {
+        const char *colon, *v, *ve;
+
+        lf = memchr(line, '\n', (size_t)(end - line));
+        colon = memchr(line, ':', (size_t)(lf - line));
+        ve = lf - 1; /* the CR */
+        for (v = colon + 1; v < ve && (*v == ' ' || *v == '\t'); v++)
+            ;
+        while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+            ve--;
+        if (k >= nf || f[k].name_len != (size_t)(colon - line) ||
+            memcmp(f[k].name, line, f[k].name_len) != 0 || f[k].name[f[k].name_len] != '\0' ||
+            f[k].value_len != (size_t)(ve - v) || memcmp(f[k].value, v, f[k].value_len) != 0 ||
+            f[k].value[f[k].value_len] != '\0' || f[k].name < copy || f[k].value >= copy + n)
+            fatal("fields: a field split wrongly");
+    }
+    if (k != nf)
+        fatal("fields: another count");
+    free(f);
+    free(copy);
 }
 
 static void check_refused(const struct agw_http1_request *req, int rc)
@@ -305,8 +307,8 @@ static void body_add(const struct setup *s, struct current *cur, const char *b, 
 
 /* After a body parse that returned <rc>: logs it. Returns -1 to stop, 1 when the request ended
  * (the next head follows), 0 to go on. */
-static int body_done(const struct setup *s, struct agw_http1_parser *p, struct current *cur,
-                     struct log *l, int rc, int requests)
+static int body_done(struct agw_http1_parser *p, struct current *cur, struct log *l, int rc,
+                     int requests)
 {
     if (rc == 0)
         return 0;
@@ -325,8 +327,7 @@ static int body_done(const struct setup *s, struct agw_http1_parser *p, struct c
         fatal("a complete Content-Length body of another length");
     if (cur->req.body == AGW_HTTP1_BODY_NONE && cur->body.len != 0)
         fatal("a body without framing");
-    if (cur->req.rewrite)
-        check_rewrite(s, cur->head, cur->head_len, cur->body.p ? cur->body.p : "", cur->body.len);
+    check_framing(&cur->req, cur->head, cur->head_len, cur->body.len);
     if (requests == MAX_REQUESTS)
         return -1;
     /* Alternate between an explicit reset and parse_request_head()'s implicit one. */
@@ -390,7 +391,7 @@ static void run(const struct setup *st, const char *s, size_t n, unsigned seed, 
                 body_add(st, &cur, v.iov_base, v.iov_len);
                 evbuffer_drain(out, v.iov_len);
             }
-            rc = body_done(st, p, &cur, l, rc, requests);
+            rc = body_done(p, &cur, l, rc, requests);
             if (rc < 0)
                 goto out;
             if (rc == 1) {
@@ -424,7 +425,7 @@ static void run(const struct setup *st, const char *s, size_t n, unsigned seed, 
                 if (rc == 1)
                     evbuffer_add(in, b + used, k - used);
                 free(b);
-                rc = body_done(st, p, &cur, l, rc, requests);
+                rc = body_done(p, &cur, l, rc, requests);
                 if (rc < 0)
                     goto out;
                 if (rc == 1) {

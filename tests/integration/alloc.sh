@@ -5,8 +5,10 @@
 # each (doc/benchmarks.md, "What a run costs": 148 before the per-run work, 131 after, 70 since the body
 # is validated without a tree and a run's small strings are not copied one by one, 61 since a stream's
 # head is written by the gateway from fields built once, not by libevhtp from a header object per
-# field: 66 before). A change that adds allocations to the request path fails here. The same again
-# with thread history on, which adds the writer thread's work (67; 72 before the head).
+# field: 66 before; 46 since a request's fields stay with the gateway's gate, libevhtp handed the
+# request line and the framing alone: 60 before). A change that adds allocations to the request
+# path fails here. The same again with thread history on, which adds the writer thread's work (52;
+# 66 before the fields stayed with the gate, 72 before the head).
 # The same library counts system calls (the wrappers a relayed run goes through). On kept-alive
 # connections a run arms no event (its head, events and last chunk leave in one writev() of ours, and
 # the client connection's write event stays disarmed; it cost two epoll_ctl() a run, arming and
@@ -16,8 +18,8 @@
 # epoll_ctl, ioctl; 9.1 a run before this work, 5.8 after): at most SYSCALLS_PER_RUN_X10 / 10.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
-ALLOC_PER_RUN_MAX=64   # 61 measured (the counts are the same from run to run, 1 or 2 workers)
-ALLOC_HISTORY_MAX=70  # 67 measured; doc/benchmarks.md, "What a run costs"
+ALLOC_PER_RUN_MAX=49   # 46 measured (the counts are the same from run to run, 1 or 2 workers)
+ALLOC_HISTORY_MAX=55  # 52 measured; doc/benchmarks.md, "What a run costs"
 EPOLL_CTL_MAX=100     # over 1,000 runs (was 2,000)
 IOCTL_MAX=100         # over 1,000 runs (was 1,000)
 SYSCALLS_PER_RUN_X10=65 # tenths
@@ -26,8 +28,9 @@ SYSCALLS_PER_RUN_X10=65 # tenths
 # each request and each response head; src/io.c). History on: 28,300 (187,300); new connections
 # 35,000 (194,000).
 BYTES_PER_RUN_MAX=24000
-ALLOC_FRESH_MAX=92       # a run on new connections (87 measured; 88 before the upstream's
-                         # literal address was read once, 95 before the head)
+ALLOC_FRESH_MAX=77       # a run on new connections (73 measured; 87 before the fields stayed
+                         # with the gate, 88 before the upstream's literal address was read once,
+                         # 95 before the head)
 # getpeername() calls over 1,000 runs: on new connections to an upstream written as an address,
 # none (src/upstream.c, literal_address(): libevent's resolver path made one a connection, after
 # an snprintf(), an sscanf() and an allocation)
@@ -42,8 +45,9 @@ FORMAT_MAX=100
 # reads are found in one pass (agw_req_known_header(), src/http_server.c), not by one lookup each,
 # which compared every field's name again: 7,000 measured on kept-alive connections, 8,000 on new
 # ones, libevhtp's own (32,000 and 37,000 before; 10,000 and 11,000 while the pass compared names
-# with strncasecmp() rather than agw_strieq_n())
-STRCASECMP_MAX=16000
+# with strncasecmp() rather than agw_strieq_n()); 2,000 and 4,000 since libevhtp is no longer
+# handed the fields (it compared each name it parsed with the few it looks for)
+STRCASECMP_MAX=5000
 FRESH_SYSCALLS_X10=120   # (11.3 measured; 16.3 before)
 if [ -n "${AGW_SANITIZED:-}" ]; then
     echo "sanitized build: ASan owns malloc, nothing to count"
