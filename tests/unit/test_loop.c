@@ -83,7 +83,10 @@ Test(loop, an_idle_loop_never_naps)
     run_ticker(30, 400, 5000, &st, &t);
     cr_assert_geq(t.ticks, 8, "ticks %u", t.ticks);
     cr_assert_eq(st.naps, 0, "naps %llu", (unsigned long long)st.naps);
-    cr_assert_geq(st.turns, t.ticks);
+    /* (the turn in which the exit comes may have run a tick and not be counted: seen once, under
+     * a sanitized parallel make check) */
+    cr_assert_geq(st.turns + 1, t.ticks, "turns %llu for %u ticks", (unsigned long long)st.turns,
+                  t.ticks);
 }
 
 static void break_cb(evutil_socket_t fd, short what, void *arg)
