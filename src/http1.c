@@ -216,6 +216,16 @@ static bool is_ows(char c)
     return c == ' ' || c == '\t';
 }
 
+/* The bytes [*a, b) without the OWS at either end: moves *a on and returns the new end. */
+static const char *trim_ows(const char **a, const char *b)
+{
+    while (*a < b && is_ows(**a))
+        (*a)++;
+    while (b > *a && is_ows(b[-1]))
+        b--;
+    return b;
+}
+
 /* field-vchar / SP / HTAB: any byte but the controls (HTAB excepted) and DEL. obs-text passes. */
 static bool is_field_char(unsigned char c)
 {
@@ -261,10 +271,7 @@ static bool next_element(const char **s, const char *end, const char **e, size_t
     } else {
         *s = b + 1;
     }
-    while (a < b && is_ows(*a))
-        a++;
-    while (b > a && is_ows(b[-1]))
-        b--;
+    b = trim_ows(&a, b);
     *e = a;
     *elen = (size_t)(b - a);
     return true;
@@ -355,11 +362,7 @@ static int split_field(const char *line, size_t n, size_t *nlen, const char **v,
         if (!is_tchar((unsigned char)*c))
             return -AGW_EPROTO;
     vb = colon + 1;
-    ve = end;
-    while (vb < ve && is_ows(*vb))
-        vb++;
-    while (ve > vb && is_ows(ve[-1]))
-        ve--;
+    ve = trim_ows(&vb, end);
     if (!all_field_chars(vb, (size_t)(ve - vb)))
         return -AGW_EPROTO;
     *nlen = (size_t)(colon - line);
@@ -800,11 +803,7 @@ static int request_field(struct agw_http1_parser *p, struct agw_http1_request *r
         if (!is_tchar((unsigned char)line[i]))
             return refuse(p, req, 400, "bad request: invalid header field name");
     v = colon + 1;
-    ve = line + n;
-    while (v < ve && is_ows(*v))
-        v++;
-    while (ve > v && is_ows(ve[-1]))
-        ve--;
+    ve = trim_ows(&v, line + n);
     vlen = (size_t)(ve - v);
     if (!all_field_chars(v, vlen))
         return refuse(p, req, 400, "bad request: invalid character in a header field value");
@@ -941,15 +940,14 @@ size_t agw_http1_request_fields(char *head, size_t head_len, struct agw_http1_fi
             break;
         /* The head was checked: a name is a token right before its colon, a value's bytes are
          * field bytes. */
-        char *colon = memchr(line, ':', n), *v, *ve = line + n;
+        char *colon = memchr(line, ':', n);
+        const char *v, *ve;
 
         assert(colon != NULL);
-        for (v = colon + 1; v < ve && is_ows(*v); v++)
-            ;
-        while (ve > v && is_ows(ve[-1]))
-            ve--;
+        v = colon + 1;
+        ve = trim_ows(&v, line + n);
         *colon = '\0';
-        *ve = '\0';
+        line[ve - line] = '\0';
         f[k++] = (struct agw_http1_field){.name = line,
                                           .value = v,
                                           .name_len = (uint32_t)(colon - line),
@@ -958,11 +956,14 @@ size_t agw_http1_request_fields(char *head, size_t head_len, struct agw_http1_fi
     return k;
 }
 
+/* The bytes agw_http1_framing_head() adds to the request line, at most. */
+#define FRAMING_EXTRA (16 + 20 + 2 + 19 + 2)
+
 void agw_http1_framing_head(const char *head, size_t head_len, const struct agw_http1_request *req,
                             uint64_t body_len, struct evbuffer *out)
 {
     const char *lf = memchr(head, '\n', head_len);
-    char buf[AGW_HTTP1_FRAMING_EXTRA], digits[24];
+    char buf[FRAMING_EXTRA], digits[24];
     size_t n = 0, k = 0;
 
     assert(lf != NULL);

@@ -106,6 +106,12 @@ struct gate_head {
     struct agw_http1_field f[];
 };
 
+/* The head's text (after its fields' array). */
+static const char *head_text(const struct gate_head *h)
+{
+    return (const char *)(h->f + h->n);
+}
+
 /* A client's address (conn_ctx's <peer>), or its text once made. */
 union peer_addr {
     struct sockaddr sa; /* sa_family AF_UNSPEC: not known */
@@ -921,6 +927,7 @@ static void take_head(struct conn_ctx *cc)
         agw_mem_separate_leave();
     }
     h->n = agw_http1_request_fields(text, len, h->f, nf);
+    assert(h->n == nf); /* (head_text() finds the text after them) */
     cc->head = h;
 }
 
@@ -1016,7 +1023,7 @@ static void refusal_cors(struct conn_ctx *cc, struct evbuffer *out)
             (h = (const char *)evbuffer_pullup(cc->raw, (ev_ssize_t)(at + n))) == NULL)
             return;
     } else if (cc->gate == GATE_BODY && cc->head != NULL && at + n <= cc->hreq.head_len) {
-        h = (const char *)(cc->head->f + cc->hreq.n_fields); /* (its values intact) */
+        h = head_text(cc->head); /* (its values intact) */
     } else {
         return;
     }
@@ -1073,8 +1080,8 @@ static void hand_over(struct conn_ctx *cc)
 
     if (cc->hreq.rewrite) { /* libevhtp's head, now that the body's length is known */
         agw_mem_separate_enter();
-        agw_http1_framing_head((const char *)(cc->head->f + cc->hreq.n_fields), cc->hreq.head_len,
-                               &cc->hreq, evbuffer_get_length(cc->body), cc->pass);
+        agw_http1_framing_head(head_text(cc->head), cc->hreq.head_len, &cc->hreq,
+                               evbuffer_get_length(cc->body), cc->pass);
         agw_mem_separate_leave();
         evbuffer_add_buffer(cc->pass, cc->body);
     }

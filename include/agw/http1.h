@@ -140,9 +140,6 @@ int agw_http1_parse_request_head(struct agw_http1_parser *p, struct evbuffer *in
  * over-long chunk line or trailer section (400). */
 bool agw_http1_body_over_limit(const struct agw_http1_parser *p);
 
-/* The bytes agw_http1_framing_head() adds to the request line, at most. */
-#define AGW_HTTP1_FRAMING_EXTRA (16 + 20 + 2 + 19 + 2)
-
 /* One field of a request head, as agw_http1_request_fields() splits it: its name and its value
  * without the OWS around it, each a NUL-terminated string within the head. */
 struct agw_http1_field {
