@@ -65,7 +65,8 @@ struct up_conn {
     struct event *idle_timer;   /* while idle: closes it after keepalive_ms (made the first time the
                                    connection goes to the pool) */
     bool idle;                  /* in pool->idle (owner NULL) */
-    TAILQ_ENTRY(up_conn) link;  /* in pool->idle while idle */
+    bool unconfirmed;           /* in pool->unconfirmed (owned): see confirm_cb() */
+    TAILQ_ENTRY(up_conn) link;  /* in pool->idle while idle, or in pool->unconfirmed */
 };
 
 TAILQ_HEAD(idle_list, up_conn);
@@ -84,6 +85,8 @@ struct agw_upstream_pool {
     struct agw_upstream_pool_options opts;
     struct idle_list idle;
     size_t n_idle;
+    struct idle_list unconfirmed; /* owned connections whose last read may not have emptied them */
+    struct event *confirm_timer;  /* confirm_cb(), while <unconfirmed> is not empty */
     struct linger_list lingering; /* released exchanges finishing their response */
     char *head; /* "POST <target> HTTP/1.1\r\nHost: <authority>\r\n", built at start */
     size_t head_len;
@@ -185,6 +188,7 @@ struct agw_upstream_pool *agw_upstream_pool_new(struct event_base *base, struct 
     if (opts->tls != NULL)
         SSL_CTX_up_ref(opts->tls);
     TAILQ_INIT(&pool->idle);
+    TAILQ_INIT(&pool->unconfirmed);
     TAILQ_INIT(&pool->lingering);
     pool->head_len = strlen(url->target) + strlen(url->authority) + 26;
     pool->head = agw_xmalloc(pool->head_len + 1);
@@ -199,6 +203,14 @@ struct agw_upstream_pool *agw_upstream_pool_new(struct event_base *base, struct 
 }
 
 static void idle_timer_cb(evutil_socket_t fd, short what, void *arg);
+
+static void unconfirmed_del(struct up_conn *c)
+{
+    if (c->unconfirmed) {
+        TAILQ_REMOVE(&c->pool->unconfirmed, c, link);
+        c->unconfirmed = false;
+    }
+}
 
 static struct up_conn *conn_new(struct agw_upstream_pool *pool, struct bufferevent *bev,
                                 struct agw_upstream *owner)
@@ -220,6 +232,7 @@ static void conn_free(struct up_conn *c)
         TAILQ_REMOVE(&c->pool->idle, c, link);
         c->pool->n_idle--;
     }
+    unconfirmed_del(c);
     if (c->idle_timer != NULL)
         event_free(c->idle_timer);
     if (c->rd != NULL)
@@ -236,6 +249,8 @@ void agw_upstream_pool_free(struct agw_upstream_pool *pool)
         agw_upstream_close(TAILQ_FIRST(&pool->lingering));
     while (!TAILQ_EMPTY(&pool->idle))
         conn_free(TAILQ_FIRST(&pool->idle));
+    if (pool->confirm_timer != NULL)
+        event_free(pool->confirm_timer);
     SSL_CTX_free(pool->opts.tls);
     agw_url_clear(&pool->url);
     free(pool->head);
@@ -285,6 +300,7 @@ static void conn_to_pool(struct up_conn *c)
     struct timeval tv;
 
     c->owner = NULL;
+    unconfirmed_del(c);
     if (pool->n_idle >= pool->opts.max_idle_conns) {
         conn_free(c);
         return;
@@ -575,7 +591,8 @@ static bool process_input(struct agw_upstream *up)
  * The read event belongs to the connection (struct up_conn), not to the exchange: it is made when
  * the connection is up, stays added while the connection waits in the pool and serves the next
  * exchange as it is, and goes with the connection. Its argument is the connection, whose <owner>
- * says who it serves now. Only a paused exchange takes it out of the loop. */
+ * says who it serves now. Only a paused exchange takes it out of the loop. It is edge-triggered
+ * (reader_start()). */
 #define READ_MAX (64 * 1024)
 
 static void up_event_cb(struct bufferevent *bev, short what, void *arg);
@@ -633,6 +650,73 @@ static bool body_block(struct agw_upstream *up, size_t n)
     return more;
 }
 
+/* The read event is edge-triggered (reader_start()): epoll reports the socket again only when
+ * something new arrives, so what a read may have left behind is ours to look for. After a read of
+ * <got> bytes that the exchange took (it goes on), with <what> the callback's events:
+ * - a read that filled its buffer may have left bytes: the callback runs again, after the
+ *   callbacks now active;
+ * - so it does when the report said the backend closed its side (EV_CLOSED, EPOLLRDHUP): the end
+ *   waits behind the bytes just read, and the next read meets it;
+ * - a shorter read emptied the socket as it was then, unless the report also carried an error: a
+ *   reset that came with the last bytes (libevent 2.1 reports EPOLLERR as plain readability, so
+ *   the two cannot be told apart). Reading again after every read to find out would cost a
+ *   system call and a trip through the loop per read (short runs: +30 % CPU, measured); instead
+ *   the connection waits in the pool's <unconfirmed> list, and confirm_cb() reads once more from
+ *   those that stayed silent for CONFIRM_MS (one read more per silence, none while the stream
+ *   flows).
+ * Nothing is done while reading is paused: resuming adds the event, and epoll then looks at the
+ * socket afresh. */
+#define CONFIRM_MS 100
+
+static void confirm_cb(evutil_socket_t fd, short what, void *arg);
+
+static void after_read(struct up_conn *c, ssize_t got, short what)
+{
+    struct agw_upstream_pool *pool = c->pool;
+
+    if (!event_pending(c->rd, EV_READ, NULL))
+        return;
+    if (got == READ_MAX || (what & EV_CLOSED)) {
+        event_active(c->rd, EV_READ | (what & EV_CLOSED), 1);
+        return;
+    }
+    if (c->unconfirmed)
+        return;
+    TAILQ_INSERT_TAIL(&pool->unconfirmed, c, link);
+    c->unconfirmed = true;
+    if (pool->confirm_timer == NULL)
+        pool->confirm_timer = evtimer_new(pool->base, confirm_cb, pool);
+    if (!evtimer_pending(pool->confirm_timer, NULL)) {
+        const struct timeval tv = {.tv_sec = 0, .tv_usec = CONFIRM_MS * 1000};
+        evtimer_add(pool->confirm_timer, &tv);
+    }
+}
+
+/* Every CONFIRM_MS while connections are unconfirmed: each one that read nothing for CONFIRM_MS
+ * reads once more (its callback, made active: it finds EAGAIN, and the connection is confirmed
+ * empty, or the bytes, the end or the reset a report hid). The others, still streaming, wait for
+ * the next tick. No callback runs from here, so the list cannot change under the walk. */
+static void confirm_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_upstream_pool *pool = arg;
+    uint64_t now = agw_now_ms_coarse();
+    struct up_conn *c, *next;
+
+    (void)fd;
+    (void)what;
+    for (c = TAILQ_FIRST(&pool->unconfirmed); c != NULL; c = next) {
+        next = TAILQ_NEXT(c, link);
+        if (now - c->owner->last_read_ms < CONFIRM_MS)
+            continue;
+        unconfirmed_del(c);
+        event_active(c->rd, EV_READ, 1);
+    }
+    if (!TAILQ_EMPTY(&pool->unconfirmed)) {
+        const struct timeval tv = {.tv_sec = 0, .tv_usec = CONFIRM_MS * 1000};
+        evtimer_add(pool->confirm_timer, &tv);
+    }
+}
+
 static void rd_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct up_conn *c = arg;
@@ -640,7 +724,6 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
     struct evbuffer *in;
     ssize_t got;
 
-    (void)what;
     if (up == NULL) {
         /* An idle connection spoke (bytes nobody asked for, or its close): unusable. */
         conn_free(c);
@@ -653,7 +736,8 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
         got = agw_io_read(fd, block, sizeof(block));
         if (got > 0) {
             up->last_read_ms = agw_now_ms_coarse(); /* (on every event: the cheap clock) */
-            body_block(up, (size_t)got);            /* may free <up> */
+            if (body_block(up, (size_t)got))        /* may free <up> */
+                after_read(c, got, what);
             agw_loop_slice_check();
             return;
         }
@@ -661,7 +745,8 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
         got = agw_io_read_into(in, fd, READ_MAX);
         if (got > 0) {
             up->last_read_ms = agw_now_ms_coarse();
-            process_input(up); /* may free <up> */
+            if (process_input(up)) /* may free <up> */
+                after_read(c, got, what);
             agw_loop_slice_check();
             return;
         }
@@ -673,19 +758,33 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* The connection is up: plain TCP connections read through rd_cb from now on. The read event
- * belongs to the connection and goes with it to the pool and to the next exchange. */
+ * belongs to the connection and goes with it to the pool and to the next exchange.
+ *
+ * It is edge-triggered, as nginx's and HAProxy's are: epoll reports the socket once per arrival,
+ * where a level-triggered socket, once reported, is polled again by the next epoll_wait() and
+ * reported again while bytes wait. That cost showed with many streams: when the loop's slice ends
+ * a turn with reads still due, every epoll_wait() after it handed back every socket with bytes
+ * waiting (1,300 to 1,800 a turn under 2,000 paced streams, where a turn read a few dozen), each
+ * polled by the kernel and activated again by libevent. A read that fills its buffer may leave
+ * bytes behind, so it runs again (read_again()). The bufferevent never read (connect_fresh()
+ * enables its writing alone), so this event is the socket's first reader and its registration
+ * carries EPOLLET. libevent's epoll backend takes the flag from the event whose addition or
+ * removal changes a socket's registration: a write event of the bufferevent added later (a request
+ * the socket did not take at once) makes the socket level-triggered again, which costs only what
+ * level-triggering costs; a write event that ends up edge-triggered (this event added or removed
+ * while it waits) never holds bytes it could write, since the bufferevent writes all it has at
+ * each call (bufferevent_set_max_single_write()). */
 static void reader_start(struct agw_upstream *up)
 {
     struct up_conn *c = up->conn;
 
     if (up->pool->url.tls || c->rd != NULL)
         return;
-    c->rd = event_new(up->pool->base, bufferevent_getfd(c->bev), EV_READ | EV_PERSIST, rd_cb, c);
-    /* Ours is added before the bufferevent's reading goes, so the socket stays registered with
-     * epoll: the switch costs no epoll_ctl() (it cost two, a DEL and an ADD, per connection). */
+    c->rd = event_new(up->pool->base, bufferevent_getfd(c->bev),
+                      EV_READ | EV_CLOSED | EV_PERSIST | EV_ET, rd_cb, c);
+    bufferevent_disable(c->bev, EV_READ);
     if (!up->paused && up->state != UP_ST_DONE && up->state != UP_ST_FAILED)
         event_add(c->rd, NULL);
-    bufferevent_disable(c->bev, EV_READ);
 }
 
 /* The priority of the connection's reads (include/agw/common.h: AGW_PRIO_*). On a loop without
@@ -703,10 +802,12 @@ static void reading(struct agw_upstream *up, bool on)
     struct up_conn *c = up->conn;
 
     if (c->rd != NULL) {
-        if (on)
-            event_add(c->rd, NULL);
-        else
+        if (on) {
+            event_add(c->rd, NULL); /* epoll looks at the socket afresh */
+        } else {
             event_del(c->rd);
+            unconfirmed_del(c);
+        }
     } else if (on) {
         bufferevent_enable(c->bev, EV_READ);
     } else {
@@ -854,6 +955,8 @@ static int connect_fresh(struct agw_upstream *up)
     up->conn = conn_new(pool, bev, up);
     /* Over TLS the bufferevent reads (plain TCP reads through rd_cb once connected). */
     bufferevent_set_max_single_read(bev, READ_MAX);
+    if (!pool->url.tls) /* all it has at each call: see reader_start() */
+        bufferevent_set_max_single_write(bev, EV_SSIZE_MAX);
     bufferevent_setcb(bev, up_read_cb, NULL, up_event_cb, up);
     set_state(up, UP_ST_CONNECTING);
     if (!pool->url.tls && pool->addr_len > 0) {
@@ -866,12 +969,12 @@ static int connect_fresh(struct agw_upstream *up)
             agw_log_debug("upstream %s: connect failed at once", pool->url.authority);
             return 0;
         }
-        bufferevent_enable(bev, EV_READ | EV_WRITE);
+        bufferevent_enable(bev, EV_WRITE); /* reading starts when it is up: reader_start() */
         /* The request waits in the output buffer until the connection is up. */
         evbuffer_add_buffer_reference(bufferevent_get_output(bev), up->request);
         return 0;
     }
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    bufferevent_enable(bev, pool->url.tls ? EV_READ | EV_WRITE : EV_WRITE);
     evbuffer_add_buffer_reference(bufferevent_get_output(bev), up->request);
     if (bufferevent_socket_connect_hostname(bev, pool->dns, AF_UNSPEC, pool->url.host,
                                             pool->url.port) != 0) {

@@ -14,6 +14,9 @@ connection reads one request (head, then a Content-Length body) and answers acco
   /interim33        33 "HTTP/1.1 100 Continue" interim answers, then a valid stream
   /reset-mid-frame  200 + RUN_STARTED, TEXT_MESSAGE_START, TEXT_MESSAGE_CONTENT, then half a frame, then an
                     RST (SO_LINGER 0 + close)
+  /reset-on-cue     200 + RUN_STARTED, TEXT_MESSAGE_START, TEXT_MESSAGE_CONTENT; then, once the file "cue"
+                    beside --port-file exists (at most 10 s), two more TEXT_MESSAGE_CONTENT frames and at
+                    once an RST: stopped meanwhile (SIGSTOP), the gateway finds bytes and reset together
   /stall            200 + RUN_STARTED, then silence until the client goes (at most 60 s)
   /frame50mb        200 + RUN_STARTED, TEXT_MESSAGE_START, then ONE TEXT_MESSAGE_CONTENT frame of 50 MB,
                     written as fast as the client reads (stops when the client goes)
@@ -34,6 +37,7 @@ import threading
 import time
 
 STATS = {"connections": 0, "by_path": {}}
+CUE = None  # the file /reset-on-cue waits for (main())
 LOCK = threading.Lock()
 
 
@@ -165,6 +169,18 @@ class Handler(socketserver.BaseRequestHandler):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             s.close()
             return "reset (SO_LINGER 0)"
+        if path == "/reset-on-cue":
+            send(SSE_HEAD + chunk(started)
+                 + chunk(frame({"type": "TEXT_MESSAGE_START", "messageId": "m-cue", "role": "assistant"}))
+                 + chunk(frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m-cue", "delta": "Hel"})))
+            deadline = time.time() + 10
+            while not os.path.exists(CUE) and time.time() < deadline:
+                time.sleep(0.02)
+            send(chunk(frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m-cue", "delta": "lo"}))
+                 + chunk(frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m-cue", "delta": " there"})))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+            return "reset on cue (SO_LINGER 0)"
         if path == "/stall":
             send(SSE_HEAD + chunk(started))
             return wait_client_gone(s, 60)
@@ -200,6 +216,8 @@ def main():
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--listen-port", type=int, default=0)
     args = ap.parse_args()
+    global CUE
+    CUE = os.path.join(os.path.dirname(os.path.abspath(args.port_file)), "cue")
     srv = Server(("127.0.0.1", args.listen_port), Handler)
     with open(args.port_file + ".tmp", "w") as f:
         f.write("%d\n" % srv.server_address[1])

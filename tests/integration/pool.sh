@@ -2,7 +2,10 @@
 # The upstream connection pool against the demo agent: kept-alive connections are reused; one the
 # backend closes while it waits in the pool is dropped (hangup=idle); one the backend closes as the
 # next request arrives (hangup=next) is retried on a fresh connection, once. Under valgrind when it
-# is installed: the pooled connections' read events and buffers are freed at shutdown.
+# is installed: the pooled connections' read events and buffers are freed at shutdown. A plain TCP
+# connection's read event is edge-triggered (epoll reports it once per arrival, not at every look
+# while bytes wait): a response that comes in one write larger than a read is still read whole, and
+# every pooled connection is registered so (the loop's epoll, seen in /proc).
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 start_demo demo || exit 1
@@ -18,7 +21,8 @@ cat >"$T/gw.json" <<JSON
     "keep": { "upstreams": ["$D/agent?events=3"] },
     "hidle": { "upstreams": ["$D/agent?events=3&hangup=idle"] },
     "hnext": { "upstreams": ["$D/agent?events=3&hangup=next"] },
-    "slow": { "upstreams": ["$D/agent?events=3&delay_ms=1000"] }
+    "slow": { "upstreams": ["$D/agent?events=3&delay_ms=1000"] },
+    "burst": { "upstreams": ["$D/agent?events=400&size=1000&framing=length"] }
   }
 }
 JSON
@@ -98,6 +102,59 @@ check_eq "three runs on one client connection: reused" 2 "$(printf %s "$out" | g
 # (curl quietly retries on a new connection when a reused one dies: count the connections it made)
 check_eq "three runs on one client connection: one connection made" 1 "$(printf %s "$out" | grep -c '^\* Connected to')"
 check_contains "three runs on one client connection: curl saw well-formed bodies" "curl-exit=0" "$out"
+
+# A response of about 450 KB in one write, with a Content-Length and the connection kept: the gateway
+# reads 64 KiB at a time, and with an edge-triggered read event nothing more arrives to report the rest
+# (no new bytes, no close). It is read all the same, twice in a row on the same connection.
+burst() {
+    curl -sS -N -m 15 -H 'Content-Type: application/json' -d "$RUN_BODY" "$U/burst/runs" 2>>"$T/curl.err" |
+        grep -c '"type":"TEXT_MESSAGE_CONTENT"'
+}
+upstream
+a0=$UP
+check_eq "a 450 KB response in one write is read whole" 400 "$(burst)"
+check_eq "and again on the pooled connection" 400 "$(burst)"
+upstream
+check_eq "on one upstream connection" $((a0 + 1)) "$UP"
+
+# How the loop's epoll holds each upstream connection now pooled (all of them plain TCP): the
+# gateway's sockets whose peer is the demo agent, their descriptors, and the events each epoll
+# instance of the process watches for them. EPOLLET is bit 31, EPOLLIN bit 0.
+epoll_regs() {
+    python3 - "$GW_PID" "$DEMO_PORT" <<'PY'
+import os, sys
+pid, port = sys.argv[1], int(sys.argv[2])
+inodes = set()
+for line in open("/proc/%s/net/tcp" % pid).readlines()[1:]:
+    f = line.split()
+    if int(f[2].split(":")[1], 16) == port and f[3] == "01":  # remote port, ESTABLISHED
+        inodes.add(f[9])
+fds, epolls = set(), []
+for fd in os.listdir("/proc/%s/fd" % pid):
+    try:
+        link = os.readlink("/proc/%s/fd/%s" % (pid, fd))
+    except OSError:
+        continue
+    if link.startswith("socket:[") and link[8:-1] in inodes:
+        fds.add(fd)
+    elif link == "anon_inode:[eventpoll]":
+        epolls.append(fd)
+seen = {}
+for ep in epolls:
+    for line in open("/proc/%s/fdinfo/%s" % (pid, ep)):
+        f = line.split()
+        if f and f[0] == "tfd:" and f[1] in fds:
+            seen[f[1]] = int(f[3], 16)
+et = sum(1 for v in seen.values() if v & 0x80000000 and v & 1)
+print(len(fds), len(seen), et)
+PY
+}
+read -r n_up n_reg n_et <<<"$(epoll_regs)"
+if [ "${n_up:-0}" -ge 80 ] && [ "$n_reg" = "$n_up" ] && [ "$n_et" = "$n_up" ]; then
+    ok "every pooled upstream connection ($n_up) is watched, edge-triggered"
+else
+    fail "pooled upstream connections: $n_up, watched $n_reg, edge-triggered $n_et"
+fi
 
 # hangup=idle: the backend closes the pooled connection while it is idle. The gateway notices (the
 # idle connection's read event), drops it, and the next run opens a fresh one at once.

@@ -3,7 +3,9 @@
 # survives each one. Before the stream (no byte sent to the client yet) a bad answer is a 502 JSON error naming
 # the response head: not HTTP at all (an SSH banner, a TLS alert), a bad status line, a head over
 # limits.max_header_bytes, 33 interim 100 Continue. Once streaming, the stream ends in-band: an RST in the
-# middle of a frame → TEXT_MESSAGE_END (the open message) then RUN_ERROR UPSTREAM_ERROR; a stall →
+# middle of a frame → TEXT_MESSAGE_END (the open message) then RUN_ERROR UPSTREAM_ERROR, and so does an RST
+# that reaches the socket together with the last events while the daemon is stopped (SIGSTOP: its
+# edge-triggered read sees one report for both, and must still find the reset); a stall →
 # RUN_ERROR TIMEOUT (timeouts.idle 1s); one 50 MB frame → RUN_ERROR FRAME_TOO_LARGE with bounded memory.
 # After every case: the daemon is alive and answers /healthz (a sanitized build aborts on a memory error:
 # that shows here as a dead daemon, its exit status and the report in its log).
@@ -26,7 +28,7 @@ cat >"$T/gw.json" <<JSON
   "auth": { "keys": [ { "id": "faults", "sha256": "$KEY", "agents": ["*"] } ] },
   "agents": {
     $(agent ok), $(agent ssh), $(agent garbage), $(agent badstatus), $(agent bighead), $(agent interim33),
-    $(agent reset-mid-frame), $(agent stall), $(agent frame50mb)
+    $(agent reset-mid-frame), $(agent reset-on-cue), $(agent stall), $(agent frame50mb)
   },
   "timeouts": { "connect": "2s", "first_byte": "3s", "idle": "1s", "heartbeat": "10s" },
   "log": { "level": "info", "access": "$T/access.log" }
@@ -78,6 +80,10 @@ run() {
         -H "Authorization: Bearer $TOKEN" -d "$BODY" "http://127.0.0.1:$GW_PORT/v1/ag-ui/agents/$1/runs" \
         2>"$T/$1.err"
     echo $? >"$T/$1.rc"
+    run_read "$1"
+}
+# run_read AGENT: STATUS, TYPES and LASTLINE from what run() kept (for a run() in the background).
+run_read() {
     STATUS=$(head -n1 "$T/$1.h" 2>/dev/null | cut -d' ' -f2)
     TYPES=$(grep -o '"type":"[A-Z_]*"' "$T/$1.s" 2>/dev/null | cut -d'"' -f4 | tr '\n' ' ' | sed 's/ $//')
     LASTLINE=$(grep -v '^$' "$T/$1.s" 2>/dev/null | tail -n1)
@@ -117,6 +123,26 @@ check_contains "reset-mid-frame: RUN_ERROR code UPSTREAM_ERROR, last" '"code":"U
 check_not_contains "reset-mid-frame: the half frame is never relayed" 'm-re"' "$(cat "$T/reset-mid-frame.s")"
 check_eq "reset-mid-frame: the client's body ends cleanly" 0 "$(cat "$T/reset-mid-frame.rc")"
 gw_alive reset-mid-frame
+
+# The last events and the reset arrive while the daemon is stopped: one readiness report carries both. The
+# events are relayed, the reset is found (a read after the socket was quiet for 100 ms), and the run ends
+# with UPSTREAM_ERROR well before timeouts.idle (1 s) would end it with TIMEOUT.
+rm -f "$T/cue"
+run reset-on-cue &
+bg=$!
+wait_grep "$T/reset-on-cue.s" '"delta":"Hel"' 10
+kill -STOP "$GW_PID"
+touch "$T/cue"
+wait_grep "$T/hostile.log" "reset on cue" 10
+sleep 0.2
+kill -CONT "$GW_PID"
+wait "$bg"
+run_read reset-on-cue
+check_eq "reset-on-cue: the events that came with the reset are relayed, then RUN_ERROR" \
+    "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_CONTENT TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_ERROR" \
+    "$TYPES"
+check_contains "reset-on-cue: RUN_ERROR code UPSTREAM_ERROR (not TIMEOUT), last" '"code":"UPSTREAM_ERROR"' "$LASTLINE"
+gw_alive reset-on-cue
 
 start=$(date +%s%N)
 run stall
