@@ -765,8 +765,8 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
  * reported again while bytes wait. That cost showed with many streams: when the loop's slice ends
  * a turn with reads still due, every epoll_wait() after it handed back every socket with bytes
  * waiting (1,300 to 1,800 a turn under 2,000 paced streams, where a turn read a few dozen), each
- * polled by the kernel and activated again by libevent. A read that fills its buffer may leave
- * bytes behind, so it runs again (read_again()). The bufferevent never read (connect_fresh()
+ * polled by the kernel and activated again by libevent. What a read leaves behind is then
+ * after_read()'s to find. The bufferevent never read (connect_fresh()
  * enables its writing alone), so this event is the socket's first reader and its registration
  * carries EPOLLET. libevent's epoll backend takes the flag from the event whose addition or
  * removal changes a socket's registration: a write event of the bufferevent added later (a request
