@@ -20,7 +20,8 @@
 # Exit status 0 only when every run matched, nothing timed out, descriptors came back to the
 # baseline, RSS stopped growing, the gateway exited 0 on SIGTERM and no sanitizer report was written.
 # Everything runs on 127.0.0.1 with ephemeral ports; every process started here is stopped on exit.
-# Results (summary, per-phase JSON, sanitizer and process logs) go to $BUILD/soak-results/<stamp>/.
+# Results (summary, per-phase JSON, sanitizer and process logs; on failure the access log too) go to
+# $BUILD/soak-results/<stamp>/.
 set -u
 
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -636,5 +637,8 @@ if [ -n "$(ls -A "$SAN" 2>/dev/null)" ]; then
 fi
 echo "soak: summary in $SUMMARY" >&2
 [ "$VRC" = 0 ] && [ ${#FAILURES[@]} = 0 ] && exit 0
+# A failed soak keeps the gateway's access log (one line per request: the run, its status, how it
+# ended), so that a mismatch reported by the client can be looked up on the gateway's side.
+gzip -c "$T/access.log" >"$OUT/access.log.gz" 2>/dev/null && echo "soak: access log in $OUT/access.log.gz" >&2
 [ "$VRC" = 0 ] && echo "RESULT: FAIL (see above)" | tee -a "$SUMMARY"
 exit 1
