@@ -55,7 +55,8 @@
  * for one to two periods) gives libevhtp's objects back: the connection, its parser's 8 KiB token
  * buffer, the request and its header copies (about 11 KiB). The stream goes on, on the bufferevent
  * alone; its connection then closes after the last chunk (libevhtp cannot adopt a connection again,
- * so a released connection is not kept alive). See "Releasing an idle stream" below. */
+ * so a released connection is not kept alive): only a stream whose head said "Connection: close" is
+ * released. See "Releasing an idle stream" below. */
 #define RELEASE_IDLE_MS 500
 /* Released streams give their memory back to the system in batches: agw_mem_release() at most this
  * long after a release (the allocator keeps freed pages otherwise). */
@@ -1511,6 +1512,12 @@ static bool release(struct conn_ctx *cc)
     if (cc->owned || cc->dead || cc->gate != GATE_BUSY || req == NULL || req->finished ||
         req->out_direct == NULL || evbuffer_get_length(cc->raw) > 0 ||
         evbuffer_get_length(req->out_direct) > 0)
+        return false;
+    /* A released connection closes after the stream's last chunk. Only a stream whose head said
+     * so ("Connection: close": the client asked for it, or the server drains) may be released: a
+     * head that announced keep-alive cannot be taken back, and a client that sent its next request
+     * at once on the connection would meet the close without an answer. */
+    if (req->r->flags & EVHTP_REQ_FLAG_KEEPALIVE)
         return false;
     /* What libevhtp and the gate free here was allocated on the separate heap (see
      * lib_heap_init()): freed in a section, straight back to it. */

@@ -8,8 +8,11 @@
 # RSS they add must be at most RSS_PER_STREAM_MAX bytes each (the goal of issue 13): what the release frees
 # is on a heap of its own (src/mem.c), so the pages it leaves empty go back to the system (5.6 to 6.3 KiB
 # each here; 6.8 to 7.5 with libevhtp's own objects alone on it, without the sections; 14 to 15 KiB on the C
-# library's heap). Then: a stream that idles, is released, and goes on (a heartbeat, more events) ends
-# cleanly; and the clients' going away closes the released streams' upstreams.
+# library's heap). Only a stream whose head said "Connection: close" is released (its connection closes
+# after the last chunk): the held streams ask for it. Then: a stream that idles, is released, and goes on
+# (a heartbeat, more events) ends cleanly; a kept-alive stream that idles is not released, and the
+# request its client sends at once after the last chunk, on the same connection, is answered; and the
+# clients' going away closes the released streams' upstreams.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 N=500
@@ -82,7 +85,7 @@ if [ -n "${AGW_JEMALLOC:-}" ]; then
 fi
 r0=$(rss_kib)
 "$LOAD" --url "http://127.0.0.1:$GW_PORT/v1/ag-ui/agents/idle/runs" --header "$AUTH" --concurrency $N --hold \
-    --duration 60 >"$T/hold.json" 2>"$T/hold.err" &
+    --header "Connection: close" --duration 60 >"$T/hold.json" 2>"$T/hold.err" &
 HOLD=$!
 PIDS="$PIDS $HOLD"
 for _ in $(seq 300); do grep -q '^ready' "$T/hold.err" && break; sleep 0.1; done
@@ -113,13 +116,50 @@ fi
 # 2. A stream that idles (released), then gets a heartbeat and more events, and ends cleanly: every event,
 # RUN_FINISHED, the chunked body's end (curl exits 0), and the connection closed after it.
 body='{"threadId":"t1","runId":"r1","messages":[{"id":"m1","role":"user","content":"hi"}]}'
-curl -sS -N -m 30 -H "$AUTH" -H 'Content-Type: application/json' -d "$body" \
+curl -sS -N -m 30 -H "$AUTH" -H 'Content-Type: application/json' -H 'Connection: close' -d "$body" \
     "http://127.0.0.1:$GW_PORT/v1/ag-ui/agents/slow/runs" >"$T/slow.out" 2>"$T/slow.err"
 check_eq "a released stream ends cleanly (curl status)" 0 "$?"
 out=$(cat "$T/slow.out")
 check_contains "the heartbeat after the release" ": ping" "$out"
 check_contains "the events after the release" '"RUN_FINISHED"' "$out"
 check_eq "every content event" 3 "$(grep -c TEXT_MESSAGE_CONTENT "$T/slow.out")"
+
+# 2b. Kept alive: a run whose events come 2.5 s apart (idle past the release period), then, on the same
+# connection and as soon as its last chunk is read, the next request. A released connection would close
+# after the last chunk and the second request would meet the close unanswered.
+out=$(python3 - "$GW_PORT" "$TOKEN" <<'PY'
+import socket, sys
+port, token = int(sys.argv[1]), sys.argv[2]
+body = b'{"threadId":"t2","runId":"r2","messages":[{"id":"m1","role":"user","content":"hi"}]}'
+def request(agent):
+    return (b"POST /v1/ag-ui/agents/%s/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (agent, token.encode(), len(body)) + body)
+s = socket.create_connection(("127.0.0.1", port))
+s.settimeout(20)
+s.sendall(request(b"slow"))
+buf = b""
+while not buf.endswith(b"\r\n0\r\n\r\n"):
+    d = s.recv(65536)
+    if not d:
+        break
+    buf += d
+s.sendall(request(b"short"))
+buf2 = b""
+try:
+    while b"RUN_FINISHED" not in buf2:
+        d = s.recv(65536)
+        if not d:
+            break
+        buf2 += d
+except OSError as e:
+    buf2 += b" error: " + str(e).encode()
+print("first:", b"RUN_FINISHED" in buf, "close:", b"connection: close" in buf.split(b"\r\n\r\n")[0].lower(),
+      "second:", buf2.split(b"\r\n")[0].decode("latin-1") if buf2 else "EOF",
+      "finished:", b"RUN_FINISHED" in buf2)
+PY
+)
+check_eq "a kept-alive stream that idled, then the next request at once on its connection" \
+    "first: True close: False second: HTTP/1.1 200 OK finished: True" "$out"
 
 # 3. The clients go: the released streams' upstream connections close.
 kill -TERM "$HOLD" 2>/dev/null
