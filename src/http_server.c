@@ -231,6 +231,15 @@ static void new_request_id(char *out, size_t len)
 static void conn_close(struct conn_ctx *cc);
 static void idle_check(struct conn_ctx *cc);
 
+/* A released connection closes after the stream's last chunk (see release()). Only a stream whose
+ * head said so ("Connection: close": the client asked for it, or the server drains) may be
+ * released: a head that announced keep-alive cannot be taken back, and a client that sent its next
+ * request at once on the connection would meet the close without an answer. */
+static bool may_release(const struct agw_req *req)
+{
+    return !(req->r->flags & EVHTP_REQ_FLAG_KEEPALIVE);
+}
+
 static void arm_ms(struct event *ev, uint32_t ms)
 {
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
@@ -541,8 +550,9 @@ void agw_req_stream_start(struct agw_req *req, int status, const char *fields, s
         req->fd = bufferevent_getfd(bev);
         req->head_queued = evbuffer_get_length(out) > 0;
         /* The request timer is free while a request is answered: it checks whether the stream
-         * idles (see release()). */
-        arm_ms(req->cc->timer, RELEASE_IDLE_MS);
+         * idles (see release()), when it may be released at all. */
+        if (may_release(req))
+            arm_ms(req->cc->timer, RELEASE_IDLE_MS);
     } else {
         arm_write(bev); /* over TLS the bytes go through OpenSSL's bufferevent */
     }
@@ -1513,11 +1523,7 @@ static bool release(struct conn_ctx *cc)
         req->out_direct == NULL || evbuffer_get_length(cc->raw) > 0 ||
         evbuffer_get_length(req->out_direct) > 0)
         return false;
-    /* A released connection closes after the stream's last chunk. Only a stream whose head said
-     * so ("Connection: close": the client asked for it, or the server drains) may be released: a
-     * head that announced keep-alive cannot be taken back, and a client that sent its next request
-     * at once on the connection would meet the close without an answer. */
-    if (req->r->flags & EVHTP_REQ_FLAG_KEEPALIVE)
+    if (!may_release(req))
         return false;
     /* What libevhtp and the gate free here was allocated on the separate heap (see
      * lib_heap_init()): freed in a section, straight back to it. */
@@ -1559,7 +1565,7 @@ static void idle_check(struct conn_ctx *cc)
 {
     struct agw_req *req = cc->cur;
 
-    if (cc->owned || req->finished || req->out_direct == NULL)
+    if (cc->owned || req->finished || req->out_direct == NULL || !may_release(req))
         return;
     if (req->writes == req->writes_seen && release(cc))
         return;

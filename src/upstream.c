@@ -670,6 +670,13 @@ static bool body_block(struct agw_upstream *up, size_t n)
 
 static void confirm_cb(evutil_socket_t fd, short what, void *arg);
 
+static void confirm_arm(struct agw_upstream_pool *pool)
+{
+    const struct timeval tv = {.tv_sec = 0, .tv_usec = CONFIRM_MS * 1000};
+
+    evtimer_add(pool->confirm_timer, &tv);
+}
+
 static void after_read(struct up_conn *c, ssize_t got, short what)
 {
     struct agw_upstream_pool *pool = c->pool;
@@ -686,10 +693,8 @@ static void after_read(struct up_conn *c, ssize_t got, short what)
     c->unconfirmed = true;
     if (pool->confirm_timer == NULL)
         pool->confirm_timer = evtimer_new(pool->base, confirm_cb, pool);
-    if (!evtimer_pending(pool->confirm_timer, NULL)) {
-        const struct timeval tv = {.tv_sec = 0, .tv_usec = CONFIRM_MS * 1000};
-        evtimer_add(pool->confirm_timer, &tv);
-    }
+    if (!evtimer_pending(pool->confirm_timer, NULL))
+        confirm_arm(pool);
 }
 
 /* Every CONFIRM_MS while connections are unconfirmed: each one that read nothing for CONFIRM_MS
@@ -711,10 +716,8 @@ static void confirm_cb(evutil_socket_t fd, short what, void *arg)
         unconfirmed_del(c);
         event_active(c->rd, EV_READ, 1);
     }
-    if (!TAILQ_EMPTY(&pool->unconfirmed)) {
-        const struct timeval tv = {.tv_sec = 0, .tv_usec = CONFIRM_MS * 1000};
-        evtimer_add(pool->confirm_timer, &tv);
-    }
+    if (!TAILQ_EMPTY(&pool->unconfirmed))
+        confirm_arm(pool);
 }
 
 static void rd_cb(evutil_socket_t fd, short what, void *arg)
