@@ -3,9 +3,13 @@
  * design, and doc/security.md for the gate in front of libevhtp's parser).
  *
  * Objects: one struct agw_server per event loop, one evhtp_t per listener (an evhtp_t binds one
- * socket), one struct conn_ctx per accepted connection (freed by the connection_fini hook) and one
- * struct agw_req per request (created in the headers hook, freed by the request_fini hook, which
- * runs on a normal end, a client abort and shutdown alike). */
+ * socket), one struct conn_ctx per accepted connection and one struct agw_req per request. libevhtp
+ * accepts every connection. A plain TCP connection is then the gate's alone (see "Serving plain
+ * connections" below): libevhtp's objects are freed at accept, and the gate reads, parses and
+ * answers every request of the connection itself. A TLS connection stays libevhtp's (its SSL points
+ * at libevhtp's connection): the gate hands it each complete request, and its hooks create and free
+ * the struct agw_req (the request_fini hook runs on a normal end, a client abort and shutdown
+ * alike) and the struct conn_ctx (the connection_fini hook). */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -51,16 +55,12 @@
 /* Accepting is paused this long when accept() fails for want of descriptors or memory. */
 #define ACCEPT_PAUSE_MS 100
 #define ACCEPT_LOG_MS   1000 /* at most one log line per this period about failed accepts */
-/* A stream on a plain TCP connection that wrote nothing for a whole period of this length (so idle
- * for one to two periods) gives libevhtp's objects back: the connection, its parser's 8 KiB token
- * buffer, the request and its header copies (about 11 KiB). The stream goes on, on the bufferevent
- * alone; its connection then closes after the last chunk (libevhtp cannot adopt a connection again,
- * so a released connection is not kept alive): only a stream whose head said "Connection: close" is
- * released. See "Releasing an idle stream" below. */
-#define RELEASE_IDLE_MS 500
-/* Released streams give their memory back to the system in batches: agw_mem_release() at most this
- * long after a release (the allocator keeps freed pages otherwise). */
-#define RELEASE_TRIM_MS 200
+/* A stream on a plain connection gives back, this long after it started, what only the start of
+ * its request needed: the head's copy, the body, the gate's parser (see shed()). */
+#define SHED_MS 500
+/* Shed streams give their memory back to the system in batches: agw_mem_release() at most this
+ * long after a shed() (the allocator keeps freed pages otherwise). */
+#define SHED_TRIM_MS 200
 
 struct conn_ctx;
 
@@ -87,7 +87,7 @@ struct agw_server {
     size_t n_conns, peak_conns; /* open connections now, and their peak since the last trim */
     bool trim_at_zero;          /* trimmed during a fall: trim once more when none is left */
     struct event *trim_ev;      /* deferred agw_mem_release() */
-    size_t n_released;          /* connections whose libevhtp objects were released */
+    const struct timeval *shed_tv; /* SHED_MS, as a common timeout of the loop (O(1) to add) */
 };
 
 /* The gate: every byte a client sends goes through our strict parser (src/http1.c) before
@@ -95,7 +95,7 @@ struct agw_server {
 enum gate_state {
     GATE_HEAD = 0, /* reading a request head */
     GATE_BODY,     /* reading its body */
-    GATE_BUSY,     /* handed to libevhtp and being answered; what follows waits in <raw> */
+    GATE_BUSY,     /* being answered; what follows waits in <raw> */
     GATE_CLOSING,  /* refused: the answer goes out, then what the client still sends is dropped */
 };
 
@@ -108,9 +108,9 @@ struct gate_head {
 };
 
 /* The head's text (after its fields' array). */
-static const char *head_text(const struct gate_head *h)
+static char *head_text(struct gate_head *h)
 {
-    return (const char *)(h->f + h->n);
+    return (char *)(h->f + h->n);
 }
 
 /* A client's address (conn_ctx's <peer>), or its text once made. */
@@ -124,23 +124,23 @@ union peer_addr {
 struct conn_ctx {
     struct agw_server *srv;
     TAILQ_ENTRY(conn_ctx) link;
-    evhtp_connection_t *conn; /* NULL once released (owned) */
-    struct bufferevent *bev;  /* the connection's (libevhtp's, ours once released), whose callbacks
-                                 wrap libevhtp's */
-    struct event *rd; /* plain TCP, until released: the gate's own read event (see gate_rd_cb()) */
-    struct event
-        *timer; /* request read timeout (slow clients), armed while no request is complete;
-                   the lingering close's limit in GATE_CLOSING; the idle check of a stream */
+    evhtp_connection_t *conn; /* TLS: libevhtp's connection; NULL on a plain one (owned) */
+    struct bufferevent *bev;  /* the connection's (made by libevhtp; ours on a plain connection),
+                                 whose callbacks are ours (over TLS they wrap libevhtp's) */
+    struct event *rd; /* plain TCP: the gate's own read event (see gate_rd_cb()) */
+    struct event *timer; /* request read timeout (slow clients), armed while no request is
+                            complete; the lingering close's limit in GATE_CLOSING */
     /* Deferred work, run from the loop: agw_req_abort() (abort_pending), else gate_run() for the
      * next request after an answer. One event for both: an idle stream keeps this structure. */
     struct event *defer_ev;
     struct agw_req *cur;             /* the request being answered, or NULL */
-    struct agw_http1_parser *parser; /* NULL once released */
-    struct agw_http1_request hreq;   /* the head being read, from GATE_BODY on */
-    struct evbuffer *raw;            /* read from the client and not yet handed to libevhtp */
-    struct evbuffer *pass;  /* the request being assembled: its head, then its body; NULL once
-                               released */
-    struct evbuffer *body;  /* a chunked body, decoded (allocated for the first one) */
+    struct agw_http1_parser *parser;
+    struct agw_http1_request hreq; /* the head being read, from GATE_BODY on the current request's */
+    struct evbuffer *raw;          /* read from the client and not yet taken by the gate */
+    struct evbuffer *pass; /* TLS: the request being assembled for libevhtp, its head, then its
+                              body; NULL on a plain connection */
+    struct evbuffer *body; /* the body: decoded (a chunked one, over TLS; allocated for the first
+                              one), and every body on a plain connection (allocated at accept) */
     struct gate_head *head; /* the current request's head, from GATE_BODY until it ends */
     bufferevent_data_cb lib_read, lib_write; /* libevhtp's callbacks */
     bufferevent_event_cb lib_event;
@@ -152,8 +152,8 @@ struct conn_ctx {
     bool continue_sent; /* "100 Continue" written for the current request */
     bool shut_wr;       /* GATE_CLOSING: the answer is out and our side is shut */
     bool abort_pending; /* agw_req_abort() was called: defer_ev closes the connection */
-    /* The stream's libevhtp connection and request were freed (release()): the bufferevent is ours,
-     * the connection serves this stream only and closes after it. */
+    /* A plain TCP connection, libevhtp's objects freed at accept: the gate serves its requests
+     * (serve()), the bufferevent is ours. */
     bool owned;
     bool peer_text; /* <peer> holds the text; else the address */
     size_t linger_bytes;
@@ -168,12 +168,19 @@ static const char *peer_of(struct conn_ctx *cc);
 struct agw_req {
     struct agw_server *srv;
     struct conn_ctx *cc;
-    evhtp_request_t *r; /* NULL once released */
+    evhtp_request_t *r; /* TLS: libevhtp's request; NULL on a plain connection */
     char id[REQUEST_ID_MAX + 1];
     uint64_t start_ms;
     int status;     /* 0 until answered */
     bool complete;  /* the handler was called */
     bool streaming; /* stream_start was called */
+    bool keepalive; /* the connection stays open after the answer */
+    /* The request target, split in the gate's copy of the head: the path (without the query or a
+     * fragment) and the query, or NULL. */
+    const char *path, *query;
+    /* The fields agw_req_add_header() set, as "Name: value\r\n" lines (NULL: none). */
+    char *fields;
+    size_t fields_len, fields_cap;
     agw_req_event_fn *on_close;
     agw_req_event_fn *on_drain;
     agw_req_event_fn *on_half_close;
@@ -184,9 +191,7 @@ struct agw_req {
     struct evbuffer *out_direct;
     evutil_socket_t fd;
     bool head_queued; /* the response head waits in out_direct: the first chunk takes it along */
-    bool finished;    /* the last chunk was written or queued */
-    /* The idle check: chunks written, and their count when the check last ran. */
-    unsigned writes, writes_seen;
+    bool finished;    /* the answer, or the stream's last chunk, was written or queued */
 };
 
 /* ---- request ids ---------------------------------------------------------------------------- */
@@ -229,23 +234,8 @@ static void new_request_id(char *out, size_t len)
 /* ---- connection timer ----------------------------------------------------------------------- */
 
 static void conn_close(struct conn_ctx *cc);
-static void idle_check(struct conn_ctx *cc);
-
-/* A released connection closes after the stream's last chunk (see release()). Only a stream whose
- * head said so ("Connection: close": the client asked for it, or the server drains) may be
- * released: a head that announced keep-alive cannot be taken back, and a client that sent its next
- * request at once on the connection would meet the close without an answer. */
-static bool may_release(const struct agw_req *req)
-{
-    return !(req->r->flags & EVHTP_REQ_FLAG_KEEPALIVE);
-}
-
-static void arm_ms(struct event *ev, uint32_t ms)
-{
-    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-
-    evtimer_add(ev, &tv);
-}
+static void shed(struct conn_ctx *cc);
+static void unshed(struct conn_ctx *cc);
 
 /* The write event of a plain TCP connection is armed only while its output holds bytes. A stream
  * writes its chunks to the socket itself (agw_req_stream_write()), so the event that the response
@@ -283,9 +273,9 @@ static void request_timeout_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     if (cc->cur != NULL && cc->cur->complete) {
-        /* A request is being answered; its own timers govern it. A stream's: the idle check. */
-        if (cc->cur->streaming)
-            idle_check(cc);
+        /* A request is being answered; its own timers govern it. A stream's: see shed(). */
+        if (cc->cur->streaming && cc->owned)
+            shed(cc);
         return;
     }
     agw_log_debug("conn %s: request read timeout, closing", peer_of(cc));
@@ -295,15 +285,32 @@ static void request_timeout_cb(evutil_socket_t fd, short what, void *arg)
 /* ---- replies -------------------------------------------------------------------------------- */
 
 /* Sets a response header (name and value copied), replacing one of the same name; the head is
- * written from the list at the answer (head_start()). */
+ * written from the lines at the answer (head_start()). A handful a request at most (CORS, Allow,
+ * Retry-After): kept as the lines they will be. */
 void agw_req_add_header(struct agw_req *req, const char *name, const char *value)
 {
-    evhtp_request_t *r = req->r;
-    evhtp_header_t *old;
+    size_t nl = strlen(name), vl = strlen(value), at = 0;
 
-    while ((old = evhtp_headers_find_header(r->headers_out, name)) != NULL)
-        evhtp_header_rm_and_free(r->headers_out, old);
-    evhtp_headers_add_header(r->headers_out, evhtp_header_new(name, value, 1, 1));
+    while (at < req->fields_len) { /* drop a line of the same name */
+        char *line = req->fields + at;
+        char *end = (char *)memchr(line, '\n', req->fields_len - at) + 1;
+
+        if ((size_t)(end - line) > nl && line[nl] == ':' && agw_strieq_n(line, nl, name)) {
+            memmove(line, end, req->fields_len - (size_t)(end - req->fields));
+            req->fields_len -= (size_t)(end - line);
+        } else {
+            at += (size_t)(end - line);
+        }
+    }
+    if (req->fields_len + nl + vl + 4 > req->fields_cap) {
+        req->fields_cap = (req->fields_len + nl + vl + 4) * 2;
+        req->fields = agw_xrealloc(req->fields, req->fields_cap);
+    }
+    memcpy(req->fields + req->fields_len, name, nl);
+    memcpy(req->fields + req->fields_len + nl, ": ", 2);
+    memcpy(req->fields + req->fields_len + nl + 2, value, vl);
+    memcpy(req->fields + req->fields_len + nl + 2 + vl, "\r\n", 2);
+    req->fields_len += nl + vl + 4;
 }
 
 /* The reason phrase of every status the gateway answers (libevhtp's table lacks 422, 429, 431). */
@@ -402,17 +409,6 @@ static void head_dec(struct head *h, size_t v)
     head_put(h, t + k, sizeof(t) - k);
 }
 
-static int head_field_cb(evhtp_kv_t *kv, void *arg)
-{
-    struct head *h = arg;
-
-    head_put(h, kv->key, kv->klen);
-    head_put(h, ": ", 2);
-    head_put(h, kv->val, kv->vlen);
-    head_put(h, "\r\n", 2);
-    return 0;
-}
-
 /* The status line, then the fields given by agw_req_add_header(), in their order. */
 static void head_start(struct head *h, struct agw_req *req, struct evbuffer *out, int status)
 {
@@ -423,7 +419,8 @@ static void head_start(struct head *h, struct agw_req *req, struct evbuffer *out
     head_put(h, " ", 1);
     head_str(h, reason_phrase(status));
     head_put(h, "\r\n", 2);
-    evhtp_kvs_for_each(req->r->headers_out, head_field_cb, h);
+    if (req->fields_len > 0)
+        head_put(h, req->fields, req->fields_len);
 }
 
 static void head_request_id(struct head *h, const struct agw_req *req)
@@ -437,28 +434,39 @@ static void head_request_id(struct head *h, const struct agw_req *req)
  * to the output. */
 static void head_end(struct head *h, const struct agw_req *req)
 {
-    if (!(req->r->flags & EVHTP_REQ_FLAG_KEEPALIVE))
+    if (!req->keepalive)
         head_put(h, "Connection: close\r\n", 19);
     head_put(h, "\r\n", 2);
     evbuffer_add(h->out, h->b, h->n);
     h->n = 0;
 }
 
+/* The server drains: the answer closes its connection. */
+static void no_keepalive_if_draining(struct agw_req *req)
+{
+    if (!req->srv->draining)
+        return;
+    req->keepalive = false;
+    if (req->r != NULL)
+        evhtp_request_set_keepalive(req->r, 0);
+}
+
 void agw_req_reply(struct agw_req *req, int status, const char *content_type, const char *body,
                    size_t len)
 {
     evhtp_request_t *r = req->r;
-    struct evbuffer *out = bufferevent_get_output(evhtp_request_get_bev(r));
+    struct bufferevent *bev = req->cc->bev;
+    struct evbuffer *out = bufferevent_get_output(bev);
     bool no_body = status == 204 || status == 304;
     struct head h;
 
     assert(req->status == 0);
     req->status = status;
-    if (req->srv->draining)
-        evhtp_request_set_keepalive(r, 0);
-    /* The answer is written here rather than by evhtp_send_reply(), whose reason phrases stop at
-     * the statuses of 2011 (422 would go out as "UNKNOWN"); libevhtp is told the request is
-     * finished and completes it when the output has drained, as for its own answers. */
+    no_keepalive_if_draining(req);
+    /* The answer is written here (over TLS rather than by evhtp_send_reply(), whose reason phrases
+     * stop at the statuses of 2011: 422 would go out as "UNKNOWN"). The request ends once the
+     * output has drained: on a plain connection in gate_write_cb(), over TLS in libevhtp, told that
+     * the request is finished, as for its own answers. */
     head_start(&h, req, out, status);
     if (content_type != NULL) {
         head_put(&h, "Content-Type: ", 14);
@@ -472,10 +480,14 @@ void agw_req_reply(struct agw_req *req, int status, const char *content_type, co
         head_put(&h, "\r\n", 2);
     }
     head_end(&h, req);
-    if (body != NULL && len > 0 && !no_body && r->method != htp_method_HEAD)
+    if (body != NULL && len > 0 && !no_body && !req->cc->hreq.head_method)
         evbuffer_add(out, body, len);
-    evhtp_send_reply_end(r);
-    arm_write(req->cc->bev);
+    req->finished = true;
+    if (r != NULL)
+        evhtp_send_reply_end(r);
+    else
+        bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
+    arm_write(bev);
 }
 
 void agw_req_reply_error(struct agw_req *req, int status, const char *fmt, ...)
@@ -516,9 +528,9 @@ void agw_req_on_close(struct agw_req *req, agw_req_event_fn *on_close, void *arg
 void agw_req_stream_start(struct agw_req *req, int status, const char *fields, size_t low_watermark,
                           agw_req_event_fn *on_drain)
 {
-    struct bufferevent *bev = evhtp_request_get_bev(req->r);
+    struct bufferevent *bev = req->cc->bev;
     struct evbuffer *out = bufferevent_get_output(bev);
-    bool plain = req->r->conn->ssl == NULL;
+    bool plain = req->cc->owned;
     struct head h;
 
     assert(req->status == 0);
@@ -526,16 +538,15 @@ void agw_req_stream_start(struct agw_req *req, int status, const char *fields, s
     req->streaming = true;
     req->on_drain = on_drain;
     req->lowat = low_watermark;
-    if (req->srv->draining)
-        evhtp_request_set_keepalive(req->r, 0);
-    /* The on_write hook runs when the output falls to the low watermark: the relay resumes its
-     * upstream. */
+    no_keepalive_if_draining(req);
+    /* The write callback (over TLS libevhtp's on_write hook) runs when the output falls to the low
+     * watermark: the relay resumes its upstream. */
     bufferevent_setwatermark(bev, EV_WRITE, low_watermark, 0);
     bufferevent_set_max_single_write(bev, 64 * 1024);
     /* The head is queued, not written: on plain TCP the first chunk takes it along (see below), so
      * it arms no write event (see arm_write()). Every request that reaches a handler is HTTP/1.1
-     * (the gate answers any other version 505): the body is always chunked, framed here, never by
-     * libevhtp's chunk calls (which look at a flag only its own head sets). */
+     * (the gate answers any other version 505): the body is always chunked, framed here (over TLS
+     * never by libevhtp's chunk calls, which look at a flag only its own head sets). */
     if (plain && evbuffer_get_length(out) == 0)
         bufferevent_disable(bev, EV_WRITE);
     head_start(&h, req, out, status);
@@ -549,10 +560,8 @@ void agw_req_stream_start(struct agw_req *req, int status, const char *fields, s
         req->out_direct = out;
         req->fd = bufferevent_getfd(bev);
         req->head_queued = evbuffer_get_length(out) > 0;
-        /* The request timer is free while a request is answered: it checks whether the stream
-         * idles (see release()), when it may be released at all. */
-        if (may_release(req))
-            arm_ms(req->cc->timer, RELEASE_IDLE_MS);
+        /* The request timer is free while a request is answered (serve() stopped it). */
+        evtimer_add(req->cc->timer, req->srv->shed_tv);
     } else {
         arm_write(bev); /* over TLS the bytes go through OpenSSL's bufferevent */
     }
@@ -571,8 +580,7 @@ void agw_req_stream_start(struct agw_req *req, int status, const char *fields, s
 /* "<hex size>\r\n" into <hdr> (at least 19 bytes); returns its length. */
 static size_t chunk_header(char *hdr, size_t n);
 
-/* A released stream's chunk, queued in <out> as libevhtp would (<buf> emptied), and with <last>
- * the last chunk. */
+/* A chunk, queued in <out> (<buf> emptied), and with <last> the last chunk. */
 static void queue_chunk(struct evbuffer *out, struct evbuffer *buf, bool last)
 {
     char hdr[24];
@@ -591,7 +599,7 @@ static void queue_chunk(struct evbuffer *out, struct evbuffer *buf, bool last)
  * then flushed as libevhtp's chunk calls do (an OpenSSL bufferevent encrypts it now). */
 static void queue_reply_chunk(struct agw_req *req, struct evbuffer *buf, bool last)
 {
-    struct bufferevent *bev = evhtp_request_get_bev(req->r);
+    struct bufferevent *bev = req->cc->bev;
 
     queue_chunk(bufferevent_get_output(bev), buf, last);
     bufferevent_flush(bev, EV_WRITE, BEV_FLUSH);
@@ -650,15 +658,10 @@ void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
     if (n == 0)
         return;
     req->head_queued = false;
-    req->writes++;
     /* Anything queued but the head: the chunk queues behind it. */
     if (out == NULL || (!head && evbuffer_get_length(out) > 0) ||
-        !write_chunk_now(out, req->fd, buf, n, false)) {
-        if (req->r == NULL) /* released */
-            queue_chunk(out, buf, false);
-        else
-            queue_reply_chunk(req, buf, false);
-    }
+        !write_chunk_now(out, req->fd, buf, n, false))
+        queue_reply_chunk(req, buf, false);
     /* <out> is the connection's output: all written, there is nothing to arm, and the connection's
      * objects are not touched (with thousands of streams, two cache misses an event). */
     if (out == NULL || evbuffer_get_length(out) > 0)
@@ -666,33 +669,35 @@ void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
 }
 
 /* The end of the body, after <buf>'s bytes (maybe none). When nothing but the response head waits
- * in the output, the events and the last chunk go to the socket at once, in one writev(), and
- * libevhtp is only told that the reply is finished; its write callback, which completes the request
- * (it wants an empty output and the flag), is then run from the loop by a deferred trigger
- * (bufferevent_trigger(): public API, and harmless if the write event runs it first, see
- * gate_write_cb). Otherwise the events and the last chunk are queued behind what is there. */
+ * in the output, the events and the last chunk go to the socket at once, in one writev(). The
+ * request ends once the output is empty: gate_write_cb() ends it (over TLS libevhtp's write
+ * callback, told that the reply is finished), run from the loop by the write event or, when all
+ * went at once, by a deferred trigger (bufferevent_trigger(): public API, and harmless if the write
+ * event runs it first, see gate_write_cb). Otherwise the events and the last chunk are queued
+ * behind what is there. */
 void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf)
 {
     struct evbuffer *out = req->out_direct;
+    struct bufferevent *bev = req->cc->bev;
     size_t n = evbuffer_get_length(buf);
     bool head = req->head_queued;
+    bool now = n > 0 && out != NULL && (head || evbuffer_get_length(out) == 0) &&
+               write_chunk_now(out, req->fd, buf, n, true);
 
     req->head_queued = false;
     req->finished = true;
     if (req->r == NULL) {
-        /* Released: the last chunk is queued, and the connection closes once it is written (see
-         * gate_write_cb), from the loop. */
-        struct bufferevent *bev = req->cc->bev;
-
-        queue_chunk(out, buf, true);
+        if (!now)
+            queue_chunk(out, buf, true);
         bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
-        bufferevent_enable(bev, EV_WRITE);
+        if (evbuffer_get_length(out) == 0)
+            bufferevent_trigger(bev, EV_WRITE,
+                                BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+        else
+            arm_write(bev);
         return;
     }
-    if (n > 0 && out != NULL && (head || evbuffer_get_length(out) == 0) &&
-        write_chunk_now(out, req->fd, buf, n, true)) {
-        struct bufferevent *bev = evhtp_request_get_bev(req->r);
-
+    if (now) {
         evhtp_send_reply_end(req->r);
         /* Deferred: runs whether or not the write event is armed. */
         bufferevent_trigger(bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
@@ -706,9 +711,9 @@ void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf)
 
 size_t agw_req_out_pending(const struct agw_req *req)
 {
-    if (req->out_direct != NULL) /* checked after every write: no walk through libevhtp */
+    if (req->out_direct != NULL) /* checked after every write */
         return evbuffer_get_length(req->out_direct);
-    return evbuffer_get_length(bufferevent_get_output(evhtp_request_get_bev(req->r)));
+    return evbuffer_get_length(bufferevent_get_output(req->cc->bev));
 }
 
 void agw_req_on_half_close(struct agw_req *req, agw_req_event_fn *on_half_close)
@@ -737,21 +742,21 @@ void agw_req_abort(struct agw_req *req)
 
 /* ---- accessors ------------------------------------------------------------------------------ */
 
-/* A released request (see release()) has no request line or header fields any more: the accessors
- * below answer as for an absent one. Its owner read what it needed when the request arrived. */
+/* The request line is the gate's: its method (the connection reads no other head while this
+ * request is answered: GATE_BUSY), its target split by split_target(). */
 enum agw_method agw_req_method(const struct agw_req *req)
 {
-    if (req->r == NULL)
-        return AGW_METHOD_OTHER;
-    switch (req->r->method) {
-    case htp_method_GET:
-        return AGW_METHOD_GET;
-    case htp_method_HEAD:
-        return AGW_METHOD_HEAD;
-    case htp_method_POST:
-        return AGW_METHOD_POST;
-    case htp_method_OPTIONS:
-        return AGW_METHOD_OPTIONS;
+    const char *m = req->cc->hreq.method;
+
+    switch (m[0]) { /* a method is case-sensitive (RFC 9110 §9.1) */
+    case 'G':
+        return strcmp(m, "GET") == 0 ? AGW_METHOD_GET : AGW_METHOD_OTHER;
+    case 'H':
+        return strcmp(m, "HEAD") == 0 ? AGW_METHOD_HEAD : AGW_METHOD_OTHER;
+    case 'P':
+        return strcmp(m, "POST") == 0 ? AGW_METHOD_POST : AGW_METHOD_OTHER;
+    case 'O':
+        return strcmp(m, "OPTIONS") == 0 ? AGW_METHOD_OPTIONS : AGW_METHOD_OTHER;
     default:
         return AGW_METHOD_OTHER;
     }
@@ -759,34 +764,22 @@ enum agw_method agw_req_method(const struct agw_req *req)
 
 const char *agw_req_method_name(const struct agw_req *req)
 {
-    const char *name;
-
-    if (req->r == NULL)
-        return NULL;
-    name = htparser_get_methodstr_m(req->r->method);
-    /* libevhtp names the methods it knows; another one is as the gate read it (the connection
-     * reads no other head while this request is answered: GATE_BUSY). */
-    return name != NULL ? name : req->cc->hreq.method;
+    return req->cc->hreq.method;
 }
 
 const char *agw_req_path(const struct agw_req *req)
 {
-    if (req->r == NULL || req->r->uri == NULL || req->r->uri->path == NULL ||
-        req->r->uri->path->full == NULL)
-        return "/";
-    return req->r->uri->path->full;
+    return req->path;
 }
 
 const char *agw_req_query(const struct agw_req *req)
 {
-    if (req->r == NULL || req->r->uri == NULL || req->r->uri->query_raw == NULL)
-        return NULL;
-    return (const char *)req->r->uri->query_raw;
+    return req->query;
 }
 
 /* agw_req_known_header(): the fields of the last request asked about on this thread. Forgotten
- * when that request is released or freed (forget_known()), so a new request at the same address
- * never sees them. */
+ * when that request is freed (forget_known()), so a new request at the same address never sees
+ * them. */
 static _Thread_local struct {
     const struct agw_req *req; /* whose fields <v> holds; NULL: none */
     const char *v[AGW_N_KNOWN_HEADERS];
@@ -828,7 +821,7 @@ const char *agw_req_known_header(const struct agw_req *req, enum agw_known_heade
 {
     const struct gate_head *head = req->cc->head;
 
-    if (req->r == NULL || head == NULL || (unsigned)h >= AGW_N_KNOWN_HEADERS)
+    if (head == NULL || (unsigned)h >= AGW_N_KNOWN_HEADERS)
         return NULL;
     if (known.req != req) {
         memset(known.v, 0, sizeof(known.v));
@@ -855,7 +848,7 @@ void agw_req_foreach_header(const struct agw_req *req, agw_header_fn *fn, void *
 {
     const struct gate_head *head = req->cc->head;
 
-    if (req->r == NULL || head == NULL)
+    if (head == NULL)
         return;
     for (size_t i = 0; i < head->n; i++)
         fn(head->f[i].name, head->f[i].value, arg);
@@ -863,7 +856,7 @@ void agw_req_foreach_header(const struct agw_req *req, agw_header_fn *fn, void *
 
 struct evbuffer *agw_req_body(const struct agw_req *req)
 {
-    return req->r != NULL ? req->r->buffer_in : NULL;
+    return req->r != NULL ? req->r->buffer_in : req->cc->body;
 }
 
 const char *agw_req_id(const struct agw_req *req)
@@ -905,14 +898,33 @@ static bool conn_alive(const struct conn_ctx *cc)
     return !cc->dead;
 }
 
-/* The gate's parser (made in post_accept()); NULL is a no-op. */
+/* The gate's parser (made by parser_new()); NULL is a no-op. */
 static void gate_parser_free(struct agw_http1_parser *p)
 {
     agw_http1_parser_clear(p);
     agw_mem_separate_free(p);
 }
 
-/* The current request's head goes (its request ended, or the stream was released). */
+/* The gate's parser and, on a plain connection, its body buffer, which shed() frees while a
+ * stream goes on: on the separate heap (include/agw/mem.h), they leave no hole among the stream's
+ * objects. */
+static struct agw_http1_parser *parser_new(struct agw_server *srv)
+{
+    return agw_http1_request_parser_init(agw_mem_separate_alloc(agw_http1_request_parser_size()),
+                                         srv->opts.max_head_bytes, &srv->limits);
+}
+
+static struct evbuffer *body_new(void)
+{
+    struct evbuffer *b;
+
+    agw_mem_separate_enter();
+    b = evbuffer_new();
+    agw_mem_separate_leave();
+    return b;
+}
+
+/* The current request's head goes (its request ended). */
 static void head_free(struct conn_ctx *cc)
 {
     agw_mem_separate_free(cc->head);
@@ -920,7 +932,8 @@ static void head_free(struct conn_ctx *cc)
 }
 
 /* The head the gate accepted (cc->hreq) leaves <raw> for a block of the gate's, where its fields
- * are split, and libevhtp's head starts <pass> (a chunked body's is written in hand_over()). */
+ * are split, and over TLS libevhtp's head starts <pass> (a chunked body's is written in
+ * hand_over()). */
 static void take_head(struct conn_ctx *cc)
 {
     size_t len = cc->hreq.head_len, nf = cc->hreq.n_fields;
@@ -932,7 +945,7 @@ static void take_head(struct conn_ctx *cc)
     text = (char *)(h->f + nf);
     evbuffer_remove(cc->raw, text, len);
     text[len] = '\0';
-    if (!cc->hreq.rewrite) {
+    if (!cc->owned && !cc->hreq.rewrite) {
         agw_mem_separate_enter();
         agw_http1_framing_head(text, len, &cc->hreq, cc->hreq.content_length, cc->pass);
         agw_mem_separate_leave();
@@ -990,8 +1003,7 @@ static void count_refusal(struct agw_server *srv, int status)
  * TCP connection the gate reads for itself: its own event <rd> on the socket (added before the
  * bufferevent's reading is disabled, so that the socket stays registered with epoll throughout)
  * reads straight into <raw> (gate_rd_cb()). The bufferevent keeps writing and, over TLS (the
- * socket holds records for OpenSSL), reading; a released stream goes back to the bufferevent's
- * reading too (release()), so that an idle stream does not keep a second event. */
+ * socket holds records for OpenSSL), reading. */
 #define GATE_READ_MAX (16 * 1024)
 
 static void reading(struct conn_ctx *cc, bool on)
@@ -1073,7 +1085,8 @@ static void refuse(struct conn_ctx *cc, int status, const char *msg)
     count_refusal(cc->srv, status);
     cc->gate = GATE_CLOSING;
     evbuffer_drain(cc->raw, evbuffer_get_length(cc->raw));
-    evbuffer_drain(cc->pass, evbuffer_get_length(cc->pass));
+    if (cc->pass != NULL)
+        evbuffer_drain(cc->pass, evbuffer_get_length(cc->pass));
     reading(cc, true);
     bufferevent_enable(cc->bev, EV_WRITE);
     evtimer_del(cc->timer);
@@ -1083,12 +1096,19 @@ static void refuse(struct conn_ctx *cc, int status, const char *msg)
     }
 }
 
-/* Hands the complete request in <pass> (and <body>) to libevhtp: its parser runs and our handler
- * is called from inside. */
+static void serve(struct conn_ctx *cc);
+
+/* The request is complete. On a plain connection the gate serves it (serve()). Over TLS it hands
+ * the request in <pass> (and <body>) to libevhtp: its parser runs and our handler is called from
+ * inside. */
 static void hand_over(struct conn_ctx *cc)
 {
     struct evbuffer *in = bufferevent_get_input(cc->bev);
 
+    if (cc->owned) {
+        serve(cc);
+        return;
+    }
     if (cc->hreq.rewrite) { /* libevhtp's head, now that the body's length is known */
         agw_mem_separate_enter();
         agw_http1_framing_head(head_text(cc->head), cc->hreq.head_len, &cc->hreq,
@@ -1139,7 +1159,8 @@ static void gate_run(struct conn_ctx *cc)
             agw_mem_separate_leave();
         }
     }
-    rc = agw_http1_parse_body(cc->parser, cc->raw, cc->hreq.rewrite ? cc->body : cc->pass);
+    rc = agw_http1_parse_body(cc->parser, cc->raw,
+                              cc->owned || cc->hreq.rewrite ? cc->body : cc->pass);
     if (rc == 0) {
         if (cc->peer_eof) {
             close_now(cc);
@@ -1183,8 +1204,13 @@ static void gate_event_cb(struct bufferevent *bev, short what, void *arg);
 static void gate_rd_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct conn_ctx *cc = arg;
-    ssize_t n = agw_io_read_append(cc->raw, fd, GATE_READ_MAX);
+    ssize_t n;
 
+    /* A request's bytes live until its stream sheds them (or the answer ends): on the separate
+     * heap, with the rest of what shed() frees. */
+    agw_mem_separate_enter();
+    n = agw_io_read_append(cc->raw, fd, GATE_READ_MAX);
+    agw_mem_separate_leave();
     (void)what;
     if (n > 0) {
         gate_input(cc); /* may free <cc> */
@@ -1207,6 +1233,8 @@ static void gate_read_cb(struct bufferevent *bev, void *arg)
     agw_loop_slice_check();
 }
 
+static void answered(struct conn_ctx *cc);
+
 static void gate_write_cb(struct bufferevent *bev, void *arg)
 {
     struct conn_ctx *cc = arg;
@@ -1216,27 +1244,26 @@ static void gate_write_cb(struct bufferevent *bev, void *arg)
             /* The answer is out: say so, then read and drop what comes until the client closes
              * or the linger timer ends it. Over TLS a shutdown would cut the record layer. */
             cc->shut_wr = true;
-            if (cc->conn->ssl != NULL)
+            if (!cc->owned)
                 close_now(cc);
             else
                 shutdown(bufferevent_getfd(bev), SHUT_WR);
         }
         return;
     }
-    /* Our own bytes (a "100 Continue" for a request libevhtp has not seen yet) drained, or a
-     * trigger after the request ended: libevhtp has nothing to do then, and would take a write
-     * event without a request for an error and free the connection. */
+    /* Our own bytes (a "100 Continue" for a request not complete yet) drained, or a trigger after
+     * the request ended: nothing to do then (libevhtp would take a write event without a request
+     * for an error and free the connection). */
     if (cc->cur == NULL)
         return;
     if (cc->owned) {
-        /* What libevhtp's write callback and on_write hook did: the drain callback, and the end of
-         * the connection once the last chunk is out. */
+        /* The drain callback, and the end of the request once its answer is out. */
         struct agw_req *req = cc->cur;
 
         conn_enter(cc);
         if (req->finished) {
             if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-                conn_close(cc);
+                answered(cc);
         } else if (req->on_drain != NULL) {
             req->on_drain(req, req->cb_arg);
         }
@@ -1335,7 +1362,49 @@ static void end_request(struct conn_ctx *cc, struct agw_req *req)
     cc->srv->active--;
     forget_known(req);
     head_free(cc);
+    free(req->fields);
     free(req);
+}
+
+/* The target of the request line ("METHOD SP target SP HTTP/1.1"), split in the gate's copy of the
+ * head: the path ends at a '?' (the query follows) or a '#' (a fragment, which a client should not
+ * send, is ignored). Over TLS libevhtp has been handed its framing head by now. */
+static void split_target(struct conn_ctx *cc, struct agw_req *req)
+{
+    char *t = strchr(head_text(cc->head), ' ') + 1;
+    char *end = strchr(t, ' '), *q;
+
+    *end = '\0';
+    if ((q = strchr(t, '#')) != NULL)
+        *q = '\0';
+    if ((q = strchr(t, '?')) != NULL) {
+        *q = '\0';
+        req->query = q + 1;
+    }
+    req->path = t;
+}
+
+/* The request's object, once the gate has the whole request (its head in cc->head): its id (the
+ * client's X-Request-Id when it is a valid one), whether its connection stays open, its target. */
+static struct agw_req *req_new(struct conn_ctx *cc, evhtp_request_t *r)
+{
+    struct agw_req *req = agw_xcalloc(1, sizeof(*req));
+    const char *v;
+
+    req->srv = cc->srv;
+    req->cc = cc;
+    req->r = r;
+    req->start_ms = agw_now_ms();
+    req->keepalive = !cc->hreq.close; /* (every request is HTTP/1.1: the gate refuses others) */
+    cc->cur = req;
+    cc->srv->active++;
+    split_target(cc, req);
+    v = agw_req_known_header(req, AGW_HDR_X_REQUEST_ID); /* (and the others, in the same pass) */
+    if (v != NULL && request_id_ok(v))                   /* (at most REQUEST_ID_MAX bytes) */
+        memcpy(req->id, v, strlen(v) + 1);
+    else
+        new_request_id(req->id, sizeof(req->id));
+    return req;
 }
 
 static evhtp_res on_request_fini(evhtp_request_t *r, void *arg)
@@ -1361,38 +1430,24 @@ static evhtp_res on_request_fini(evhtp_request_t *r, void *arg)
 static evhtp_res on_headers(evhtp_request_t *r, evhtp_headers_t *hdrs, void *arg)
 {
     struct conn_ctx *cc = arg;
-    struct agw_req *req = cc->cur;
-    const char *v;
 
     (void)hdrs;
-    if (req == NULL)
+    if (cc->cur == NULL)
         return EVHTP_RES_ERROR;
     /* Route every complete request to our handler, whatever libevhtp's own callback lookup chose.
      */
     r->cb = request_complete_cb;
     r->cbarg = cc;
-    v = agw_req_known_header(req, AGW_HDR_X_REQUEST_ID); /* (and the others, in the same pass) */
-    if (v != NULL && request_id_ok(v))                   /* (at most REQUEST_ID_MAX bytes) */
-        memcpy(req->id, v, strlen(v) + 1);
-    else
-        new_request_id(req->id, sizeof(req->id));
     return EVHTP_RES_OK;
 }
 
 static evhtp_res on_headers_start(evhtp_request_t *r, void *arg)
 {
     struct conn_ctx *cc = arg;
-    struct agw_req *req;
 
     if (cc->cur != NULL)
         return EVHTP_RES_ERROR; /* cannot happen: the gate hands over one request at a time */
-    req = agw_xcalloc(1, sizeof(*req));
-    req->srv = cc->srv;
-    req->cc = cc;
-    req->r = r;
-    req->start_ms = agw_now_ms();
-    cc->cur = req;
-    cc->srv->active++;
+    req_new(cc, r);
     /* The request-level fini hook is what libevhtp runs when it frees the request, in every case.
      */
     evhtp_request_set_hook(r, evhtp_hook_on_request_fini, (evhtp_hook)on_request_fini, cc);
@@ -1471,25 +1526,23 @@ static void conn_gone(struct conn_ctx *cc)
         conn_ctx_free(cc);
 }
 
-/* ---- releasing an idle stream ----------------------------------------------------------------
+/* ---- serving plain connections -------------------------------------------------------------
  *
- * A stream that idles holds, through libevhtp, its connection object with the parser's 8 KiB token
- * buffer, the request object with a copy of every request header and response header, their
- * buffers and hooks: about 11 KiB, which the stream no longer needs once its head is out (the gate
- * parsed the request, the chunks are framed here and written straight to the socket). libevhtp has
- * one public way to let go of a live connection: evhtp_connection_take_ownership() unsets every
- * hook of the connection and its request, takes the bufferevent out of the connection, disables its
- * reading and clears its callbacks; evhtp_connection_free() then frees the connection, its parser
- * and its request without running a hook and without touching the bufferevent. From then on this
- * file does what libevhtp did for the stream: chunks (queue_chunk()), the drain callback and the
- * end (gate_write_cb), errors and closes (gate_event_cb, conn_close()). What it cannot do is give
- * the connection back to libevhtp for a next request (no public call adopts a socket), so a
- * released connection closes after its stream's last chunk, which HTTP/1.1 allows (the client
- * opens another one).
+ * libevhtp keeps, for each connection, an object with its parser's 8 KiB token buffer and, for each
+ * request, an object with a copy of every header and their buffers: about 11 KiB that a stream,
+ * which idles most of its life, would hold for nothing (the gate parsed the request, the chunks are
+ * framed here and written straight to the socket), and that libevhtp cannot give back while the
+ * connection lives. So a plain TCP connection is libevhtp's only while it is accepted: in the
+ * post-accept hook, libevhtp's one public way to let go of a connection,
+ * evhtp_connection_take_ownership(), unsets its hooks, takes the bufferevent out, disables its
+ * reading and clears its callbacks, and evhtp_connection_free() frees the rest without a hook and
+ * without touching the bufferevent. From then on this file serves the connection: the gate reads
+ * and checks each request (gate_run()), serve() calls the handler, the answer or the stream's
+ * chunks are written here, answered() ends the request once its answer is out and reads the next
+ * one or closes, and errors and the client's close end it in gate_event_cb() and conn_close().
  *
- * Only plain TCP streams are released: over TLS, libevhtp's SSL keeps a pointer to the connection
- * (SSL_set_app_data) for its callbacks. Nor is a stream released while a pipelined request waits
- * in <raw> or bytes wait in its output. */
+ * A TLS connection stays libevhtp's: its SSL keeps a pointer to libevhtp's connection
+ * (SSL_set_app_data) for its callbacks. */
 
 static void close_owned(struct conn_ctx *cc)
 {
@@ -1514,63 +1567,89 @@ static void conn_close(struct conn_ctx *cc)
     }
 }
 
-static bool release(struct conn_ctx *cc)
+/* A complete request on a plain connection (the gate's: its head in cc->head and cc->hreq, its
+ * body in cc->body) goes to the handler. */
+static void serve(struct conn_ctx *cc)
+{
+    struct agw_req *req;
+
+    agw_http1_parser_reset(cc->parser);
+    cc->gate = GATE_BUSY;
+    evtimer_del(cc->timer);
+    req = req_new(cc, NULL);
+    req->complete = true;
+    cc->srv->handler(req, cc->srv->arg);
+}
+
+/* The answer of a plain connection's request is out (gate_write_cb()): the request ends, and the
+ * connection reads the next one (from the loop, as over TLS) within the request timeout, or closes
+ * when the answer said so. */
+static void answered(struct conn_ctx *cc)
+{
+    bool keep = cc->cur->keepalive && !cc->srv->draining;
+
+    end_request(cc, cc->cur);
+    if (!keep) {
+        conn_close(cc);
+        return;
+    }
+    unshed(cc);
+    evbuffer_drain(cc->body, evbuffer_get_length(cc->body));
+    bufferevent_setwatermark(cc->bev, EV_WRITE, 0, 0);
+    cc->gate = GATE_HEAD;
+    event_active(cc->defer_ev, EV_TIMEOUT, 0);
+    evtimer_del(cc->timer); /* (a stream's shed() may be pending) */
+    arm_request_timer(cc);
+}
+
+/* A stream that has run for SHED_MS gives back what only the start of its request needed, most
+ * streams being long and idle most of their lives: the copy of the head (the owner read what it
+ * needed when the request arrived: the accessors answer as for an absent line and fields from now
+ * on), the body's bytes and buffer, and the gate's parser (made again when the next request is
+ * read). About 1.5 KiB of a stream's 8. */
+static void shed(struct conn_ctx *cc)
 {
     struct agw_req *req = cc->cur;
-    evhtp_connection_t *conn = cc->conn;
 
-    if (cc->owned || cc->dead || cc->gate != GATE_BUSY || req == NULL || req->finished ||
-        req->out_direct == NULL || evbuffer_get_length(cc->raw) > 0 ||
-        evbuffer_get_length(req->out_direct) > 0)
-        return false;
-    if (!may_release(req))
-        return false;
-    /* What libevhtp and the gate free here was allocated on the separate heap (see
-     * lib_heap_init()): freed in a section, straight back to it. */
+    forget_known(req);
+    head_free(cc);
+    req->path = "/";
+    req->query = NULL;
     agw_mem_separate_enter();
-    evhtp_connection_take_ownership(conn);
-    evhtp_connection_free(conn);
+    evbuffer_free(cc->body);
+    agw_mem_separate_leave();
+    cc->body = NULL;
+    gate_parser_free(cc->parser);
+    cc->parser = NULL;
+    if (!evtimer_pending(cc->srv->trim_ev, NULL)) {
+        static const struct timeval trim_tv = {0, SHED_TRIM_MS * 1000};
+
+        evtimer_add(cc->srv->trim_ev, &trim_tv);
+    }
+}
+
+/* After shed(): the body buffer and the parser for the next request. */
+static void unshed(struct conn_ctx *cc)
+{
+    struct agw_server *srv = cc->srv;
+
+    if (cc->body == NULL)
+        cc->body = body_new();
+    if (cc->parser == NULL)
+        cc->parser = parser_new(srv);
+}
+
+/* Lets go of libevhtp's objects for a plain connection just accepted (see above). What libevhtp
+ * frees here was allocated on the separate heap (see lib_heap_init()): freed in a section, straight
+ * back to it. */
+static void own(struct conn_ctx *cc)
+{
+    agw_mem_separate_enter();
+    evhtp_connection_take_ownership(cc->conn);
+    evhtp_connection_free(cc->conn);
     agw_mem_separate_leave();
     cc->conn = NULL;
     cc->owned = true;
-    req->r = NULL;
-    forget_known(req);
-    head_free(cc);
-    bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
-    /* Reading goes back to the bufferevent (registered before the gate's event goes, so that the
-     * socket stays registered with epoll): no request follows, and an idle stream keeps one event
-     * fewer. Its write event is armed when a chunk is queued (arm_write()): nothing waits now. */
-    bufferevent_enable(cc->bev, EV_READ);
-    /* The gate's own request state is not needed either: no request follows on this connection. */
-    agw_mem_separate_enter();
-    rd_free(cc);
-    gate_parser_free(cc->parser);
-    cc->parser = NULL;
-    evbuffer_free(cc->pass);
-    cc->pass = NULL;
-    if (cc->body != NULL) {
-        evbuffer_free(cc->body);
-        cc->body = NULL;
-    }
-    agw_mem_separate_leave();
-    cc->srv->n_released++;
-    if (!evtimer_pending(cc->srv->trim_ev, NULL))
-        arm_ms(cc->srv->trim_ev, RELEASE_TRIM_MS);
-    agw_log_debug("conn %s: idle stream released from libevhtp", peer_of(cc));
-    return true;
-}
-
-/* The request timer of a stream: released once it wrote nothing for a whole period. */
-static void idle_check(struct conn_ctx *cc)
-{
-    struct agw_req *req = cc->cur;
-
-    if (cc->owned || req->finished || req->out_direct == NULL || !may_release(req))
-        return;
-    if (req->writes == req->writes_seen && release(cc))
-        return;
-    req->writes_seen = req->writes;
-    arm_ms(cc->timer, RELEASE_IDLE_MS);
 }
 
 static void format_peer(const struct sockaddr *sa, char *out, size_t len)
@@ -1663,15 +1742,8 @@ static evhtp_res post_accept(evhtp_connection_t *conn, void *arg)
     cc->bev = evhtp_connection_get_bev(conn);
     cc->timer = evtimer_new(srv->base, request_timeout_cb, cc);
     cc->defer_ev = evtimer_new(srv->base, defer_cb, cc);
-    /* The gate's parser and assembly buffer are given back when an idle stream is released: on
-     * the separate heap (include/agw/mem.h), they leave no hole among the stream's objects. */
-    cc->parser =
-        agw_http1_request_parser_init(agw_mem_separate_alloc(agw_http1_request_parser_size()),
-                                      srv->opts.max_head_bytes, &srv->limits);
+    cc->parser = parser_new(srv);
     cc->raw = evbuffer_new();
-    agw_mem_separate_enter();
-    cc->pass = evbuffer_new();
-    agw_mem_separate_leave();
     /* (the text is made when asked: peer_of()) */
     if (conn->saddr != NULL && conn->saddr->sa_family == AF_INET)
         memcpy(&cc->peer.v4, conn->saddr, sizeof(cc->peer.v4));
@@ -1683,25 +1755,31 @@ static evhtp_res post_accept(evhtp_connection_t *conn, void *arg)
     TAILQ_INSERT_TAIL(&srv->conns, cc, link);
     if (++srv->n_conns > srv->peak_conns)
         srv->peak_conns = srv->n_conns;
-    evhtp_connection_set_hook(conn, evhtp_hook_on_headers_start, (evhtp_hook)on_headers_start, cc);
-    evhtp_connection_set_hook(conn, evhtp_hook_on_headers, (evhtp_hook)on_headers, cc);
-    evhtp_connection_set_hook(conn, evhtp_hook_on_write, (evhtp_hook)on_write, cc);
-    evhtp_connection_set_hook(conn, evhtp_hook_on_connection_fini, (evhtp_hook)on_connection_fini,
-                              cc);
-    /* The gate: our callbacks first (libevhtp set its own when it accepted the connection, and
-     * never sets them again on a server connection). */
-    bufferevent_getcb(cc->bev, &cc->lib_read, &cc->lib_write, &cc->lib_event, &cc->lib_arg);
-    bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
     if (conn->ssl == NULL) {
-        /* The gate reads for itself (see reading()); the event is given back at release(). */
-        agw_mem_separate_enter();
+        /* A plain connection is the gate's from now on (see "Serving plain connections"). It reads
+         * for itself (see reading()): its event is added before the bufferevent's reading is
+         * disabled (the socket stays registered with epoll). */
         cc->rd =
             event_new(srv->base, bufferevent_getfd(cc->bev), EV_READ | EV_PERSIST, gate_rd_cb, cc);
+        event_add(cc->rd, NULL);
+        bufferevent_disable(cc->bev, EV_READ);
+        own(cc);
+        cc->body = body_new();
+        bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
+    } else {
+        agw_mem_separate_enter();
+        cc->pass = evbuffer_new();
         agw_mem_separate_leave();
-        if (cc->rd != NULL) {
-            event_add(cc->rd, NULL);
-            bufferevent_disable(cc->bev, EV_READ);
-        }
+        evhtp_connection_set_hook(conn, evhtp_hook_on_headers_start,
+                                  (evhtp_hook)on_headers_start, cc);
+        evhtp_connection_set_hook(conn, evhtp_hook_on_headers, (evhtp_hook)on_headers, cc);
+        evhtp_connection_set_hook(conn, evhtp_hook_on_write, (evhtp_hook)on_write, cc);
+        evhtp_connection_set_hook(conn, evhtp_hook_on_connection_fini,
+                                  (evhtp_hook)on_connection_fini, cc);
+        /* The gate: our callbacks first (libevhtp set its own when it accepted the connection,
+         * and never sets them again on a server connection). */
+        bufferevent_getcb(cc->bev, &cc->lib_read, &cc->lib_write, &cc->lib_event, &cc->lib_arg);
+        bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
     }
     arm_request_timer(cc);
     return EVHTP_RES_OK;
@@ -1826,6 +1904,8 @@ struct agw_server *agw_server_new(struct event_base *base, const struct agw_serv
     srv->accept_turn = evtimer_new(base, accept_turn_cb, srv);
     event_priority_set(srv->accept_turn, AGW_PRIO_NEW); /* the listeners' (libevent's default) */
     srv->trim_ev = evtimer_new(base, trim_cb, srv);
+    srv->shed_tv =
+        event_base_init_common_timeout(base, &(struct timeval){SHED_MS / 1000, SHED_MS % 1000 * 1000});
     return srv;
 }
 
