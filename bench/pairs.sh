@@ -9,8 +9,8 @@
 # usage: bench/pairs.sh --a BINARY --b BINARY [--scenario S] [--pairs N] [--seconds S]
 #                       [--history on|off] [--history-a on|off] [--history-b on|off] [--build DIR]
 #   --a, --b: two agui-gateway binaries (e.g. a copy of the build before a change, and the build
-#   after). --scenario (throughput): short, throughput or paced, as in bench/run.sh (one event per
-#   write()). --pairs (5); --seconds (5): each run, after 1 s of warm-up. --history (on): an
+#   after). --scenario (throughput): short, short-new (a new client connection per run),
+#   throughput or paced, as in bench/run.sh (one event per write()). --pairs (5); --seconds (5): each run, after 1 s of warm-up. --history (on): an
 #   embedded store, fresh for each run, or none; --history-a and --history-b set it for one side
 #   (the cost of recording: the same binary twice, --history-a off --history-b on). BUILD (env)
 #   or --build: where the demo agent and agw-load are (default: <srcdir>/_build-bench).
@@ -51,9 +51,10 @@ for h in "$HISTORY" "$HIST_A" "$HIST_B"; do
 done
 case "$SCENARIO" in
 short) QUERY="events=10&size=100&ids=run&write_each=1" LOADARGS="--concurrency 100 --runs-per-thread 10" ;;
+short-new) QUERY="events=10&size=100&ids=run&write_each=1" LOADARGS="--concurrency 100 --new-conn --runs-per-thread 10" ;;
 throughput) QUERY="events=2000&size=200&write_each=1" LOADARGS="--concurrency 50" ;;
 paced) QUERY="events=500&size=100&delay_ms=1&ts=1&write_each=1" LOADARGS="--concurrency 50" ;;
-*) die "--scenario: short, throughput or paced" ;;
+*) die "--scenario: short, short-new, throughput or paced" ;;
 esac
 DEMO=$BUILD/src/agui-demo-agent
 LOAD=$BUILD/bench/agw-load

@@ -84,9 +84,9 @@ struct agw_server {
     uint64_t accept_log_ms;     /* when accept failures were last logged */
     uint64_t accept_unlogged;   /* failures since */
     struct agw_server_stats stats;
-    size_t n_conns, peak_conns; /* open connections now, and their peak since the last trim */
-    bool trim_at_zero;          /* trimmed during a fall: trim once more when none is left */
-    struct event *trim_ev;      /* deferred agw_mem_release() */
+    size_t n_conns, peak_conns;    /* open connections now, and their peak since the last trim */
+    bool trim_at_zero;             /* trimmed during a fall: trim once more when none is left */
+    struct event *trim_ev;         /* deferred agw_mem_release() */
     const struct timeval *shed_tv; /* SHED_MS, as a common timeout of the loop (O(1) to add) */
 };
 
@@ -127,20 +127,21 @@ struct conn_ctx {
     evhtp_connection_t *conn; /* TLS: libevhtp's connection; NULL on a plain one (owned) */
     struct bufferevent *bev;  /* the connection's (made by libevhtp; ours on a plain connection),
                                  whose callbacks are ours (over TLS they wrap libevhtp's) */
-    struct event *rd; /* plain TCP: the gate's own read event (see gate_rd_cb()) */
-    struct event *timer; /* request read timeout (slow clients), armed while no request is
-                            complete; the lingering close's limit in GATE_CLOSING */
+    struct event *rd;         /* plain TCP: the gate's own read event (see gate_rd_cb()) */
+    struct event *timer;      /* request read timeout (slow clients), armed while no request is
+                                 complete; the lingering close's limit in GATE_CLOSING */
     /* Deferred work, run from the loop: agw_req_abort() (abort_pending), else gate_run() for the
      * next request after an answer. One event for both: an idle stream keeps this structure. */
     struct event *defer_ev;
-    struct agw_req *cur;             /* the request being answered, or NULL */
+    struct agw_req *cur; /* the request being answered, or NULL */
     struct agw_http1_parser *parser;
-    struct agw_http1_request hreq; /* the head being read, from GATE_BODY on the current request's */
-    struct evbuffer *raw;          /* read from the client and not yet taken by the gate */
-    struct evbuffer *pass; /* TLS: the request being assembled for libevhtp, its head, then its
-                              body; NULL on a plain connection */
-    struct evbuffer *body; /* the body: decoded (a chunked one, over TLS; allocated for the first
-                              one), and every body on a plain connection (allocated at accept) */
+    struct agw_http1_request
+        hreq;               /* the head being read, from GATE_BODY on the current request's */
+    struct evbuffer *raw;   /* read from the client and not yet taken by the gate */
+    struct evbuffer *pass;  /* TLS: the request being assembled for libevhtp, its head, then its
+                               body; NULL on a plain connection */
+    struct evbuffer *body;  /* the body: decoded (a chunked one, over TLS; allocated for the first
+                               one), and every body on a plain connection (allocated at accept) */
     struct gate_head *head; /* the current request's head, from GATE_BODY until it ends */
     bufferevent_data_cb lib_read, lib_write; /* libevhtp's callbacks */
     bufferevent_event_cb lib_event;
@@ -1128,8 +1129,20 @@ static void hand_over(struct conn_ctx *cc)
 }
 
 /* Moves the gate on with what <raw> holds: reads a head, then a body, and hands the request over
- * when it is complete. */
+ * when it is complete. In a section (include/agw/mem.h): what libevent allocates here (a chunked
+ * body's buffers, a refusal) lives no longer than the request's start, and the request's bytes,
+ * read on the separate heap (gate_rd_cb()), are freed back to it; the handler, which makes the
+ * stream's long-lived objects, runs outside (serve(); request_complete_cb() over TLS). */
+static void gate_step(struct conn_ctx *cc);
+
 static void gate_run(struct conn_ctx *cc)
+{
+    agw_mem_separate_enter();
+    gate_step(cc);
+    agw_mem_separate_leave();
+}
+
+static void gate_step(struct conn_ctx *cc)
 {
     int rc;
 
@@ -1354,10 +1367,13 @@ static void end_request(struct conn_ctx *cc, struct agw_req *req)
     cc->cur = NULL;
     if (req->on_close != NULL) {
         agw_req_event_fn *fn = req->on_close;
+        unsigned saved = agw_mem_separate_suspend(); /* the owner's code, outside any section */
+
         req->on_close = NULL;
         req->on_drain = NULL;
         req->on_half_close = NULL;
         fn(req, req->cb_arg);
+        agw_mem_separate_resume(saved);
     }
     cc->srv->active--;
     forget_known(req);
@@ -1578,7 +1594,12 @@ static void serve(struct conn_ctx *cc)
     evtimer_del(cc->timer);
     req = req_new(cc, NULL);
     req->complete = true;
-    cc->srv->handler(req, cc->srv->arg);
+    {
+        unsigned saved = agw_mem_separate_suspend(); /* (gate_run()'s section) */
+
+        cc->srv->handler(req, cc->srv->arg);
+        agw_mem_separate_resume(saved);
+    }
 }
 
 /* The answer of a plain connection's request is out (gate_write_cb()): the request ends, and the
@@ -1594,7 +1615,9 @@ static void answered(struct conn_ctx *cc)
         return;
     }
     unshed(cc);
+    agw_mem_separate_enter(); /* (the request's bytes, read on the separate heap) */
     evbuffer_drain(cc->body, evbuffer_get_length(cc->body));
+    agw_mem_separate_leave();
     bufferevent_setwatermark(cc->bev, EV_WRITE, 0, 0);
     cc->gate = GATE_HEAD;
     event_active(cc->defer_ev, EV_TIMEOUT, 0);
@@ -1770,8 +1793,8 @@ static evhtp_res post_accept(evhtp_connection_t *conn, void *arg)
         agw_mem_separate_enter();
         cc->pass = evbuffer_new();
         agw_mem_separate_leave();
-        evhtp_connection_set_hook(conn, evhtp_hook_on_headers_start,
-                                  (evhtp_hook)on_headers_start, cc);
+        evhtp_connection_set_hook(conn, evhtp_hook_on_headers_start, (evhtp_hook)on_headers_start,
+                                  cc);
         evhtp_connection_set_hook(conn, evhtp_hook_on_headers, (evhtp_hook)on_headers, cc);
         evhtp_connection_set_hook(conn, evhtp_hook_on_write, (evhtp_hook)on_write, cc);
         evhtp_connection_set_hook(conn, evhtp_hook_on_connection_fini,
@@ -1904,8 +1927,8 @@ struct agw_server *agw_server_new(struct event_base *base, const struct agw_serv
     srv->accept_turn = evtimer_new(base, accept_turn_cb, srv);
     event_priority_set(srv->accept_turn, AGW_PRIO_NEW); /* the listeners' (libevent's default) */
     srv->trim_ev = evtimer_new(base, trim_cb, srv);
-    srv->shed_tv =
-        event_base_init_common_timeout(base, &(struct timeval){SHED_MS / 1000, SHED_MS % 1000 * 1000});
+    srv->shed_tv = event_base_init_common_timeout(
+        base, &(struct timeval){SHED_MS / 1000, SHED_MS % 1000 * 1000});
     return srv;
 }
 

@@ -6,9 +6,11 @@
 # is validated without a tree and a run's small strings are not copied one by one, 61 since a stream's
 # head is written by the gateway from fields built once, not by libevhtp from a header object per
 # field: 66 before; 46 since a request's fields stay with the gateway's gate, libevhtp handed the
-# request line and the framing alone: 60 before). A change that adds allocations to the request
-# path fails here. The same again with thread history on, which adds the writer thread's work (52;
-# 66 before the fields stayed with the gate, 72 before the head).
+# request line and the framing alone: 60 before; 27 since the gate serves plain connections itself,
+# libevhtp's objects freed at accept: 46 before). A change that adds allocations to the request
+# path fails here. The same again with thread history on, which adds the writer thread's work (33;
+# 52 before the gate served plain connections, 66 before the fields stayed with the gate, 72 before
+# the head).
 # The same library counts system calls (the wrappers a relayed run goes through). On kept-alive
 # connections a run arms no event (its head, events and last chunk leave in one writev() of ours, and
 # the client connection's write event stays disarmed; it cost two epoll_ctl() a run, arming and
@@ -18,19 +20,19 @@
 # epoll_ctl, ioctl; 9.1 a run before this work, 5.8 after): at most SYSCALLS_PER_RUN_X10 / 10.
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
-ALLOC_PER_RUN_MAX=49   # 46 measured (the counts are the same from run to run, 1 or 2 workers)
-ALLOC_HISTORY_MAX=55  # 52 measured; doc/benchmarks.md, "What a run costs"
+ALLOC_PER_RUN_MAX=30   # 27 measured (the counts are the same from run to run, 1 or 2 workers)
+ALLOC_HISTORY_MAX=36  # 33 measured; doc/benchmarks.md, "What a run costs"
 EPOLL_CTL_MAX=100     # over 1,000 runs (was 2,000)
 IOCTL_MAX=100         # over 1,000 runs (was 1,000)
 SYSCALLS_PER_RUN_X10=65 # tenths
-# The bytes those allocations hand out (their usable sizes, summed): 19,500 a run measured (178,500
-# before a read went through a per-thread buffer instead of a new 16 or 64 KiB evbuffer chain for
-# each request and each response head; src/io.c). History on: 28,300 (187,300); new connections
-# 35,000 (194,000).
-BYTES_PER_RUN_MAX=24000
-ALLOC_FRESH_MAX=77       # a run on new connections (73 measured; 87 before the fields stayed
-                         # with the gate, 88 before the upstream's literal address was read once,
-                         # 95 before the head)
+# The bytes those allocations hand out (their usable sizes, summed): 15,400 a run measured (18,500
+# before the gate served plain connections; 178,500 before a read went through a per-thread buffer
+# instead of a new 16 or 64 KiB evbuffer chain for each request and each response head; src/io.c).
+# History on: 25,700 (28,800; 187,300); new connections 30,600 (34,000; 194,000).
+BYTES_PER_RUN_MAX=19000
+ALLOC_FRESH_MAX=54       # a run on new connections (50 measured; 73 before the gate served plain
+                         # connections, 87 before the fields stayed with the gate, 88 before the
+                         # upstream's literal address was read once, 95 before the head)
 # getpeername() calls over 1,000 runs: on new connections to an upstream written as an address,
 # none (src/upstream.c, literal_address(): libevent's resolver path made one a connection, after
 # an snprintf(), an sscanf() and an allocation)
@@ -46,8 +48,9 @@ FORMAT_MAX=100
 # which compared every field's name again: 7,000 measured on kept-alive connections, 8,000 on new
 # ones, libevhtp's own (32,000 and 37,000 before; 10,000 and 11,000 while the pass compared names
 # with strncasecmp() rather than agw_strieq_n()); 2,000 and 4,000 since libevhtp is no longer
-# handed the fields (it compared each name it parsed with the few it looks for)
-STRCASECMP_MAX=5000
+# handed the fields (it compared each name it parsed with the few it looks for); none since it
+# parses no request of a plain connection
+STRCASECMP_MAX=500
 FRESH_SYSCALLS_X10=120   # (11.3 measured; 16.3 before)
 if [ -n "${AGW_SANITIZED:-}" ]; then
     echo "sanitized build: ASan owns malloc, nothing to count"
@@ -132,7 +135,7 @@ measure "history off" '{ "enabled": false }' "$ALLOC_PER_RUN_MAX"
 SEPARATE_OFF_X10=$SEPARATE_X10
 # With thread history recorded (the default): the loop's share (a capture, two hand-overs) plus the
 # store's writer thread (parsing the input and the events, rebuilding, the SQLite commit).
-BYTES_PER_RUN_MAX=34000 measure "history on" '{ "enabled": true }' "$ALLOC_HISTORY_MAX"
+BYTES_PER_RUN_MAX=30000 measure "history on" '{ "enabled": true }' "$ALLOC_HISTORY_MAX"
 # What a run records is on the separate heap (src/mem.c), the capture and its buffers included
 # (src/capture.c): made while the run streams and freed when it ends or waits, on the main heap
 # they left holes among the idle streams' own objects (a 256-byte buffer each, 0.2 KiB of RSS per
@@ -155,7 +158,7 @@ fi
 # arming and disarming of its write event while it connects. Switching a new upstream connection to
 # the exchange's own read event costs nothing (it cost a DEL and an ADD; 10 epoll_ctl() a run in all
 # before this work, 6 after), nor does releasing an idle stream.
-EPOLL_CTL_MAX=6500 IOCTL_MAX=100 SYSCALLS_PER_RUN_X10=$FRESH_SYSCALLS_X10 BYTES_PER_RUN_MAX=42000 \
+EPOLL_CTL_MAX=6500 IOCTL_MAX=100 SYSCALLS_PER_RUN_X10=$FRESH_SYSCALLS_X10 BYTES_PER_RUN_MAX=36000 \
     GETPEERNAME_MAX=100 \
     measure "new connections" '{ "enabled": false }' "$ALLOC_FRESH_MAX" \
     '{ "upstream_idle_connections": 0 }' --new-conn
