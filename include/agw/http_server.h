@@ -6,8 +6,10 @@
  * turn). Responses are either a whole body or a chunked stream with backpressure callbacks. A
  * client that closes its sending side after its request still gets the answer.
  *
- * Lifetime: a struct agw_req is created when a request's headers arrive and freed by this module
- * after its response ended or its client went away. A handler that streams registers callbacks; the
+ * Lifetime: a struct agw_req is created when a whole request has arrived and freed by this module
+ * after its response ended or its client went away. A stream's request line and header fields are
+ * given back 500 ms after it started (the accessors then answer as for absent ones): its owner
+ * reads what it keeps when the request arrives. A handler that streams registers callbacks; the
  * close callback is the last one, and the request must not be touched after it returns. */
 #ifndef AGW_HTTP_SERVER_H
 #define AGW_HTTP_SERVER_H
