@@ -4,12 +4,9 @@
  *
  * Objects: one struct agw_server per event loop, one evhtp_t per listener (an evhtp_t binds one
  * socket), one struct conn_ctx per accepted connection and one struct agw_req per request. libevhtp
- * accepts every connection. A plain TCP connection is then the gate's alone (see "Serving plain
- * connections" below): libevhtp's objects are freed at accept, and the gate reads, parses and
- * answers every request of the connection itself. A TLS connection stays libevhtp's (its SSL points
- * at libevhtp's connection): the gate hands it each complete request, and its hooks create and free
- * the struct agw_req (the request_fini hook runs on a normal end, a client abort and shutdown
- * alike) and the struct conn_ctx (the connection_fini hook). */
+ * accepts every connection (and makes its TLS state); the connection is then the gate's alone (see
+ * "Serving connections" below): libevhtp's objects are freed at accept, and the gate reads, parses
+ * and answers every request of the connection itself. */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -124,12 +121,10 @@ union peer_addr {
 struct conn_ctx {
     struct agw_server *srv;
     TAILQ_ENTRY(conn_ctx) link;
-    evhtp_connection_t *conn; /* TLS: libevhtp's connection; NULL on a plain one (owned) */
-    struct bufferevent *bev;  /* the connection's (made by libevhtp; ours on a plain connection),
-                                 whose callbacks are ours (over TLS they wrap libevhtp's) */
-    struct event *rd;         /* plain TCP: the gate's own read event (see gate_rd_cb()) */
-    struct event *timer;      /* request read timeout (slow clients), armed while no request is
-                                 complete; the lingering close's limit in GATE_CLOSING */
+    struct bufferevent *bev; /* the connection's (made by libevhtp at accept; OpenSSL's over TLS) */
+    struct event *rd;        /* plain TCP: the gate's own read event (see gate_rd_cb()) */
+    struct event *timer;     /* request read timeout (slow clients), armed while no request is
+                                complete; the lingering close's limit in GATE_CLOSING */
     /* Deferred work, run from the loop: agw_req_abort() (abort_pending), else gate_run() for the
      * next request after an answer. One event for both: an idle stream keeps this structure. */
     struct event *defer_ev;
@@ -138,25 +133,17 @@ struct conn_ctx {
     struct agw_http1_request
         hreq;               /* the head being read, from GATE_BODY on the current request's */
     struct evbuffer *raw;   /* read from the client and not yet taken by the gate */
-    struct evbuffer *pass;  /* TLS: the request being assembled for libevhtp, its head, then its
-                               body; NULL on a plain connection */
-    struct evbuffer *body;  /* the body: decoded (a chunked one, over TLS; allocated for the first
-                               one), and every body on a plain connection (allocated at accept) */
+    struct evbuffer *body;  /* the current request's body, decoded (NULL after shed()) */
     struct gate_head *head; /* the current request's head, from GATE_BODY until it ends */
-    bufferevent_data_cb lib_read, lib_write; /* libevhtp's callbacks */
-    bufferevent_event_cb lib_event;
-    void *lib_arg;
-    unsigned depth; /* our callbacks on the stack */
+    unsigned depth;         /* our callbacks on the stack */
     enum gate_state gate;
     bool dead;          /* the connection was freed meanwhile: free this when depth reaches 0 */
     bool peer_eof;      /* the client closed its sending side */
     bool continue_sent; /* "100 Continue" written for the current request */
     bool shut_wr;       /* GATE_CLOSING: the answer is out and our side is shut */
     bool abort_pending; /* agw_req_abort() was called: defer_ev closes the connection */
-    /* A plain TCP connection, libevhtp's objects freed at accept: the gate serves its requests
-     * (serve()), the bufferevent is ours. */
-    bool owned;
-    bool peer_text; /* <peer> holds the text; else the address */
+    bool tls;           /* the bytes go through OpenSSL (the bufferevent's) */
+    bool peer_text;     /* <peer> holds the text; else the address */
     size_t linger_bytes;
     /* The client's address, copied at accept and made text only when asked (peer_of()): a log
      * line or the access log; inet_ntop() and snprintf() cost about 2,700 instructions a
@@ -169,7 +156,6 @@ static const char *peer_of(struct conn_ctx *cc);
 struct agw_req {
     struct agw_server *srv;
     struct conn_ctx *cc;
-    evhtp_request_t *r; /* TLS: libevhtp's request; NULL on a plain connection */
     char id[REQUEST_ID_MAX + 1];
     uint64_t start_ms;
     int status;     /* 0 until answered */
@@ -275,7 +261,7 @@ static void request_timeout_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (cc->cur != NULL && cc->cur->complete) {
         /* A request is being answered; its own timers govern it. A stream's: see shed(). */
-        if (cc->cur->streaming && cc->owned)
+        if (cc->cur->streaming)
             shed(cc);
         return;
     }
@@ -448,14 +434,11 @@ static void no_keepalive_if_draining(struct agw_req *req)
     if (!req->srv->draining)
         return;
     req->keepalive = false;
-    if (req->r != NULL)
-        evhtp_request_set_keepalive(req->r, 0);
 }
 
 void agw_req_reply(struct agw_req *req, int status, const char *content_type, const char *body,
                    size_t len)
 {
-    evhtp_request_t *r = req->r;
     struct bufferevent *bev = req->cc->bev;
     struct evbuffer *out = bufferevent_get_output(bev);
     bool no_body = status == 204 || status == 304;
@@ -464,10 +447,7 @@ void agw_req_reply(struct agw_req *req, int status, const char *content_type, co
     assert(req->status == 0);
     req->status = status;
     no_keepalive_if_draining(req);
-    /* The answer is written here (over TLS rather than by evhtp_send_reply(), whose reason phrases
-     * stop at the statuses of 2011: 422 would go out as "UNKNOWN"). The request ends once the
-     * output has drained: on a plain connection in gate_write_cb(), over TLS in libevhtp, told that
-     * the request is finished, as for its own answers. */
+    /* The request ends once the output has drained (gate_write_cb()). */
     head_start(&h, req, out, status);
     if (content_type != NULL) {
         head_put(&h, "Content-Type: ", 14);
@@ -484,10 +464,7 @@ void agw_req_reply(struct agw_req *req, int status, const char *content_type, co
     if (body != NULL && len > 0 && !no_body && !req->cc->hreq.head_method)
         evbuffer_add(out, body, len);
     req->finished = true;
-    if (r != NULL)
-        evhtp_send_reply_end(r);
-    else
-        bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
+    bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
     arm_write(bev);
 }
 
@@ -531,7 +508,7 @@ void agw_req_stream_start(struct agw_req *req, int status, const char *fields, s
 {
     struct bufferevent *bev = req->cc->bev;
     struct evbuffer *out = bufferevent_get_output(bev);
-    bool plain = req->cc->owned;
+    bool plain = !req->cc->tls;
     struct head h;
 
     assert(req->status == 0);
@@ -540,14 +517,13 @@ void agw_req_stream_start(struct agw_req *req, int status, const char *fields, s
     req->on_drain = on_drain;
     req->lowat = low_watermark;
     no_keepalive_if_draining(req);
-    /* The write callback (over TLS libevhtp's on_write hook) runs when the output falls to the low
-     * watermark: the relay resumes its upstream. */
+    /* The write callback runs when the output falls to the low watermark: the relay resumes its
+     * upstream. */
     bufferevent_setwatermark(bev, EV_WRITE, low_watermark, 0);
     bufferevent_set_max_single_write(bev, 64 * 1024);
     /* The head is queued, not written: on plain TCP the first chunk takes it along (see below), so
      * it arms no write event (see arm_write()). Every request that reaches a handler is HTTP/1.1
-     * (the gate answers any other version 505): the body is always chunked, framed here (over TLS
-     * never by libevhtp's chunk calls, which look at a flag only its own head sets). */
+     * (the gate answers any other version 505): the body is always chunked, framed here. */
     if (plain && evbuffer_get_length(out) == 0)
         bufferevent_disable(bev, EV_WRITE);
     head_start(&h, req, out, status);
@@ -687,27 +663,14 @@ void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf)
 
     req->head_queued = false;
     req->finished = true;
-    if (req->r == NULL) {
-        if (!now)
-            queue_chunk(out, buf, true);
-        bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
-        if (evbuffer_get_length(out) == 0)
-            bufferevent_trigger(bev, EV_WRITE,
-                                BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
-        else
-            arm_write(bev);
-        return;
-    }
-    if (now) {
-        evhtp_send_reply_end(req->r);
-        /* Deferred: runs whether or not the write event is armed. */
-        bufferevent_trigger(bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    if (!now)
+        queue_reply_chunk(req, buf, true);
+    bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
+    if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) /* deferred: runs whether or not */
+        bufferevent_trigger(bev, EV_WRITE,                     /* the write event is armed */
+                            BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    else
         arm_write(bev);
-        return;
-    }
-    queue_reply_chunk(req, buf, true);
-    evhtp_send_reply_end(req->r);
-    arm_write(req->cc->bev);
 }
 
 size_t agw_req_out_pending(const struct agw_req *req)
@@ -857,7 +820,7 @@ void agw_req_foreach_header(const struct agw_req *req, agw_header_fn *fn, void *
 
 struct evbuffer *agw_req_body(const struct agw_req *req)
 {
-    return req->r != NULL ? req->r->buffer_in : req->cc->body;
+    return req->cc->body;
 }
 
 const char *agw_req_id(const struct agw_req *req)
@@ -933,8 +896,7 @@ static void head_free(struct conn_ctx *cc)
 }
 
 /* The head the gate accepted (cc->hreq) leaves <raw> for a block of the gate's, where its fields
- * are split, and over TLS libevhtp's head starts <pass> (a chunked body's is written in
- * hand_over()). */
+ * are split. */
 static void take_head(struct conn_ctx *cc)
 {
     size_t len = cc->hreq.head_len, nf = cc->hreq.n_fields;
@@ -946,11 +908,6 @@ static void take_head(struct conn_ctx *cc)
     text = (char *)(h->f + nf);
     evbuffer_remove(cc->raw, text, len);
     text[len] = '\0';
-    if (!cc->owned && !cc->hreq.rewrite) {
-        agw_mem_separate_enter();
-        agw_http1_framing_head(text, len, &cc->hreq, cc->hreq.content_length, cc->pass);
-        agw_mem_separate_leave();
-    }
     h->n = agw_http1_request_fields(text, len, h->f, nf);
     assert(h->n == nf); /* (head_text() finds the text after them) */
     cc->head = h;
@@ -960,10 +917,8 @@ static void conn_ctx_free(struct conn_ctx *cc)
 {
     head_free(cc);
     gate_parser_free(cc->parser);
+    agw_mem_separate_enter(); /* (a request's bytes are on the separate heap) */
     evbuffer_free(cc->raw);
-    agw_mem_separate_enter();
-    if (cc->pass != NULL)
-        evbuffer_free(cc->pass);
     if (cc->body != NULL)
         evbuffer_free(cc->body);
     agw_mem_separate_leave();
@@ -1032,7 +987,7 @@ static void rd_free(struct conn_ctx *cc)
 
 /* The CORS fields of a refusal (agw_server_options.refusal_fields), when the request's head said
  * where it came from: a browser reads the refusal only with them. The head is still at the start of
- * <raw> (refused while read) or of <pass> (refused in the body). */
+ * <raw> (refused while read) or its copy is the gate's (refused in the body). */
 static void refusal_cors(struct conn_ctx *cc, struct evbuffer *out)
 {
     const struct agw_server_options *o = &cc->srv->opts;
@@ -1086,8 +1041,6 @@ static void refuse(struct conn_ctx *cc, int status, const char *msg)
     count_refusal(cc->srv, status);
     cc->gate = GATE_CLOSING;
     evbuffer_drain(cc->raw, evbuffer_get_length(cc->raw));
-    if (cc->pass != NULL)
-        evbuffer_drain(cc->pass, evbuffer_get_length(cc->pass));
     reading(cc, true);
     bufferevent_enable(cc->bev, EV_WRITE);
     evtimer_del(cc->timer);
@@ -1099,40 +1052,11 @@ static void refuse(struct conn_ctx *cc, int status, const char *msg)
 
 static void serve(struct conn_ctx *cc);
 
-/* The request is complete. On a plain connection the gate serves it (serve()). Over TLS it hands
- * the request in <pass> (and <body>) to libevhtp: its parser runs and our handler is called from
- * inside. */
-static void hand_over(struct conn_ctx *cc)
-{
-    struct evbuffer *in = bufferevent_get_input(cc->bev);
-
-    if (cc->owned) {
-        serve(cc);
-        return;
-    }
-    if (cc->hreq.rewrite) { /* libevhtp's head, now that the body's length is known */
-        agw_mem_separate_enter();
-        agw_http1_framing_head(head_text(cc->head), cc->hreq.head_len, &cc->hreq,
-                               evbuffer_get_length(cc->body), cc->pass);
-        agw_mem_separate_leave();
-        evbuffer_add_buffer(cc->pass, cc->body);
-    }
-    /* The input is empty (every read moved to <raw>); its end is frozen by the bufferevent outside
-     * its reads, its front is not: prepending to an empty buffer appends. */
-    assert(evbuffer_get_length(in) == 0);
-    evbuffer_prepend_buffer(in, cc->pass);
-    agw_http1_parser_reset(cc->parser);
-    cc->gate = GATE_BUSY;
-    agw_mem_separate_enter();
-    cc->lib_read(cc->bev, cc->lib_arg);
-    agw_mem_separate_leave();
-}
-
 /* Moves the gate on with what <raw> holds: reads a head, then a body, and hands the request over
  * when it is complete. In a section (include/agw/mem.h): what libevent allocates here (a chunked
  * body's buffers, a refusal) lives no longer than the request's start, and the request's bytes,
  * read on the separate heap (gate_rd_cb()), are freed back to it; the handler, which makes the
- * stream's long-lived objects, runs outside (serve(); request_complete_cb() over TLS). */
+ * stream's long-lived objects, runs outside (serve()). */
 static void gate_step(struct conn_ctx *cc);
 
 static void gate_run(struct conn_ctx *cc)
@@ -1166,14 +1090,8 @@ static void gate_step(struct conn_ctx *cc)
         take_head(cc);
         cc->gate = GATE_BODY;
         cc->continue_sent = false;
-        if (cc->hreq.rewrite && cc->body == NULL) {
-            agw_mem_separate_enter();
-            cc->body = evbuffer_new();
-            agw_mem_separate_leave();
-        }
     }
-    rc = agw_http1_parse_body(cc->parser, cc->raw,
-                              cc->owned || cc->hreq.rewrite ? cc->body : cc->pass);
+    rc = agw_http1_parse_body(cc->parser, cc->raw, cc->body);
     if (rc == 0) {
         if (cc->peer_eof) {
             close_now(cc);
@@ -1191,7 +1109,7 @@ static void gate_step(struct conn_ctx *cc)
             refuse(cc, 400, "bad request: malformed chunked body");
         return;
     }
-    hand_over(cc);
+    serve(cc);
 }
 
 /* New bytes from the client are in <raw>. */
@@ -1257,7 +1175,7 @@ static void gate_write_cb(struct bufferevent *bev, void *arg)
             /* The answer is out: say so, then read and drop what comes until the client closes
              * or the linger timer ends it. Over TLS a shutdown would cut the record layer. */
             cc->shut_wr = true;
-            if (!cc->owned)
+            if (cc->tls)
                 close_now(cc);
             else
                 shutdown(bufferevent_getfd(bev), SHUT_WR);
@@ -1265,44 +1183,26 @@ static void gate_write_cb(struct bufferevent *bev, void *arg)
         return;
     }
     /* Our own bytes (a "100 Continue" for a request not complete yet) drained, or a trigger after
-     * the request ended: nothing to do then (libevhtp would take a write event without a request
-     * for an error and free the connection). */
+     * the request ended: nothing to do then. */
     if (cc->cur == NULL)
         return;
-    if (cc->owned) {
-        /* The drain callback, and the end of the request once its answer is out. */
-        struct agw_req *req = cc->cur;
-
-        conn_enter(cc);
-        if (req->finished) {
-            if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-                answered(cc);
-        } else if (req->on_drain != NULL) {
-            req->on_drain(req, req->cb_arg);
-        }
-        conn_leave(cc);
-        return;
-    }
+    /* The drain callback, and the end of the request once its answer is out. */
     conn_enter(cc);
-    agw_mem_separate_enter();
-    cc->lib_write(bev, cc->lib_arg);
-    agw_mem_separate_leave();
+    if (cc->cur->finished) {
+        if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+            answered(cc);
+    } else if (cc->cur->on_drain != NULL) {
+        cc->cur->on_drain(cc->cur, cc->cur->cb_arg);
+    }
     conn_leave(cc);
-}
-
-/* libevhtp's event callback, in a section (include/agw/mem.h): it frees the connection's request
- * on an error or a close. */
-static void lib_event_call(struct conn_ctx *cc, struct bufferevent *bev, short what)
-{
-    agw_mem_separate_enter();
-    cc->lib_event(bev, what, cc->lib_arg);
-    agw_mem_separate_leave();
 }
 
 static void gate_event_cb(struct bufferevent *bev, short what, void *arg)
 {
     struct conn_ctx *cc = arg;
 
+    if (what & BEV_EVENT_CONNECTED)
+        return; /* the TLS handshake is done (OpenSSL's bufferevent says so) */
     conn_enter(cc);
     if (cc->gate == GATE_CLOSING) {
         close_now(cc);
@@ -1325,10 +1225,8 @@ static void gate_event_cb(struct bufferevent *bev, short what, void *arg)
             goto out;
         }
     }
-    if (cc->owned)
-        conn_close(cc); /* what libevhtp does on an error or a close */
-    else
-        lib_event_call(cc, bev, what);
+    (void)bev;
+    conn_close(cc); /* an error, or the client's close */
 out:
     conn_leave(cc);
 }
@@ -1356,9 +1254,8 @@ static void defer_cb(evutil_socket_t fd, short what, void *arg)
     conn_leave(cc);
 }
 
-/* ---- libevhtp hooks ------------------------------------------------------------------------- */
+/* ---- requests ------------------------------------------------------------------------------ */
 
-static void request_complete_cb(evhtp_request_t *r, void *arg);
 static void conn_gone(struct conn_ctx *cc);
 
 /* The request is gone: run its owner's close callback and free it. */
@@ -1384,7 +1281,7 @@ static void end_request(struct conn_ctx *cc, struct agw_req *req)
 
 /* The target of the request line ("METHOD SP target SP HTTP/1.1"), split in the gate's copy of the
  * head: the path ends at a '?' (the query follows) or a '#' (a fragment, which a client should not
- * send, is ignored). Over TLS libevhtp has been handed its framing head by now. */
+ * send, is ignored). */
 static void split_target(struct conn_ctx *cc, struct agw_req *req)
 {
     char *t = strchr(head_text(cc->head), ' ') + 1;
@@ -1402,14 +1299,13 @@ static void split_target(struct conn_ctx *cc, struct agw_req *req)
 
 /* The request's object, once the gate has the whole request (its head in cc->head): its id (the
  * client's X-Request-Id when it is a valid one), whether its connection stays open, its target. */
-static struct agw_req *req_new(struct conn_ctx *cc, evhtp_request_t *r)
+static struct agw_req *req_new(struct conn_ctx *cc)
 {
     struct agw_req *req = agw_xcalloc(1, sizeof(*req));
     const char *v;
 
     req->srv = cc->srv;
     req->cc = cc;
-    req->r = r;
     req->start_ms = agw_now_ms();
     req->keepalive = !cc->hreq.close; /* (every request is HTTP/1.1: the gate refuses others) */
     cc->cur = req;
@@ -1421,103 +1317,6 @@ static struct agw_req *req_new(struct conn_ctx *cc, evhtp_request_t *r)
     else
         new_request_id(req->id, sizeof(req->id));
     return req;
-}
-
-static evhtp_res on_request_fini(evhtp_request_t *r, void *arg)
-{
-    struct conn_ctx *cc = arg;
-    struct agw_req *req = cc->cur;
-    unsigned saved;
-
-    if (req == NULL || req->r != r)
-        return EVHTP_RES_OK;
-    saved = agw_mem_separate_suspend(); /* the owner's close callback runs */
-    end_request(cc, req);
-    agw_mem_separate_resume(saved);
-    /* libevhtp is about to ready its parser for the next request (keep-alive): the gate goes on
-     * from the loop, once it has. A kept-alive connection must deliver its next request within
-     * the same limit. */
-    cc->gate = GATE_HEAD;
-    event_active(cc->defer_ev, EV_TIMEOUT, 0);
-    arm_request_timer(cc);
-    return EVHTP_RES_OK;
-}
-
-static evhtp_res on_headers(evhtp_request_t *r, evhtp_headers_t *hdrs, void *arg)
-{
-    struct conn_ctx *cc = arg;
-
-    (void)hdrs;
-    if (cc->cur == NULL)
-        return EVHTP_RES_ERROR;
-    /* Route every complete request to our handler, whatever libevhtp's own callback lookup chose.
-     */
-    r->cb = request_complete_cb;
-    r->cbarg = cc;
-    return EVHTP_RES_OK;
-}
-
-static evhtp_res on_headers_start(evhtp_request_t *r, void *arg)
-{
-    struct conn_ctx *cc = arg;
-
-    if (cc->cur != NULL)
-        return EVHTP_RES_ERROR; /* cannot happen: the gate hands over one request at a time */
-    req_new(cc, r);
-    /* The request-level fini hook is what libevhtp runs when it frees the request, in every case.
-     */
-    evhtp_request_set_hook(r, evhtp_hook_on_request_fini, (evhtp_hook)on_request_fini, cc);
-    return EVHTP_RES_OK;
-}
-
-static void request_complete_cb(evhtp_request_t *r, void *arg)
-{
-    struct conn_ctx *cc = arg;
-    struct agw_req *req = cc->cur;
-
-    if (req == NULL || req->r != r)
-        return;
-    req->complete = true;
-    evtimer_del(cc->timer);
-    {
-        /* The handler starts the stream's long-lived objects: they belong on the main heap. */
-        unsigned saved = agw_mem_separate_suspend();
-
-        cc->srv->handler(req, cc->srv->arg);
-        agw_mem_separate_resume(saved);
-    }
-}
-
-static evhtp_res on_write(evhtp_connection_t *conn, void *arg)
-{
-    struct conn_ctx *cc = arg;
-    struct agw_req *req = cc->cur;
-
-    (void)conn;
-    if (req != NULL && req->streaming && req->on_drain != NULL) {
-        unsigned saved = agw_mem_separate_suspend();
-
-        req->on_drain(req, req->cb_arg);
-        agw_mem_separate_resume(saved);
-    }
-    return EVHTP_RES_OK;
-}
-
-static evhtp_res on_connection_fini(evhtp_connection_t *conn, void *arg)
-{
-    struct conn_ctx *cc = arg;
-    unsigned saved = agw_mem_separate_suspend(); /* the request's close callback runs */
-
-    (void)conn;
-    /* libevhtp runs this hook before it frees the connection's request: end the request here and
-     * unhook it, since its fini hook would otherwise run with this context already freed. */
-    if (cc->cur != NULL) {
-        evhtp_request_unset_hook(cc->cur->r, evhtp_hook_on_request_fini);
-        end_request(cc, cc->cur);
-    }
-    conn_gone(cc);
-    agw_mem_separate_resume(saved);
-    return EVHTP_RES_OK;
 }
 
 /* The connection is closed: forgets it, and frees its context unless our callbacks are on the
@@ -1542,49 +1341,36 @@ static void conn_gone(struct conn_ctx *cc)
         conn_ctx_free(cc);
 }
 
-/* ---- serving plain connections -------------------------------------------------------------
+/* ---- serving connections ------------------------------------------------------------------
  *
  * libevhtp keeps, for each connection, an object with its parser's 8 KiB token buffer and, for each
  * request, an object with a copy of every header and their buffers: about 11 KiB that a stream,
  * which idles most of its life, would hold for nothing (the gate parsed the request, the chunks are
  * framed here and written straight to the socket), and that libevhtp cannot give back while the
- * connection lives. So a plain TCP connection is libevhtp's only while it is accepted: in the
- * post-accept hook, libevhtp's one public way to let go of a connection,
- * evhtp_connection_take_ownership(), unsets its hooks, takes the bufferevent out, disables its
- * reading and clears its callbacks, and evhtp_connection_free() frees the rest without a hook and
- * without touching the bufferevent. From then on this file serves the connection: the gate reads
- * and checks each request (gate_run()), serve() calls the handler, the answer or the stream's
- * chunks are written here, answered() ends the request once its answer is out and reads the next
- * one or closes, and errors and the client's close end it in gate_event_cb() and conn_close().
- *
- * A TLS connection stays libevhtp's: its SSL keeps a pointer to libevhtp's connection
- * (SSL_set_app_data) for its callbacks. */
+ * connection lives. So a connection is libevhtp's only while it is accepted: in the post-accept
+ * hook, libevhtp's one public way to let go of a connection, evhtp_connection_take_ownership(),
+ * unsets its hooks, takes the bufferevent out, disables its reading and clears its callbacks, and
+ * evhtp_connection_free() frees the rest without a hook and without touching the bufferevent (over
+ * TLS an OpenSSL bufferevent, which owns the SSL; libevhtp's pointer to its connection in the SSL's
+ * app data is read only by its session cache and virtual hosts, neither used, and is cleared). From
+ * then on this file serves the connection: the gate reads and checks each request (gate_run()),
+ * serve() calls the handler, the answer or the stream's chunks are written here, answered() ends
+ * the request once its answer is out and reads the next one or closes, and errors and the client's
+ * close end it in gate_event_cb() and conn_close(). */
 
-static void close_owned(struct conn_ctx *cc)
+/* Closes the connection; runs the close callback of its request. */
+static void conn_close(struct conn_ctx *cc)
 {
     if (cc->cur != NULL)
         end_request(cc, cc->cur);
     rd_free(cc);               /* before the socket closes */
-    bufferevent_free(cc->bev); /* closes the socket */
+    bufferevent_free(cc->bev); /* closes the socket (and frees the SSL) */
     cc->bev = NULL;
     conn_gone(cc);
 }
 
-/* Closes the connection, whoever holds it; runs the close callback of its request. Never from
- * inside libevhtp's callbacks. */
-static void conn_close(struct conn_ctx *cc)
-{
-    if (cc->owned) {
-        close_owned(cc);
-    } else {
-        agw_mem_separate_enter();
-        evhtp_connection_free(cc->conn);
-        agw_mem_separate_leave();
-    }
-}
-
-/* A complete request on a plain connection (the gate's: its head in cc->head and cc->hreq, its
- * body in cc->body) goes to the handler. */
+/* A complete request (its head in cc->head and cc->hreq, its body in cc->body) goes to the
+ * handler. */
 static void serve(struct conn_ctx *cc)
 {
     struct agw_req *req;
@@ -1592,7 +1378,7 @@ static void serve(struct conn_ctx *cc)
     agw_http1_parser_reset(cc->parser);
     cc->gate = GATE_BUSY;
     evtimer_del(cc->timer);
-    req = req_new(cc, NULL);
+    req = req_new(cc);
     req->complete = true;
     {
         unsigned saved = agw_mem_separate_suspend(); /* (gate_run()'s section) */
@@ -1602,9 +1388,9 @@ static void serve(struct conn_ctx *cc)
     }
 }
 
-/* The answer of a plain connection's request is out (gate_write_cb()): the request ends, and the
- * connection reads the next one (from the loop, as over TLS) within the request timeout, or closes
- * when the answer said so. */
+/* The answer of the connection's request is out (gate_write_cb()): the request ends, and the
+ * connection reads the next one (from the loop: the answer's last bytes may still be on their way
+ * out of OpenSSL) within the request timeout, or closes when the answer said so. */
 static void answered(struct conn_ctx *cc)
 {
     bool keep = cc->cur->keepalive && !cc->srv->draining;
@@ -1662,17 +1448,17 @@ static void unshed(struct conn_ctx *cc)
         cc->parser = parser_new(srv);
 }
 
-/* Lets go of libevhtp's objects for a plain connection just accepted (see above). What libevhtp
- * frees here was allocated on the separate heap (see lib_heap_init()): freed in a section, straight
- * back to it. */
-static void own(struct conn_ctx *cc)
+/* Lets go of libevhtp's objects for a connection just accepted (see above). What libevhtp frees
+ * here was allocated on the separate heap (see lib_heap_init()): freed in a section, straight back
+ * to it. */
+static void own(evhtp_connection_t *conn)
 {
+    if (conn->ssl != NULL)
+        SSL_set_app_data(conn->ssl, NULL);
     agw_mem_separate_enter();
-    evhtp_connection_take_ownership(cc->conn);
-    evhtp_connection_free(cc->conn);
+    evhtp_connection_take_ownership(conn);
+    evhtp_connection_free(conn);
     agw_mem_separate_leave();
-    cc->conn = NULL;
-    cc->owned = true;
 }
 
 static void format_peer(const struct sockaddr *sa, char *out, size_t len)
@@ -1761,8 +1547,8 @@ static evhtp_res post_accept(evhtp_connection_t *conn, void *arg)
     struct conn_ctx *cc = agw_xcalloc(1, sizeof(*cc));
 
     cc->srv = srv;
-    cc->conn = conn;
     cc->bev = evhtp_connection_get_bev(conn);
+    cc->tls = conn->ssl != NULL;
     cc->timer = evtimer_new(srv->base, request_timeout_cb, cc);
     cc->defer_ev = evtimer_new(srv->base, defer_cb, cc);
     cc->parser = parser_new(srv);
@@ -1778,32 +1564,19 @@ static evhtp_res post_accept(evhtp_connection_t *conn, void *arg)
     TAILQ_INSERT_TAIL(&srv->conns, cc, link);
     if (++srv->n_conns > srv->peak_conns)
         srv->peak_conns = srv->n_conns;
-    if (conn->ssl == NULL) {
-        /* A plain connection is the gate's from now on (see "Serving plain connections"). It reads
-         * for itself (see reading()): its event is added before the bufferevent's reading is
-         * disabled (the socket stays registered with epoll). */
+    /* The connection is the gate's from now on (see "Serving connections"). On plain TCP it reads
+     * for itself (see reading()): its event is added before the bufferevent's reading is disabled
+     * (the socket stays registered with epoll). Over TLS the bufferevent reads (OpenSSL's). */
+    if (!cc->tls) {
         cc->rd =
             event_new(srv->base, bufferevent_getfd(cc->bev), EV_READ | EV_PERSIST, gate_rd_cb, cc);
         event_add(cc->rd, NULL);
-        bufferevent_disable(cc->bev, EV_READ);
-        own(cc);
-        cc->body = body_new();
-        bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
-    } else {
-        agw_mem_separate_enter();
-        cc->pass = evbuffer_new();
-        agw_mem_separate_leave();
-        evhtp_connection_set_hook(conn, evhtp_hook_on_headers_start, (evhtp_hook)on_headers_start,
-                                  cc);
-        evhtp_connection_set_hook(conn, evhtp_hook_on_headers, (evhtp_hook)on_headers, cc);
-        evhtp_connection_set_hook(conn, evhtp_hook_on_write, (evhtp_hook)on_write, cc);
-        evhtp_connection_set_hook(conn, evhtp_hook_on_connection_fini,
-                                  (evhtp_hook)on_connection_fini, cc);
-        /* The gate: our callbacks first (libevhtp set its own when it accepted the connection,
-         * and never sets them again on a server connection). */
-        bufferevent_getcb(cc->bev, &cc->lib_read, &cc->lib_write, &cc->lib_event, &cc->lib_arg);
-        bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
     }
+    own(conn); /* (reading disabled, callbacks cleared) */
+    cc->body = body_new();
+    bufferevent_setcb(cc->bev, gate_read_cb, gate_write_cb, gate_event_cb, cc);
+    if (cc->tls)
+        bufferevent_enable(cc->bev, EV_READ);
     arm_request_timer(cc);
     return EVHTP_RES_OK;
 }
@@ -1857,33 +1630,17 @@ static void accept_timer_cb(evutil_socket_t fd, short what, void *arg)
         listeners_enable(srv, true);
 }
 
-/* Requests that reach libevhtp's generic callback without our headers hook having run (it cannot
- * happen with the hooks above, but an unanswered request would hang the connection). */
-static void gencb(evhtp_request_t *r, void *arg)
-{
-    unsigned saved = agw_mem_separate_suspend(); /* its answer's buffers outlive the call */
-
-    (void)arg;
-    evhtp_send_reply(r, EVHTP_RES_SERVERR);
-    arm_write(evhtp_request_get_bev(r));
-    agw_mem_separate_resume(saved);
-}
-
 /* ---- server --------------------------------------------------------------------------------- */
 
 /* libevhtp's objects go to a heap of their own (include/agw/mem.h) when the build has one: the
- * connection, its request, their header copies and URI are allocated at accept and freed while the
- * stream goes on (release()); on the heap of the stream's long-lived objects they would leave holes
- * that no page could be given back for. Its parser stays on the main heap (libevhtp allocates it
- * with plain malloc() and frees it through the hook: the separate heap's free takes any block).
+ * connection and what comes with it are allocated at accept and freed at once (own()); on the heap
+ * of the long-lived objects they would leave holes among them. Its parser is allocated with plain
+ * malloc() and freed through the hook (the separate heap's free takes any block).
  * evhtp_set_mem_functions() also sets libevent's allocator: it is set again at once, to mem's
  * section-aware functions, so that libevent's objects go to the main heap (the connection's
- * bufferevent, made by libevhtp, outlives libevhtp's objects) except in a section: libevhtp's
- * callbacks run in one (hand_over(), gate_write_cb(), lib_event_call(), conn_close(), release()),
- * and every hook of ours that calls out of libevhtp suspends it. Both calls run before any
- * libevhtp object exists and, the first time a server is made, before the loops run; with jemalloc
- * any free takes any block anyway. libevhtp copies strings through the hook with one byte more
- * than their length (its strndup): those strings lie in its parser's NUL-terminated buffer. */
+ * bufferevent, made by libevhtp, outlives libevhtp's objects) except in a section (own(), the
+ * gate's reads and parsing). Both calls run before any libevhtp object exists and, the first time a
+ * server is made, before the loops run; with jemalloc any free takes any block anyway. */
 static pthread_once_t lib_heap_once = PTHREAD_ONCE_INIT;
 
 static void lib_heap_init(void)
@@ -1976,7 +1733,6 @@ int agw_server_listen(struct agw_server *srv, const char *address, uint16_t port
      * kill streams; we run our own timers), Nagle off so each frame leaves at once, SO_REUSEPORT so
      * every worker loop binds the same address. */
     htp->flags = EVHTP_FLAG_ENABLE_REUSEPORT | EVHTP_FLAG_ENABLE_NODELAY;
-    evhtp_set_gencb(htp, gencb, srv);
     evhtp_set_post_accept_cb(htp, post_accept, srv);
     /* libevhtp takes "ipv6:" for IPv6 addresses. */
     if (strchr(address, ':') != NULL)

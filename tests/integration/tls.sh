@@ -122,6 +122,45 @@ check_not_contains "the backend never sees the client's token" 'web-token' "$BOD
 http POST https://localhost:"$P1"/v1/ag-ui/agents/demo/runs --cacert "$T/ca.pem" -H 'Content-Type: application/json' -d "$RUN"
 check_eq "401 over TLS too" 401 "$STATUS"
 
+# One TLS connection served by the gate like a plain one: a run of 3 s (its stream sheds its request's
+# start after 0.5 s), then at once a second request on the same connection, answered; then a malformed
+# request, refused with 400 and the connection closed after the answer.
+out=$(python3 - "$P1" "$T/ca.pem" "$RUN" <<'PY'
+import socket, ssl, sys
+port, ca, run = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode()
+ctx = ssl.create_default_context(cafile=ca)
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=20), server_hostname="localhost")
+def post(agent):
+    return (b"POST /v1/ag-ui/agents/%s/runs HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer web-token\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (agent, len(run)) + run)
+def read_until(end):
+    buf = b""
+    while not buf.endswith(end):
+        d = s.recv(65536)
+        if not d:
+            return buf + b" EOF"
+        buf += d
+    return buf
+first = read_until(b"\r\n0\r\n\r\n") if s.sendall(post(b"slow")) is None else b""
+second = read_until(b"\r\n0\r\n\r\n") if s.sendall(post(b"demo")) is None else b""
+s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nBad Field\r\n\r\n")
+third, end = b"", "closed"
+try:
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        third += d
+except (ssl.SSLError, OSError) as e:
+    end = type(e).__name__
+print("first:", first.count(b"TEXT_MESSAGE_CONTENT"), b"RUN_FINISHED" in first,
+      "second:", second.split(b"\r\n")[0].decode(), b"RUN_FINISHED" in second,
+      "third:", third.split(b"\r\n")[0].decode(), b"connection: close" in third.lower(), end)
+PY
+)
+check_eq "TLS: a run that shed, the next request on its connection, then a refusal that closes it" \
+    "first: 30 True second: HTTP/1.1 200 OK True third: HTTP/1.1 400 Bad Request True closed" "$out"
+
 # SIGHUP: a stream running across the reload completes; a new connection sees the new certificate.
 curl -sS -N -m 30 --cacert "$T/ca.pem" -o "$T/slow" -H 'Authorization: Bearer web-token' \
     -H 'Content-Type: application/json' -d "$RUN" https://localhost:"$P1"/v1/ag-ui/agents/slow/runs &
