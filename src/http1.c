@@ -956,39 +956,6 @@ size_t agw_http1_request_fields(char *head, size_t head_len, struct agw_http1_fi
     return k;
 }
 
-/* The bytes agw_http1_framing_head() adds to the request line, at most. */
-#define FRAMING_EXTRA (16 + 20 + 2 + 19 + 2)
-
-void agw_http1_framing_head(const char *head, size_t head_len, const struct agw_http1_request *req,
-                            uint64_t body_len, struct evbuffer *out)
-{
-    const char *lf = memchr(head, '\n', head_len);
-    char buf[FRAMING_EXTRA], digits[24];
-    size_t n = 0, k = 0;
-
-    assert(lf != NULL);
-    evbuffer_add(out, head, (size_t)(lf + 1 - head));
-    if (req->body != AGW_HTTP1_BODY_NONE) {
-        memcpy(buf, "Content-Length: ", 16);
-        n = 16;
-        do {
-            digits[k++] = (char)('0' + body_len % 10);
-            body_len /= 10;
-        } while (body_len > 0);
-        while (k > 0)
-            buf[n++] = digits[--k];
-        buf[n++] = '\r';
-        buf[n++] = '\n';
-    }
-    if (req->close) {
-        memcpy(buf + n, "Connection: close\r\n", 19);
-        n += 19;
-    }
-    buf[n++] = '\r';
-    buf[n++] = '\n';
-    evbuffer_add(out, buf, n);
-}
-
 /* ---- body ----------------------------------------------------------------------------------- */
 
 /* chunk-size [ OWS ] [ ";" chunk-ext ] (RFC 9112 §7.1), without the line end. The extensions are

@@ -1,6 +1,6 @@
 /* The HTTP server side, over libevhtp 1.2.18 — the only file that calls it (see
  * doc/internals/libevhtp.md for the traps this works around, doc/internals/http_server.md for the
- * design, and doc/security.md for the gate in front of libevhtp's parser).
+ * design, and doc/security.md for the gate, which reads and serves every request).
  *
  * Objects: one struct agw_server per event loop, one evhtp_t per listener (an evhtp_t binds one
  * socket), one struct conn_ctx per accepted connection and one struct agw_req per request. libevhtp
@@ -87,8 +87,8 @@ struct agw_server {
     const struct timeval *shed_tv; /* SHED_MS, as a common timeout of the loop (O(1) to add) */
 };
 
-/* The gate: every byte a client sends goes through our strict parser (src/http1.c) before
- * libevhtp's, one complete request at a time (see doc/security.md). */
+/* The gate: every byte a client sends goes through our strict parser (src/http1.c), one complete
+ * request at a time (see doc/security.md). */
 enum gate_state {
     GATE_HEAD = 0, /* reading a request head */
     GATE_BODY,     /* reading its body */
@@ -96,9 +96,8 @@ enum gate_state {
     GATE_CLOSING,  /* refused: the answer goes out, then what the client still sends is dropped */
 };
 
-/* The current request's head, which the gate keeps (libevhtp is handed its request line and its
- * framing alone, agw_http1_framing_head()): its fields, split in place in its text, which follows
- * them in the same block (on the separate heap). */
+/* The current request's head, which the gate keeps: its fields, split in place in its text, which
+ * follows them in the same block (on the separate heap). */
 struct gate_head {
     size_t n;
     struct agw_http1_field f[];
@@ -226,12 +225,12 @@ static void unshed(struct conn_ctx *cc);
 
 /* The write event of a plain TCP connection is armed only while its output holds bytes. A stream
  * writes its chunks to the socket itself (agw_req_stream_write()), so the event that the response
- * head would arm when libevhtp queues it, and that the bufferevent disarms once it finds the output
+ * head would arm when it is queued, and that the bufferevent disarms once it finds the output
  * empty, were two epoll_ctl() calls a run for nothing: agw_req_stream_start() disables the event
  * before the head is queued, and every path that leaves bytes in the output arms it here (the
  * bufferevent's own bookkeeping goes on from there: it disarms the event when the output empties,
- * and arms it again on its next write). conn_leave() checks the same after each of our callbacks,
- * for what libevhtp might queue on its own. */
+ * and arms it again on its next write). conn_leave() checks the same after each of our callbacks.
+ */
 static void arm_write(struct bufferevent *bev)
 {
     if (bev != NULL && !(bufferevent_get_enabled(bev) & EV_WRITE) &&
@@ -251,7 +250,7 @@ static void arm_request_timer(struct conn_ctx *cc)
 }
 
 /* The client did not deliver a complete request in time (or idled on a kept-alive connection):
- * close it. This runs from the event loop, outside every libevhtp callback, so freeing the
+ * close it. This runs from the event loop, outside every callback of ours, so freeing the
  * connection here is safe. */
 static void request_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -549,10 +548,10 @@ void agw_req_stream_start(struct agw_req *req, int status, const char *fields, s
  * bufferevent's write event is not armed and disarmed for them (two epoll_ctl calls a burst). One
  * writev() takes the chunk header, <buf>'s segments and the CRLF, with no copy. What the socket
  * does not take is queued as usual, and while anything is queued every chunk queues behind it, so
- * the order holds. The one exception is the response head, which libevhtp queues at stream start:
- * the first chunk takes it along, in front, in the same writev(), so the head and the first events
- * leave together at once rather than on the next iteration. (libevhtp would queue the chunk and
- * flush it on the next iteration; over TLS it must, the bytes go through OpenSSL.) */
+ * the order holds. The one exception is the response head, queued at stream start: the first chunk
+ * takes it along, in front, in the same writev(), so the head and the first events leave together
+ * at once rather than on the next iteration. (Over TLS every chunk is queued: the bytes go through
+ * OpenSSL.) */
 
 /* "<hex size>\r\n" into <hdr> (at least 19 bytes); returns its length. */
 static size_t chunk_header(char *hdr, size_t n);
@@ -573,7 +572,7 @@ static void queue_chunk(struct evbuffer *out, struct evbuffer *buf, bool last)
 }
 
 /* A chunk of a stream's body queued behind what the output holds (and with <last> the last chunk),
- * then flushed as libevhtp's chunk calls do (an OpenSSL bufferevent encrypts it now). */
+ * then flushed (an OpenSSL bufferevent encrypts it now). */
 static void queue_reply_chunk(struct agw_req *req, struct evbuffer *buf, bool last)
 {
     struct bufferevent *bev = req->cc->bev;
@@ -647,11 +646,10 @@ void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
 
 /* The end of the body, after <buf>'s bytes (maybe none). When nothing but the response head waits
  * in the output, the events and the last chunk go to the socket at once, in one writev(). The
- * request ends once the output is empty: gate_write_cb() ends it (over TLS libevhtp's write
- * callback, told that the reply is finished), run from the loop by the write event or, when all
- * went at once, by a deferred trigger (bufferevent_trigger(): public API, and harmless if the write
- * event runs it first, see gate_write_cb). Otherwise the events and the last chunk are queued
- * behind what is there. */
+ * request ends once the output is empty: gate_write_cb() ends it, run from the loop by the write
+ * event or, when all went at once, by a deferred trigger (bufferevent_trigger(): public API, and
+ * harmless if the write event runs it first, see gate_write_cb). Otherwise the events and the last
+ * chunk are queued behind what is there. */
 void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf)
 {
     struct evbuffer *out = req->out_direct;
@@ -842,21 +840,18 @@ uint64_t agw_req_start_ms(const struct agw_req *req)
 
 /* libevhtp's own parser is lenient where a server on the edge must not be (it takes unknown
  * transfer codings for "no body", truncates values at a NUL, wraps chunk sizes, closes without an
- * answer on errors, and stalls pipelined requests). So the bytes a client sends never reach it
- * directly: the connection's bufferevent callbacks are ours, and wrap libevhtp's. Ours read into
- * <raw>, check a whole request with src/http1.c (head and body), answer refusals ourselves and
- * close, and hand libevhtp one complete, valid request at a time in its bufferevent's input: the
- * head as the client sent it (or, for a chunked body, rewritten with a Content-Length) and the
- * body. libevhtp then parses a request that any parser reads the same way. The next request waits
- * in <raw> until the answer to this one has been written. */
+ * answer on errors, and stalls pipelined requests). So the bytes a client sends never reach it: the
+ * connection's bufferevent callbacks are ours. They read into <raw>, check a whole request with
+ * src/http1.c (head and body), answer refusals and close, and serve one complete, valid request at
+ * a time. The next request waits in <raw> until the answer to this one has been written. */
 
 static void conn_enter(struct conn_ctx *cc)
 {
     cc->depth++;
 }
 
-/* After libevhtp had the hand (it may have freed the connection, and then our context waits for
- * us to leave). Returns false when the connection is gone. */
+/* After a call that may have closed the connection (then our context waits for us to leave).
+ * Returns false when the connection is gone. */
 static bool conn_alive(const struct conn_ctx *cc)
 {
     return !cc->dead;
@@ -935,7 +930,7 @@ static void conn_leave(struct conn_ctx *cc)
         arm_write(cc->bev);
 }
 
-/* Closes the connection from one of our callbacks or events (never from inside libevhtp's). */
+/* Closes the connection from one of our callbacks or events. */
 static void close_now(struct conn_ctx *cc)
 {
     if (!cc->dead)
@@ -1013,7 +1008,7 @@ static void refusal_cors(struct conn_ctx *cc, struct evbuffer *out)
 
 /* Answers a request the gate refused, in HTTP/1.1 whatever the client's version, and closes the
  * connection once the answer is out: after a framing error nothing that follows can be trusted.
- * No request object exists (libevhtp never saw the bytes). */
+ * No request object exists. */
 static void refuse(struct conn_ctx *cc, int status, const char *msg)
 {
     struct evbuffer *out = bufferevent_get_output(cc->bev);
@@ -1151,8 +1146,6 @@ static void gate_rd_cb(evutil_socket_t fd, short what, void *arg)
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return;
     event_del(cc->rd);
-    /* libevhtp takes an end of reading with errno EAGAIN for a spurious one (and reads again) */
-    errno = 0;
     gate_event_cb(cc->bev, (short)(BEV_EVENT_READING | (n == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR)),
                   cc);
 }
@@ -1784,7 +1777,7 @@ void agw_server_drain(struct agw_server *srv)
     srv->draining = true;
     agw_server_stop_listening(srv);
     /* Kept-alive connections waiting for a next request are closed now; the others close after
-     * their answer. This runs from a signal event, outside libevhtp's callbacks. */
+     * their answer. This runs from a signal event, outside the connections' callbacks. */
     for (cc = TAILQ_FIRST(&srv->conns); cc != NULL; cc = next) {
         next = TAILQ_NEXT(cc, link);
         if (cc->cur == NULL)

@@ -93,8 +93,7 @@ struct agw_http1_request {
     /* The Origin field's value (the last one): <origin_len> bytes at <origin_at> from the head's
      * start (0: none, or not reached before an error); checked like any value (no control byte). */
     uint32_t origin_at, origin_len;
-    /* The head says Transfer-Encoding: once the body is decoded, it is handed on with a
-     * Content-Length (agw_http1_framing_head()). */
+    /* The head says Transfer-Encoding (chunked): the body is decoded as it comes. */
     bool rewrite;
     uint32_t n_fields; /* header fields */
     /* Errors: the status to answer (400, 413, 414, 417, 431, 501, 505) and why. */
@@ -152,13 +151,5 @@ struct agw_http1_field {
  * NUL-terminated strings (the colon and the byte after the value are overwritten). Writes the
  * fields in order into <f> (req->n_fields of them; <max> at most) and returns how many. */
 size_t agw_http1_request_fields(char *head, size_t head_len, struct agw_http1_field *f, size_t max);
-
-/* The head the server library is handed for a request that agw_http1_parse_request_head()
- * accepted, the fields being kept by their caller: its request line as it came (<head>, before
- * agw_http1_request_fields() split it), "Content-Length: <body_len>" when it has a body (a chunked
- * one decoded: its decoded length), "Connection: close" when the client asked for it, and the
- * blank line. No printf-family call. */
-void agw_http1_framing_head(const char *head, size_t head_len, const struct agw_http1_request *req,
-                            uint64_t body_len, struct evbuffer *out);
 
 #endif
