@@ -1006,6 +1006,41 @@ static void refusal_cors(struct conn_ctx *cc, struct evbuffer *out)
     o->refusal_fields(o->refusal_arg, origin, out);
 }
 
+/* The answer in the output is the connection's last: once it is out (closing_written()), our
+ * sending side is shut, and what the client still sends is read and dropped until it closes, for at
+ * most LINGER_MS and LINGER_MAX_BYTES: a lingering close (RFC 9112 §9.6). Closing with bytes unread
+ * would make the kernel answer them with a reset, which can destroy the answer before the client
+ * has read it. A client that has closed its sending side sends nothing more. */
+static void closing_written(struct conn_ctx *cc);
+
+static void linger(struct conn_ctx *cc)
+{
+    static const struct timeval tv = {.tv_sec = LINGER_MS / 1000,
+                                      .tv_usec = (LINGER_MS % 1000) * 1000};
+
+    cc->gate = GATE_CLOSING;
+    evbuffer_drain(cc->raw, evbuffer_get_length(cc->raw));
+    reading(cc, !cc->peer_eof);
+    bufferevent_setwatermark(cc->bev, EV_WRITE, 0, 0);
+    evtimer_del(cc->timer);
+    evtimer_add(cc->timer, &tv);
+    if (evbuffer_get_length(bufferevent_get_output(cc->bev)) == 0)
+        closing_written(cc);
+    else
+        bufferevent_enable(cc->bev, EV_WRITE);
+}
+
+/* The last answer is out: say so and linger, or close (over TLS a shutdown would cut the record
+ * layer; a client that closed its side has nothing more to send). */
+static void closing_written(struct conn_ctx *cc)
+{
+    cc->shut_wr = true;
+    if (cc->tls || cc->peer_eof)
+        close_now(cc);
+    else
+        shutdown(bufferevent_getfd(cc->bev), SHUT_WR);
+}
+
 /* Answers a request the gate refused, in HTTP/1.1 whatever the client's version, and closes the
  * connection once the answer is out: after a framing error nothing that follows can be trusted.
  * No request object exists. */
@@ -1036,13 +1071,7 @@ static void refuse(struct conn_ctx *cc, int status, const char *msg)
     count_refusal(cc->srv, status);
     cc->gate = GATE_CLOSING;
     evbuffer_drain(cc->raw, evbuffer_get_length(cc->raw));
-    reading(cc, true);
-    bufferevent_enable(cc->bev, EV_WRITE);
-    evtimer_del(cc->timer);
-    {
-        struct timeval tv = {.tv_sec = LINGER_MS / 1000, .tv_usec = (LINGER_MS % 1000) * 1000};
-        evtimer_add(cc->timer, &tv);
-    }
+    linger(cc);
 }
 
 static void serve(struct conn_ctx *cc);
@@ -1164,15 +1193,8 @@ static void gate_write_cb(struct bufferevent *bev, void *arg)
     struct conn_ctx *cc = arg;
 
     if (cc->gate == GATE_CLOSING) {
-        if (!cc->shut_wr && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
-            /* The answer is out: say so, then read and drop what comes until the client closes
-             * or the linger timer ends it. Over TLS a shutdown would cut the record layer. */
-            cc->shut_wr = true;
-            if (cc->tls)
-                close_now(cc);
-            else
-                shutdown(bufferevent_getfd(bev), SHUT_WR);
-        }
+        if (!cc->shut_wr && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+            closing_written(cc);
         return;
     }
     /* Our own bytes (a "100 Continue" for a request not complete yet) drained, or a trigger after
@@ -1198,7 +1220,14 @@ static void gate_event_cb(struct bufferevent *bev, short what, void *arg)
         return; /* the TLS handshake is done (OpenSSL's bufferevent says so) */
     conn_enter(cc);
     if (cc->gate == GATE_CLOSING) {
-        close_now(cc);
+        if ((what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) == BEV_EVENT_EOF && !cc->shut_wr) {
+            /* The client closed its side before the last answer was out: it goes out first
+             * (closing_written() then closes). */
+            cc->peer_eof = true;
+            reading(cc, false);
+        } else {
+            close_now(cc);
+        }
         goto out;
     }
     if ((what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_READING)) ==
@@ -1390,7 +1419,14 @@ static void answered(struct conn_ctx *cc)
 
     end_request(cc, cc->cur);
     if (!keep) {
-        conn_close(cc);
+        /* Closed in stages (RFC 9112 §9.6) when the client may still send (a request pipelined
+         * behind this one while the server drains, or bytes already come): they would otherwise
+         * reset the connection before it has read the answer. A client that asked for the close
+         * promised to send nothing more (the same section): closed at once, as nginx does. */
+        if (cc->peer_eof || (cc->hreq.close && evbuffer_get_length(cc->raw) == 0))
+            conn_close(cc);
+        else
+            linger(cc);
         return;
     }
     unshed(cc);
