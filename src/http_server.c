@@ -1444,7 +1444,7 @@ static void answered(struct conn_ctx *cc)
  * streams being long and idle most of their lives: the copy of the head (the owner read what it
  * needed when the request arrived: the accessors answer as for an absent line and fields from now
  * on), the body's bytes and buffer, and the gate's parser (made again when the next request is
- * read). About 1.5 KiB of a stream's 8. */
+ * read). About 2 KiB of live heap a stream (8.7 KiB → 6.8 in tests/integration/idle_mem.sh). */
 static void shed(struct conn_ctx *cc)
 {
     struct agw_req *req = cc->cur;
