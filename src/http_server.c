@@ -52,7 +52,7 @@
 /* Accepting is paused this long when accept() fails for want of descriptors or memory. */
 #define ACCEPT_PAUSE_MS 100
 #define ACCEPT_LOG_MS   1000 /* at most one log line per this period about failed accepts */
-/* A stream on a plain connection gives back, this long after it started, what only the start of
+/* A stream gives back, this long after it started, what only the start of
  * its request needed: the head's copy, the body, the gate's parser (see shed()). */
 #define SHED_MS 500
 /* Shed streams give their memory back to the system in batches: agw_mem_release() at most this
@@ -536,11 +536,11 @@ void agw_req_stream_start(struct agw_req *req, int status, const char *fields, s
         req->out_direct = out;
         req->fd = bufferevent_getfd(bev);
         req->head_queued = evbuffer_get_length(out) > 0;
-        /* The request timer is free while a request is answered (serve() stopped it). */
-        evtimer_add(req->cc->timer, req->srv->shed_tv);
     } else {
         arm_write(bev); /* over TLS the bytes go through OpenSSL's bufferevent */
     }
+    /* The request timer is free while a request is answered (serve() stopped it): see shed(). */
+    evtimer_add(req->cc->timer, req->srv->shed_tv);
 }
 
 /* A chunk is written to the socket at once when nothing is queued before it on a plain TCP
@@ -864,9 +864,8 @@ static void gate_parser_free(struct agw_http1_parser *p)
     agw_mem_separate_free(p);
 }
 
-/* The gate's parser and, on a plain connection, its body buffer, which shed() frees while a
- * stream goes on: on the separate heap (include/agw/mem.h), they leave no hole among the stream's
- * objects. */
+/* The gate's parser and its body buffer, which shed() frees while a stream goes on: on the separate
+ * heap (include/agw/mem.h), they leave no hole among the stream's objects. */
 static struct agw_http1_parser *parser_new(struct agw_server *srv)
 {
     return agw_http1_request_parser_init(agw_mem_separate_alloc(agw_http1_request_parser_size()),
@@ -1019,7 +1018,9 @@ static void linger(struct conn_ctx *cc)
                                       .tv_usec = (LINGER_MS % 1000) * 1000};
 
     cc->gate = GATE_CLOSING;
+    agw_mem_separate_enter(); /* (a request's bytes are on the separate heap) */
     evbuffer_drain(cc->raw, evbuffer_get_length(cc->raw));
+    agw_mem_separate_leave();
     reading(cc, !cc->peer_eof);
     bufferevent_setwatermark(cc->bev, EV_WRITE, 0, 0);
     evtimer_del(cc->timer);
@@ -1069,8 +1070,6 @@ static void refuse(struct conn_ctx *cc, int status, const char *msg)
         evbuffer_add(out, body, (size_t)n);
     agw_log_info("conn %s: request refused: %d %s", peer_of(cc), status, msg);
     count_refusal(cc->srv, status);
-    cc->gate = GATE_CLOSING;
-    evbuffer_drain(cc->raw, evbuffer_get_length(cc->raw));
     linger(cc);
 }
 
