@@ -55,10 +55,11 @@ void agw_mem_separate_leave(void);
 unsigned agw_mem_separate_suspend(void); /* returns what resume takes */
 void agw_mem_separate_resume(unsigned saved);
 
-/* Hands the pages that freed memory left empty back to the system, in every heap (jemalloc: the
- * calling thread's separate cache is flushed and every arena's dirty pages are purged; the C
- * library: malloc_trim()). It walks the heap: call it from a timer after many objects were freed,
- * never per request. */
+/* Hands the pages that freed blocks of the separate heap left empty back to the system (jemalloc:
+ * the calling thread's separate cache is flushed and the separate heap's dirty pages are purged;
+ * the other arenas' are left to jemalloc's decay, their threads taking them again at once; the C
+ * library: malloc_trim()). It walks the heap: call it from a timer after many objects of the
+ * separate heap were freed, never per request. */
 void agw_mem_release(void);
 
 /* Moves the heap's return of freed pages to the system off the calling threads, at start, before

@@ -1,6 +1,6 @@
 /* Tests for src/mem.c: the heap's return of freed pages runs in background threads of its own, at
  * nice 19, with jemalloc (the default build), and is not claimed with the C library's malloc (the
- * sanitized builds). */
+ * sanitized builds); agw_mem_release() hands back the separate heap's pages alone. */
 #include "config.h"
 
 #include <criterion/criterion.h>
@@ -70,5 +70,61 @@ Test(mem, purging_runs_in_background_threads_at_nice_19)
 #else
     cr_assert(!on, "the C library's malloc has no background purging to start");
     cr_assert_eq(threads_named("jemalloc_bg_thd", &nice), 0);
+#endif
+}
+
+#ifdef HAVE_JEMALLOC
+/* Pages of arena <a> freed and not yet handed back to the system. */
+static size_t dirty_pages(unsigned a)
+{
+    uint64_t epoch = 1;
+    size_t n = 0, len = sizeof(epoch);
+    char name[64];
+
+    cr_assert_eq(mallctl("epoch", &epoch, &len, &epoch, sizeof(epoch)), 0);
+    snprintf(name, sizeof(name), "stats.arenas.%u.pdirty", a);
+    len = sizeof(n);
+    cr_assert_eq(mallctl(name, &n, &len, NULL, 0), 0);
+    return n;
+}
+#endif
+
+/* agw_mem_release() (the server's, after streams shed their requests' start) hands back the
+ * separate heap's freed pages, and leaves those of every other arena to jemalloc's decay: a
+ * thread that just freed a big block (the store's writer, a text buffer) takes its pages again at
+ * once, and had to fault each in anew when the release purged every arena. */
+Test(mem, release_hands_back_the_separate_heap_alone)
+{
+#ifdef HAVE_JEMALLOC
+    unsigned main_arena = 0, narenas = 0;
+    size_t len = sizeof(main_arena);
+    char *p = malloc(1 << 20), *q;
+
+    cr_assert_not_null(p);
+    memset(p, 1, 1 << 20);
+    q = agw_mem_separate_alloc(1 << 20); /* (makes the separate heap's arena: the last one) */
+    cr_assert_not_null(q);
+    memset(q, 1, 1 << 20);
+    cr_assert_eq(mallctl("thread.arena", &main_arena, &len, NULL, 0), 0);
+    len = sizeof(narenas);
+    cr_assert_eq(mallctl("arenas.narenas", &narenas, &len, NULL, 0), 0);
+    cr_assert_neq(narenas - 1, main_arena);
+    free(p);
+    agw_mem_separate_free(q);
+    cr_assert_geq(dirty_pages(main_arena), 200, "the main heap's freed block is still there");
+    cr_assert_geq(dirty_pages(narenas - 1), 200, "and the separate heap's");
+    agw_mem_release();
+    cr_assert_eq(dirty_pages(narenas - 1), 0, "the separate heap's pages are handed back");
+    cr_assert_geq(dirty_pages(main_arena), 200, "the main heap's stay for the next malloc()");
+#else
+    agw_malloc_fn *m;
+    agw_realloc_fn *r;
+    agw_free_fn *f;
+    void *p = malloc(1 << 20);
+
+    cr_assert_not_null(p);
+    free(p);
+    agw_mem_release(); /* malloc_trim(): nothing to check but that it returns */
+    cr_assert(!agw_mem_separate_heap(&m, &r, &f), "the C library's build has no separate heap");
 #endif
 }
