@@ -18,6 +18,7 @@
 #include "agw/history.h"
 #include "agw/log.h"
 #include "store_backend.h"
+#include "store_vfs.h"
 
 #define SCHEMA_VERSION 3
 /* Pages of 64 KiB, SQLite's largest (its default is 4 KiB): a commit appends a few hundred
@@ -677,7 +678,7 @@ static int db_open(struct db *d, const char *dir, char *err, size_t errlen)
     }
     if (sqlite3_open_v2(file, &d->db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                        NULL) != SQLITE_OK)
+                        agw_store_vfs_name()) != SQLITE_OK)
         return db_fail(d, file, "cannot open", err, errlen);
     /* The schema read tells a file that is not a database; BEGIN IMMEDIATE (a write lock) tells a
      * read-only file or directory, before any client is served. */
