@@ -55,8 +55,8 @@
 /* A stream gives back, this long after it started, what only the start of
  * its request needed: the head's copy, the body, the gate's parser (see shed()). */
 #define SHED_MS 500
-/* Shed streams give their memory back to the system in batches: agw_mem_release() at most this
- * long after a shed() (the allocator keeps freed pages otherwise). */
+/* Shed streams give their memory back to the system in batches: agw_mem_release_separate() at most
+ * this long after a shed() (the allocator keeps freed pages otherwise). */
 #define SHED_TRIM_MS 200
 
 struct conn_ctx;
@@ -81,9 +81,10 @@ struct agw_server {
     uint64_t accept_log_ms;     /* when accept failures were last logged */
     uint64_t accept_unlogged;   /* failures since */
     struct agw_server_stats stats;
-    size_t n_conns, peak_conns;    /* open connections now, and their peak since the last trim */
-    bool trim_at_zero;             /* trimmed during a fall: trim once more when none is left */
-    struct event *trim_ev;         /* deferred agw_mem_release() */
+    size_t n_conns, peak_conns; /* open connections now, and their peak since the last trim */
+    bool trim_at_zero;          /* trimmed during a fall: trim once more when none is left */
+    bool trim_all;              /* the next trim is a burst's: every heap, not the separate one */
+    struct event *trim_ev;      /* deferred agw_mem_release() or agw_mem_release_separate() */
     const struct timeval *shed_tv; /* SHED_MS, as a common timeout of the loop (O(1) to add) */
 };
 
@@ -1348,9 +1349,11 @@ static void conn_gone(struct conn_ctx *cc)
     if (--cc->srv->n_conns <= cc->srv->peak_conns / 4 && cc->srv->peak_conns >= TRIM_PEAK) {
         cc->srv->peak_conns = cc->srv->n_conns;
         cc->srv->trim_at_zero = cc->srv->n_conns > 0;
+        cc->srv->trim_all = true;
         event_active(cc->srv->trim_ev, EV_TIMEOUT, 0);
     } else if (cc->srv->n_conns == 0 && cc->srv->trim_at_zero) {
         cc->srv->trim_at_zero = false;
+        cc->srv->trim_all = true;
         event_active(cc->srv->trim_ev, EV_TIMEOUT, 0);
     }
     rd_free(cc);
@@ -1639,12 +1642,21 @@ static void accept_error_cb(struct evconnlistener *lev, void *ctx)
     }
 }
 
+/* After a burst of connections closed, every heap (their objects are on the main one too); after
+ * streams shed, the separate heap alone, where what they shed was: under a streaming load streams
+ * shed every few milliseconds, and a purge of every heap five times a second made the store's
+ * writer and the loops fault in again the pages of the blocks they had just freed. */
 static void trim_cb(evutil_socket_t fd, short what, void *arg)
 {
+    struct agw_server *srv = arg;
+
     (void)fd;
     (void)what;
-    (void)arg;
-    agw_mem_release();
+    if (srv->trim_all)
+        agw_mem_release();
+    else
+        agw_mem_release_separate();
+    srv->trim_all = false;
 }
 
 static void accept_timer_cb(evutil_socket_t fd, short what, void *arg)

@@ -194,7 +194,8 @@ void agw_mem_separate_resume(unsigned saved)
     sep_depth = saved;
 }
 
-void agw_mem_release(void)
+/* The calling thread's separate cache back to its arenas, then arena <a>'s dirty pages purged. */
+static void release_arena(unsigned a)
 {
     char name[64];
 
@@ -203,15 +204,19 @@ void agw_mem_release(void)
 
         mallctl("tcache.flush", NULL, NULL, &tc, sizeof(tc));
     }
-
-    /* The separate heap's arena only: what a stream sheds is there. Every arena's, as it was,
-     * handed back also what the store's writer and the loops had just freed and would take again
-     * at once (a streamed answer's text buffer, a turn's read buffers): under a streaming load,
-     * with a stream shed every few milliseconds, each of those pages was faulted in again about
-     * five times a second, three quarters of the writer's page faults. */
-    snprintf(name, sizeof(name), "arena.%u.purge",
-             sep_ok ? sep_arena : (unsigned)MALLCTL_ARENAS_ALL);
+    snprintf(name, sizeof(name), "arena.%u.purge", a);
     mallctl(name, NULL, NULL, NULL, 0);
+}
+
+void agw_mem_release(void)
+{
+    release_arena((unsigned)MALLCTL_ARENAS_ALL);
+}
+
+void agw_mem_release_separate(void)
+{
+    pthread_once(&sep_once, sep_init);
+    release_arena(sep_ok ? sep_arena : (unsigned)MALLCTL_ARENAS_ALL);
 }
 
 /* jemalloc gives freed pages back to the system (madvise()) in the thread that frees, whenever
@@ -319,6 +324,11 @@ void agw_mem_release(void)
 #ifdef HAVE_MALLOC_TRIM
     malloc_trim(0);
 #endif
+}
+
+void agw_mem_release_separate(void)
+{
+    agw_mem_release();
 }
 
 bool agw_mem_purge_in_background(void)

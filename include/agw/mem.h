@@ -55,12 +55,17 @@ void agw_mem_separate_leave(void);
 unsigned agw_mem_separate_suspend(void); /* returns what resume takes */
 void agw_mem_separate_resume(unsigned saved);
 
-/* Hands the pages that freed blocks of the separate heap left empty back to the system (jemalloc:
- * the calling thread's separate cache is flushed and the separate heap's dirty pages are purged;
- * the other arenas' are left to jemalloc's decay, their threads taking them again at once; the C
- * library: malloc_trim()). It walks the heap: call it from a timer after many objects of the
- * separate heap were freed, never per request. */
+/* Hands the pages that freed memory left empty back to the system, in every heap (jemalloc: the
+ * calling thread's separate cache is flushed and every arena's dirty pages are purged; the C
+ * library: malloc_trim()). It walks the heap: call it from a timer after many objects were freed
+ * (a burst of connections closed), never per request. */
 void agw_mem_release(void);
+
+/* The same for the separate heap alone (jemalloc: its arena; the C library, which has none:
+ * agw_mem_release()), for what shed streams freed there. The other arenas' pages are left to
+ * jemalloc's decay: a thread that has just freed a block (the store's writer, a streamed answer's
+ * text buffer) takes its pages again at once, and would fault each in anew after a purge. */
+void agw_mem_release_separate(void);
 
 /* Moves the heap's return of freed pages to the system off the calling threads, at start, before
  * the event loops run: with jemalloc, its background threads (at nice 19) purge what decayed, and

@@ -1,6 +1,6 @@
 /* Tests for src/mem.c: the heap's return of freed pages runs in background threads of its own, at
  * nice 19, with jemalloc (the default build), and is not claimed with the C library's malloc (the
- * sanitized builds); agw_mem_release() hands back the separate heap's pages alone. */
+ * sanitized builds); agw_mem_release_separate() hands back the separate heap's pages alone. */
 #include "config.h"
 
 #include <criterion/criterion.h>
@@ -89,11 +89,12 @@ static size_t dirty_pages(unsigned a)
 }
 #endif
 
-/* agw_mem_release() (the server's, after streams shed their requests' start) hands back the
- * separate heap's freed pages, and leaves those of every other arena to jemalloc's decay: a
+/* agw_mem_release_separate() (the server's, after streams shed their requests' start) hands back
+ * the separate heap's freed pages, and leaves those of every other arena to jemalloc's decay: a
  * thread that just freed a big block (the store's writer, a text buffer) takes its pages again at
- * once, and had to fault each in anew when the release purged every arena. */
-Test(mem, release_hands_back_the_separate_heap_alone)
+ * once, and had to fault each in anew when the release purged every arena. agw_mem_release()
+ * (after a burst of connections closed) hands back both. */
+Test(mem, release_separate_hands_back_the_separate_heap_alone)
 {
 #ifdef HAVE_JEMALLOC
     unsigned main_arena = 0, narenas = 0;
@@ -113,9 +114,11 @@ Test(mem, release_hands_back_the_separate_heap_alone)
     agw_mem_separate_free(q);
     cr_assert_geq(dirty_pages(main_arena), 200, "the main heap's freed block is still there");
     cr_assert_geq(dirty_pages(narenas - 1), 200, "and the separate heap's");
-    agw_mem_release();
+    agw_mem_release_separate();
     cr_assert_eq(dirty_pages(narenas - 1), 0, "the separate heap's pages are handed back");
     cr_assert_geq(dirty_pages(main_arena), 200, "the main heap's stay for the next malloc()");
+    agw_mem_release();
+    cr_assert_eq(dirty_pages(main_arena), 0, "a release of every heap hands them back too");
 #else
     agw_malloc_fn *m;
     agw_realloc_fn *r;
@@ -124,7 +127,8 @@ Test(mem, release_hands_back_the_separate_heap_alone)
 
     cr_assert_not_null(p);
     free(p);
-    agw_mem_release(); /* malloc_trim(): nothing to check but that it returns */
+    agw_mem_release_separate(); /* malloc_trim(): nothing to check but that it returns */
+    agw_mem_release();
     cr_assert(!agw_mem_separate_heap(&m, &r, &f), "the C library's build has no separate heap");
 #endif
 }
