@@ -55,7 +55,7 @@
 /* A stream gives back, this long after it started, what only the start of
  * its request needed: the head's copy, the body, the gate's parser (see shed()). */
 #define SHED_MS 500
-/* Shed streams give their memory back to the system in batches: agw_mem_release_separate() at most
+/* Shed streams give their memory back to the system in batches: agw_mem_release_own() at most
  * this long after a shed() (the allocator keeps freed pages otherwise). */
 #define SHED_TRIM_MS 200
 
@@ -84,7 +84,7 @@ struct agw_server {
     size_t n_conns, peak_conns; /* open connections now, and their peak since the last trim */
     bool trim_at_zero;          /* trimmed during a fall: trim once more when none is left */
     bool trim_all;              /* the next trim is a burst's: every heap, not the separate one */
-    struct event *trim_ev;      /* deferred agw_mem_release() or agw_mem_release_separate() */
+    struct event *trim_ev;      /* deferred agw_mem_release() or agw_mem_release_own() */
     const struct timeval *shed_tv; /* SHED_MS, as a common timeout of the loop (O(1) to add) */
 };
 
@@ -1643,9 +1643,9 @@ static void accept_error_cb(struct evconnlistener *lev, void *ctx)
 }
 
 /* After a burst of connections closed, every heap (their objects are on the main one too); after
- * streams shed, the separate heap alone, where what they shed was: under a streaming load streams
- * shed every few milliseconds, and a purge of every heap five times a second made the store's
- * writer and the loops fault in again the pages of the blocks they had just freed. */
+ * streams shed, the separate heap, where what they shed was, and this loop's arena: under a
+ * streaming load streams shed every few milliseconds, and a purge of every heap five times a second
+ * made the store's writer fault in again the pages of the text buffers it had just freed. */
 static void trim_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct agw_server *srv = arg;
@@ -1655,7 +1655,7 @@ static void trim_cb(evutil_socket_t fd, short what, void *arg)
     if (srv->trim_all)
         agw_mem_release();
     else
-        agw_mem_release_separate();
+        agw_mem_release_own();
     srv->trim_all = false;
 }
 

@@ -208,15 +208,33 @@ static void release_arena(unsigned a)
     mallctl(name, NULL, NULL, NULL, 0);
 }
 
+void agw_mem_own_arena(void)
+{
+    unsigned a;
+    size_t len = sizeof(a);
+
+#ifdef HAVE_VALGRIND_VALGRIND_H
+    if (RUNNING_ON_VALGRIND)
+        return;
+#endif
+    if (mallctl("arenas.create", &a, &len, NULL, 0) == 0)
+        mallctl("thread.arena", NULL, NULL, &a, sizeof(a));
+}
+
 void agw_mem_release(void)
 {
     release_arena((unsigned)MALLCTL_ARENAS_ALL);
 }
 
-void agw_mem_release_separate(void)
+void agw_mem_release_own(void)
 {
+    unsigned mine;
+    size_t len = sizeof(mine);
+
     pthread_once(&sep_once, sep_init);
     release_arena(sep_ok ? sep_arena : (unsigned)MALLCTL_ARENAS_ALL);
+    if (sep_ok && mallctl("thread.arena", &mine, &len, NULL, 0) == 0 && mine != sep_arena)
+        release_arena(mine);
 }
 
 /* jemalloc gives freed pages back to the system (madvise()) in the thread that frees, whenever
@@ -326,9 +344,13 @@ void agw_mem_release(void)
 #endif
 }
 
-void agw_mem_release_separate(void)
+void agw_mem_release_own(void)
 {
     agw_mem_release();
+}
+
+void agw_mem_own_arena(void)
+{
 }
 
 bool agw_mem_purge_in_background(void)

@@ -801,6 +801,8 @@ static void *writer_main(void *arg)
     uint64_t batch_ms = s->o.commit_ms < BATCH_MS ? s->o.commit_ms : BATCH_MS;
     struct job_list batch = STAILQ_HEAD_INITIALIZER(batch);
 
+    /* its freed text buffers stay its own when a loop purges its arena (agw_mem_release_own()) */
+    agw_mem_own_arena();
 #ifdef __linux__
     /* Background work: on a core it shares with an event loop, the loop comes first (Linux gives a
      * thread its own nice value). At nice 19 the writer's virtual time runs 68 times faster than a

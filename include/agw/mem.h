@@ -61,11 +61,18 @@ void agw_mem_separate_resume(unsigned saved);
  * (a burst of connections closed), never per request. */
 void agw_mem_release(void);
 
-/* The same for the separate heap alone (jemalloc: its arena; the C library, which has none:
- * agw_mem_release()), for what shed streams freed there. The other arenas' pages are left to
- * jemalloc's decay: a thread that has just freed a block (the store's writer, a streamed answer's
- * text buffer) takes its pages again at once, and would fault each in anew after a purge. */
-void agw_mem_release_separate(void);
+/* The same for the separate heap and the calling thread's own arena (jemalloc; the C library,
+ * which has neither: agw_mem_release()), for what shed streams freed on a loop. The other threads'
+ * arenas are left to jemalloc's decay: a thread that has just freed a block (the store's writer, a
+ * streamed answer's text buffer) takes its pages again at once, and would fault each in anew after
+ * a purge. */
+void agw_mem_release_own(void);
+
+/* Gives the calling thread an arena of its own (jemalloc; nothing with the C library): its freed
+ * pages are then its own, whatever the loops purge (agw_mem_release_own()). jemalloc gives threads
+ * arenas in turn, four per CPU, but one for all when the process starts with one CPU (a cpuset, or
+ * taskset as the benchmarks pin it): the store's writer shared the loops' then. */
+void agw_mem_own_arena(void);
 
 /* Moves the heap's return of freed pages to the system off the calling threads, at start, before
  * the event loops run: with jemalloc, its background threads (at nice 19) purge what decayed, and
