@@ -90,6 +90,7 @@ static size_t dirty_pages(unsigned a)
 }
 #endif
 
+#ifdef HAVE_JEMALLOC
 /* A thread with an arena of its own (agw_mem_own_arena()) that frees 4 MiB and waits, holding its
  * arena's dirty pages. */
 struct other {
@@ -122,6 +123,7 @@ static void *other_main(void *arg)
     pthread_mutex_unlock(&o->lock);
     return NULL;
 }
+#endif
 
 /* agw_mem_release_own() (the server's, after streams shed their requests' start) hands back the
  * separate heap's freed pages and the calling thread's arena's, and leaves those of every other
