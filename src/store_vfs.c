@@ -267,53 +267,22 @@ static int d_read(sqlite3_file *file, void *buf, int amt, sqlite3_int64 off)
     return f->real->pMethods->xRead(f->real, buf, amt, off);
 }
 
-static int d_truncate(sqlite3_file *file, sqlite3_int64 size)
-{
-    struct dfile *f = (struct dfile *)file;
+/* A method of one argument that writes what is gathered first. */
+#define FLUSHED(name, method, type)                                                                \
+    static int name(sqlite3_file *file, type arg)                                                  \
+    {                                                                                              \
+        struct dfile *f = (struct dfile *)file;                                                    \
+                                                                                                   \
+        FLUSH_OR_RETURN(f);                                                                        \
+        return f->real->pMethods->method(f->real, arg);                                            \
+    }
 
-    FLUSH_OR_RETURN(f);
-    return f->real->pMethods->xTruncate(f->real, size);
-}
-
-static int d_sync(sqlite3_file *file, int flags)
-{
-    struct dfile *f = (struct dfile *)file;
-
-    FLUSH_OR_RETURN(f);
-    return f->real->pMethods->xSync(f->real, flags);
-}
-
-static int d_file_size(sqlite3_file *file, sqlite3_int64 *size)
-{
-    struct dfile *f = (struct dfile *)file;
-
-    FLUSH_OR_RETURN(f);
-    return f->real->pMethods->xFileSize(f->real, size);
-}
-
-static int d_lock(sqlite3_file *file, int lock)
-{
-    struct dfile *f = (struct dfile *)file;
-
-    FLUSH_OR_RETURN(f);
-    return f->real->pMethods->xLock(f->real, lock);
-}
-
-static int d_unlock(sqlite3_file *file, int lock)
-{
-    struct dfile *f = (struct dfile *)file;
-
-    FLUSH_OR_RETURN(f);
-    return f->real->pMethods->xUnlock(f->real, lock);
-}
-
-static int d_check_reserved(sqlite3_file *file, int *out)
-{
-    struct dfile *f = (struct dfile *)file;
-
-    FLUSH_OR_RETURN(f);
-    return f->real->pMethods->xCheckReservedLock(f->real, out);
-}
+FLUSHED(d_truncate, xTruncate, sqlite3_int64)
+FLUSHED(d_sync, xSync, int)
+FLUSHED(d_file_size, xFileSize, sqlite3_int64 *)
+FLUSHED(d_lock, xLock, int)
+FLUSHED(d_unlock, xUnlock, int)
+FLUSHED(d_check_reserved, xCheckReservedLock, int *)
 
 static int d_file_control(sqlite3_file *file, int op, void *arg)
 {
