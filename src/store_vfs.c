@@ -53,7 +53,7 @@ struct seg {
 };
 
 struct dfile {
-    sqlite3_file base; /* pMethods = &methods_v2 or _v3 */
+    sqlite3_file base; /* pMethods = &methods */
     sqlite3_file *real;
     int fd;       /* the file again, O_DIRECT; -1 = none */
     bool direct;  /* writes go to <fd> (false once the file system refused one) */
@@ -324,6 +324,8 @@ static int d_shm_map(sqlite3_file *file, int pg, int pgsz, int extend, void vola
     struct dfile *f = (struct dfile *)file;
 
     FLUSH_OR_RETURN(f);
+    if (f->real->pMethods->iVersion < 2)
+        return SQLITE_IOERR_SHMMAP;
     return f->real->pMethods->xShmMap(f->real, pg, pgsz, extend, pp);
 }
 
@@ -331,6 +333,8 @@ static int d_shm_lock(sqlite3_file *file, int offset, int n, int flags)
 {
     struct dfile *f = (struct dfile *)file;
 
+    if (f->real->pMethods->iVersion < 2)
+        return SQLITE_IOERR_SHMLOCK;
     return f->real->pMethods->xShmLock(f->real, offset, n, flags);
 }
 
@@ -338,13 +342,16 @@ static void d_shm_barrier(sqlite3_file *file)
 {
     struct dfile *f = (struct dfile *)file;
 
-    f->real->pMethods->xShmBarrier(f->real);
+    if (f->real->pMethods->iVersion >= 2)
+        f->real->pMethods->xShmBarrier(f->real);
 }
 
 static int d_shm_unmap(sqlite3_file *file, int delete_flag)
 {
     struct dfile *f = (struct dfile *)file;
 
+    if (f->real->pMethods->iVersion < 2)
+        return SQLITE_OK;
     return f->real->pMethods->xShmUnmap(f->real, delete_flag);
 }
 
@@ -368,27 +375,8 @@ static int d_unfetch(sqlite3_file *file, sqlite3_int64 off, void *p)
     return f->real->pMethods->xUnfetch(f->real, off, p);
 }
 
-static const sqlite3_io_methods methods_v2 = {
-    .iVersion = 2,
-    .xClose = d_close,
-    .xRead = d_read,
-    .xWrite = d_write,
-    .xTruncate = d_truncate,
-    .xSync = d_sync,
-    .xFileSize = d_file_size,
-    .xLock = d_lock,
-    .xUnlock = d_unlock,
-    .xCheckReservedLock = d_check_reserved,
-    .xFileControl = d_file_control,
-    .xSectorSize = d_sector_size,
-    .xDeviceCharacteristics = d_device_characteristics,
-    .xShmMap = d_shm_map,
-    .xShmLock = d_shm_lock,
-    .xShmBarrier = d_shm_barrier,
-    .xShmUnmap = d_shm_unmap,
-};
-
-static const sqlite3_io_methods methods_v3 = {
+/* Version 3 whatever SQLite's file has: the methods it lacks answer as a file without them. */
+static const sqlite3_io_methods methods = {
     .iVersion = 3,
     .xClose = d_close,
     .xRead = d_read,
@@ -430,7 +418,7 @@ static int v_open(sqlite3_vfs *v, const char *name, sqlite3_file *file, int flag
         f->fd = open(name, O_WRONLY | O_DIRECT | O_CLOEXEC);
         f->direct = f->fd >= 0;
     }
-    f->base.pMethods = f->real->pMethods->iVersion >= 3 ? &methods_v3 : &methods_v2;
+    f->base.pMethods = &methods;
     return SQLITE_OK;
 }
 
