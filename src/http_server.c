@@ -81,10 +81,10 @@ struct agw_server {
     uint64_t accept_log_ms;     /* when accept failures were last logged */
     uint64_t accept_unlogged;   /* failures since */
     struct agw_server_stats stats;
-    size_t n_conns, peak_conns; /* open connections now, and their peak since the last trim */
-    bool trim_at_zero;          /* trimmed during a fall: trim once more when none is left */
-    bool trim_all;              /* the next trim is a burst's: every heap, not the separate one */
-    struct event *trim_ev;      /* deferred agw_mem_release() or agw_mem_release_own() */
+    size_t n_conns, peak_conns;    /* open connections now, and their peak since the last trim */
+    bool trim_at_zero;             /* trimmed during a fall: trim once more when none is left */
+    bool trim_all;                 /* the next trim is a burst's: every heap (agw_mem_release()) */
+    struct event *trim_ev;         /* deferred agw_mem_release() or agw_mem_release_own() */
     const struct timeval *shed_tv; /* SHED_MS, as a common timeout of the loop (O(1) to add) */
 };
 

@@ -1,6 +1,7 @@
 /* The process's heap: see include/agw/mem.h. */
 #include "config.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -194,8 +195,9 @@ void agw_mem_separate_resume(unsigned saved)
     sep_depth = saved;
 }
 
-/* The calling thread's separate cache back to its arenas, then arena <a>'s dirty pages purged. */
-static void release_arena(unsigned a)
+/* The calling thread's separate cache back to its arenas, then the dirty pages of arena <a> and,
+ * unless it is UINT_MAX, arena <b> purged. */
+static void release_arenas(unsigned a, unsigned b)
 {
     char name[64];
 
@@ -206,6 +208,10 @@ static void release_arena(unsigned a)
     }
     snprintf(name, sizeof(name), "arena.%u.purge", a);
     mallctl(name, NULL, NULL, NULL, 0);
+    if (b != UINT_MAX) {
+        snprintf(name, sizeof(name), "arena.%u.purge", b);
+        mallctl(name, NULL, NULL, NULL, 0);
+    }
 }
 
 void agw_mem_own_arena(void)
@@ -223,7 +229,7 @@ void agw_mem_own_arena(void)
 
 void agw_mem_release(void)
 {
-    release_arena((unsigned)MALLCTL_ARENAS_ALL);
+    release_arenas((unsigned)MALLCTL_ARENAS_ALL, UINT_MAX);
 }
 
 void agw_mem_release_own(void)
@@ -232,9 +238,10 @@ void agw_mem_release_own(void)
     size_t len = sizeof(mine);
 
     pthread_once(&sep_once, sep_init);
-    release_arena(sep_ok ? sep_arena : (unsigned)MALLCTL_ARENAS_ALL);
-    if (sep_ok && mallctl("thread.arena", &mine, &len, NULL, 0) == 0 && mine != sep_arena)
-        release_arena(mine);
+    if (!sep_ok || mallctl("thread.arena", &mine, &len, NULL, 0) != 0)
+        release_arenas((unsigned)MALLCTL_ARENAS_ALL, UINT_MAX);
+    else
+        release_arenas(sep_arena, mine != sep_arena ? mine : UINT_MAX);
 }
 
 /* jemalloc gives freed pages back to the system (madvise()) in the thread that frees, whenever
