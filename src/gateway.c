@@ -38,8 +38,8 @@
 /* ---- metrics ----------------------------------------------------------------------------------
  */
 
-/* The counters are the process's; the gauges and the server statistics are summed over the
- * workers. */
+/* The counters, the gauges and the server statistics, summed over the workers (and the process's
+ * own counters). */
 static void serve_metrics(struct agw_worker *w, struct agw_req *req)
 {
     static const int statuses[] = AGW_SERVER_REFUSAL_STATUSES;
@@ -96,7 +96,7 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
         g.loop_turns += __atomic_load_n(&o->loop_stats.turns, __ATOMIC_RELAXED);
         g.loop_naps += __atomic_load_n(&o->loop_stats.naps, __ATOMIC_RELAXED);
     }
-    agw_metrics_write(w->metrics, &g, b);
+    agw_metrics_write(gw->all_metrics, gw->n_workers + 1, &g, b);
     agw_ratelimit_write_metrics(gw->ratelimit, b);
     len = evbuffer_get_length(b);
     agw_req_reply(req, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1), len);
@@ -1607,9 +1607,13 @@ struct agw_gateway *agw_gateway_new(struct agw_config *cfg, const struct agw_gat
             goto err;
     }
     gw->workers = agw_xcalloc(gw->n_workers, sizeof(*gw->workers));
+    gw->all_metrics = agw_xcalloc(gw->n_workers + 1, sizeof(*gw->all_metrics));
+    gw->all_metrics[0] = gw->metrics;
     for (unsigned k = 0; k < gw->n_workers; k++) {
         struct agw_worker *w = &gw->workers[k];
-        *w = (struct agw_worker){.gw = gw, .runs = gw->runs, .metrics = gw->metrics, .index = k};
+        *w = (struct agw_worker){
+            .gw = gw, .runs = gw->runs, .metrics = agw_metrics_new(), .index = k};
+        gw->all_metrics[k + 1] = w->metrics;
         if (worker_init(w, gw->gc, err, errlen) != 0)
             goto err;
     }
@@ -1678,7 +1682,11 @@ void agw_gateway_free(struct agw_gateway *gw)
     free(gw->workers);
     gconf_unref(gw->gc);
     agw_runs_free(gw->runs);
-    agw_metrics_free(gw->metrics);
+    if (gw->all_metrics == NULL)
+        agw_metrics_free(gw->metrics);
+    for (unsigned k = 0; gw->all_metrics != NULL && k <= gw->n_workers; k++)
+        agw_metrics_free(gw->all_metrics[k]); /* [0] is gw->metrics */
+    free(gw->all_metrics);
     agw_ratelimit_free(gw->ratelimit);
     free(gw->config_path);
     free(gw);

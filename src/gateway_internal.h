@@ -77,7 +77,7 @@ struct agw_worker {
     struct agw_gateway *gw;      /* the process: what every loop shares */
     struct wconf *wc;            /* the configuration this loop serves new requests with */
     struct agw_runs *runs;       /* gw->runs: shared, locked (include/agw/runs.h) */
-    struct agw_metrics *metrics; /* gw->metrics: shared, atomic and locked */
+    struct agw_metrics *metrics; /* this loop's counts (gw->all_metrics[index + 1]) */
     unsigned index;
     struct event_base *base;
     struct evdns_base *dns;
@@ -100,11 +100,12 @@ struct agw_worker {
 /* The process: the configuration in force, the shared registry, counters and rate limits, the
  * workers, the signals (handled on worker 0, which runs on the main thread) and the drain. */
 struct agw_gateway {
-    struct gconf *gc;      /* the configuration in force (worker 0's thread only) */
-    char *config_path;     /* re-read on SIGHUP; NULL: reloads are refused */
-    int workers_override;  /* --workers, or -1 */
-    struct agw_runs *runs; /* the active-run registry (doc/protocol.md#decisions) */
-    struct agw_metrics *metrics;
+    struct gconf *gc;                 /* the configuration in force (worker 0's thread only) */
+    char *config_path;                /* re-read on SIGHUP; NULL: reloads are refused */
+    int workers_override;             /* --workers, or -1 */
+    struct agw_runs *runs;            /* the active-run registry (doc/protocol.md#decisions) */
+    struct agw_metrics *metrics;      /* the process's own counts (reloads) */
+    struct agw_metrics **all_metrics; /* [0] = <metrics>, then each worker's: /metrics sums them */
     struct agw_ratelimit *ratelimit;
     struct agw_store *store; /* thread history; NULL when history.enabled is false */
     struct agw_worker *workers;

@@ -17,8 +17,10 @@ struct status_count {
     uint64_t n;
 };
 
-/* Every loop counts into the one object: the counters with relaxed atomics, the (agent, status)
- * table under a lock. */
+/* One object per event loop (and one for the process's own counters): only its loop writes it, so
+ * neither its lock nor its counters' cache lines go from core to core while runs are served. The
+ * counters are relaxed atomics and the tables are under the object's lock for the one reader from
+ * elsewhere: /metrics, on any loop, which sums the objects (agw_metrics_write()). */
 /* Bucket bounds in µs, per histogram (doc/metrics.md says why these). */
 #define MAX_BUCKETS 16
 static const struct {
@@ -158,25 +160,32 @@ static void observe(struct histogram *h, int which, uint64_t us)
     h->sum_us += us;
 }
 
+/* <m>'s histograms of <agent>, made empty when it has none (under <m>'s lock, or private). */
+static struct agent_latency *latency_of(struct agw_metrics *m, const char *agent)
+{
+    struct agent_latency *a;
+
+    for (size_t i = 0; i < m->n_latency; i++)
+        if (strcmp(m->latency[i]->agent, agent) == 0)
+            return m->latency[i];
+    if (m->n_latency == m->cap_latency) {
+        m->cap_latency = m->cap_latency ? 2 * m->cap_latency : 8;
+        m->latency = agw_xrealloc(m->latency, m->cap_latency * sizeof(*m->latency));
+    }
+    a = m->latency[m->n_latency++] = agw_xcalloc(1, sizeof(*a));
+    snprintf(a->agent, sizeof(a->agent), "%s", agent);
+    return a;
+}
+
 void agw_metrics_observe_run(struct agw_metrics *m, const char *agent, uint64_t connect_us,
                              uint64_t first_byte_us, uint64_t duration_us)
 {
-    struct agent_latency *a = NULL;
+    struct agent_latency *a;
 
     if (agent == NULL)
         return;
     pthread_mutex_lock(&m->lock);
-    for (size_t i = 0; i < m->n_latency && a == NULL; i++)
-        if (strcmp(m->latency[i]->agent, agent) == 0)
-            a = m->latency[i];
-    if (a == NULL) {
-        if (m->n_latency == m->cap_latency) {
-            m->cap_latency = m->cap_latency ? 2 * m->cap_latency : 8;
-            m->latency = agw_xrealloc(m->latency, m->cap_latency * sizeof(*m->latency));
-        }
-        a = m->latency[m->n_latency++] = agw_xcalloc(1, sizeof(*a));
-        snprintf(a->agent, sizeof(a->agent), "%s", agent);
-    }
+    a = latency_of(m, agent);
     observe(&a->h[AGW_H_CONNECT], AGW_H_CONNECT, connect_us);
     observe(&a->h[AGW_H_FIRST_BYTE], AGW_H_FIRST_BYTE, first_byte_us);
     observe(&a->h[AGW_H_RUN], AGW_H_RUN, duration_us);
@@ -188,11 +197,50 @@ static void header(struct evbuffer *out, const char *name, const char *type, con
     evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g,
-                       struct evbuffer *out)
+/* Adds <src>'s counts to <dst> (private to the caller): the (agent, status) pairs and the agents'
+ * histograms <dst> lacks are appended in <src>'s order. */
+static void merge(struct agw_metrics *dst, struct agw_metrics *src)
+{
+    for (int c = 0; c < AGW_N_COUNTERS; c++)
+        dst->counters[c] += agw_metrics_get(src, (enum agw_counter)c);
+    for (int k = 0; k < AGW_UP_N_FAILURES; k++)
+        dst->upstream_failures[k] += __atomic_load_n(&src->upstream_failures[k], __ATOMIC_RELAXED);
+    pthread_mutex_lock(&src->lock);
+    for (size_t i = 0; i < src->n_requests; i++) {
+        const struct status_count *r = &src->requests[i];
+        size_t j = 0;
+        while (j < dst->n_requests && (dst->requests[j].status != r->status ||
+                                       strcmp(dst->requests[j].agent, r->agent) != 0))
+            j++;
+        if (j == dst->n_requests) {
+            if (dst->n_requests == dst->cap_requests) {
+                dst->cap_requests = dst->cap_requests ? 2 * dst->cap_requests : 16;
+                dst->requests =
+                    agw_xrealloc(dst->requests, dst->cap_requests * sizeof(*dst->requests));
+            }
+            dst->requests[dst->n_requests++] = (struct status_count){.status = r->status};
+            memcpy(dst->requests[j].agent, r->agent, sizeof(r->agent));
+        }
+        dst->requests[j].n += r->n;
+    }
+    for (size_t i = 0; i < src->n_latency; i++) {
+        const struct agent_latency *a = src->latency[i];
+        struct agent_latency *d = latency_of(dst, a->agent);
+        for (int k = 0; k < AGW_N_HISTOGRAMS; k++) {
+            for (size_t b = 0; b <= MAX_BUCKETS; b++)
+                d->h[k].buckets[b] += a->h[k].buckets[b];
+            d->h[k].count += a->h[k].count;
+            d->h[k].sum_us += a->h[k].sum_us;
+        }
+    }
+    pthread_mutex_unlock(&src->lock);
+}
+
+/* The exposition of <m>, a merged object no other thread sees. */
+static void write_merged(struct agw_metrics *m, const struct agw_metrics_gauges *g,
+                         struct evbuffer *out)
 {
     header(out, "agw_requests_total", "counter", "Requests answered, by agent and HTTP status.");
-    pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < m->n_requests; i++)
         evbuffer_add_printf(out, "agw_requests_total{agent=\"%s\",status=\"%d\"} %" PRIu64 "\n",
                             m->requests[i].agent, m->requests[i].status, m->requests[i].n);
@@ -218,7 +266,6 @@ void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g
             evbuffer_add_printf(out, "%s_count{agent=\"%s\"} %" PRIu64 "\n", name, agent, h->count);
         }
     }
-    pthread_mutex_unlock(&m->lock);
     header(out, "agw_active_runs", "gauge",
            "Runs in the active-run registry (streaming, attached or detached).");
     evbuffer_add_printf(out, "agw_active_runs %zu\n", g->active_runs);
@@ -316,4 +363,16 @@ void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g
         evbuffer_add_printf(out, "agw_event_loop_busy_lag_seconds_max %.6f\n",
                             (double)g->loop_lag_busy_max_us / 1e6);
     }
+}
+
+void agw_metrics_write(struct agw_metrics *const *shards, size_t n,
+                       const struct agw_metrics_gauges *g, struct evbuffer *out)
+{
+    struct agw_metrics *m = agw_metrics_new();
+
+    for (size_t i = 0; i < n; i++)
+        if (shards[i] != NULL)
+            merge(m, shards[i]);
+    write_merged(m, g, out);
+    agw_metrics_free(m);
 }

@@ -1,6 +1,8 @@
 /* The counters behind /metrics and their Prometheus text exposition (doc/metrics.md). One struct
- * agw_metrics per event loop, owned by the gateway; no locking. Every metric's name and help text
- * is defined here once. Pure but for the evbuffer the exposition is written to. */
+ * agw_metrics per event loop, which alone counts into it (and one for the process's own counts):
+ * a run's counting touches no memory another core writes. The exposition, from any thread, sums
+ * them. Every metric's name and help text is defined here once. Pure but for the evbuffer the
+ * exposition is written to. */
 #ifndef AGW_METRICS_H
 #define AGW_METRICS_H
 
@@ -66,12 +68,14 @@ enum agw_histogram {
     AGW_N_HISTOGRAMS
 };
 /* One run of <agent> (a configured id): each value in µs, AGW_UP_NOT_MEASURED to leave one out. One
- * lock. */
+ * lock (<m>'s own). */
 void agw_metrics_observe_run(struct agw_metrics *m, const char *agent, uint64_t connect_us,
                              uint64_t first_byte_us, uint64_t duration_us);
 
-/* Appends the whole exposition (Prometheus text format 0.0.4) to <out>. */
-void agw_metrics_write(struct agw_metrics *m, const struct agw_metrics_gauges *g,
-                       struct evbuffer *out);
+/* Appends the whole exposition (Prometheus text format 0.0.4) of the sum of the <n> objects
+ * <shards> (NULL ones skipped) to <out>; callable from any thread while their loops count (each
+ * object's lock is taken in turn, for a copy of its tables). */
+void agw_metrics_write(struct agw_metrics *const *shards, size_t n,
+                       const struct agw_metrics_gauges *g, struct evbuffer *out);
 
 #endif

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@
 
 #include "agw/metrics.h"
 
-static char *expose(struct agw_metrics *m)
+static char *expose_all(struct agw_metrics *const *m, size_t n_shards)
 {
     static const int statuses[] = {400, 431};
     static const uint64_t refused[] = {3, 1};
@@ -26,13 +27,18 @@ static char *expose(struct agw_metrics *m)
     size_t n;
     char *s;
 
-    agw_metrics_write(m, &g, b);
+    agw_metrics_write(m, n_shards, &g, b);
     n = evbuffer_get_length(b);
     s = malloc(n + 1);
     evbuffer_remove(b, s, n);
     s[n] = '\0';
     evbuffer_free(b);
     return s;
+}
+
+static char *expose(struct agw_metrics *m)
+{
+    return expose_all(&m, 1);
 }
 
 static bool has_line(const char *text, const char *line)
@@ -203,4 +209,92 @@ Test(metrics, histograms)
     }
     free(s);
     agw_metrics_free(m);
+}
+
+/* The exposition sums the objects it is given (one per event loop): counters, the (agent, status)
+ * pairs (the same pair in two objects is one line), the failures and each agent's histograms. */
+Test(metrics, the_objects_of_the_loops_are_summed)
+{
+    struct agw_metrics *m[3] = {agw_metrics_new(), NULL, agw_metrics_new()};
+    char *s;
+
+    agw_metrics_add(m[0], AGW_C_RELOADS, 1);
+    agw_metrics_add(m[0], AGW_C_EVENTS, 4);
+    agw_metrics_add(m[2], AGW_C_EVENTS, 6);
+    agw_metrics_request(m[0], "weather", 200);
+    agw_metrics_request(m[2], "weather", 200);
+    agw_metrics_request(m[2], "weather", 200);
+    agw_metrics_request(m[2], "news", 502);
+    agw_metrics_upstream_failure(m[0], AGW_UP_CONTENT_TYPE);
+    agw_metrics_upstream_failure(m[2], AGW_UP_CONTENT_TYPE);
+    agw_metrics_observe_run(m[0], "weather", 400, 30000, 2000000);
+    agw_metrics_observe_run(m[2], "weather", 3000, 7000000, 700000);
+    agw_metrics_observe_run(m[2], "news", AGW_UP_NOT_MEASURED, 1000, 1000);
+    s = expose_all(m, 3);
+    cr_assert(has_line(s, "agw_events_relayed_total 10"), "%s", s);
+    cr_assert(has_line(s, "agw_config_reloads_total 1"), "%s", s);
+    cr_assert(has_line(s, "agw_requests_total{agent=\"weather\",status=\"200\"} 3"), "%s", s);
+    cr_assert(has_line(s, "agw_requests_total{agent=\"news\",status=\"502\"} 1"), "%s", s);
+    cr_assert_eq(strstr(strstr(s, "status=\"200\"") + 1, "status=\"200\""), NULL,
+                 "one line per pair: %s", s);
+    cr_assert(has_line(s, "agw_upstream_failures_total{kind=\"content_type\"} 2"), "%s", s);
+    cr_assert(has_line(s, "agw_upstream_connect_seconds_bucket{agent=\"weather\",le=\"0.0005\"} 1"),
+              "%s", s);
+    cr_assert(has_line(s, "agw_upstream_connect_seconds_bucket{agent=\"weather\",le=\"0.005\"} 2"),
+              "%s", s);
+    cr_assert(has_line(s, "agw_upstream_connect_seconds_sum{agent=\"weather\"} 0.003400"), "%s", s);
+    cr_assert(has_line(s, "agw_run_duration_seconds_count{agent=\"weather\"} 2"), "%s", s);
+    cr_assert(has_line(s, "agw_run_duration_seconds_count{agent=\"news\"} 1"), "%s", s);
+    free(s);
+    agw_metrics_free(m[0]);
+    agw_metrics_free(m[2]);
+}
+
+struct counting {
+    struct agw_metrics *m;
+    int runs;
+};
+
+static void *count_runs(void *arg)
+{
+    struct counting *c = arg;
+
+    for (int i = 0; i < c->runs; i++) {
+        agw_metrics_add(c->m, AGW_C_EVENTS, 10);
+        agw_metrics_request(c->m, i % 2 ? "weather" : "news", 200);
+        agw_metrics_observe_run(c->m, "weather", 100, 1000, 10000);
+    }
+    return NULL;
+}
+
+/* Two loops count, each into its own object, while /metrics is written from a third thread: nothing
+ * is lost, and what is read meanwhile never exceeds the totals. */
+Test(metrics, loops_count_while_the_exposition_is_written)
+{
+    enum { RUNS = 20000 };
+    struct agw_metrics *m[2] = {agw_metrics_new(), agw_metrics_new()};
+    struct counting c[2] = {{m[0], RUNS}, {m[1], RUNS}};
+    pthread_t t[2];
+    char *s;
+
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, count_runs, &c[i]), 0);
+    for (int k = 0; k < 50; k++) {
+        const char *p;
+        s = expose_all(m, 2);
+        p = strstr(s, "\nagw_events_relayed_total ");
+        cr_assert_not_null(p, "%s", s);
+        cr_assert_leq(strtoull(p + 27, NULL, 10), 2ull * RUNS * 10);
+        free(s);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    s = expose_all(m, 2);
+    cr_assert(has_line(s, "agw_events_relayed_total 400000"), "%s", s);
+    cr_assert(has_line(s, "agw_requests_total{agent=\"weather\",status=\"200\"} 20000"), "%s", s);
+    cr_assert(has_line(s, "agw_requests_total{agent=\"news\",status=\"200\"} 20000"), "%s", s);
+    cr_assert(has_line(s, "agw_run_duration_seconds_count{agent=\"weather\"} 40000"), "%s", s);
+    free(s);
+    agw_metrics_free(m[0]);
+    agw_metrics_free(m[1]);
 }
