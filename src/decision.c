@@ -107,6 +107,7 @@ static void decision_to_run(struct decision *d, const struct agw_http1_response 
         .heartbeat_ms = cfg->timeouts.heartbeat_ms,
         .run_ms = cfg->timeouts.run_ms,
         .runs = w->runs,
+        .runs_part = w->index,
         .detach = d->agent->on_client_disconnect == AGW_DISCONNECT_DETACH,
         .store = w->gw->store,
         .on_end = agw_gw_run_ended,

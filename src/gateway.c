@@ -494,6 +494,7 @@ static void start_run(struct agw_worker *w, struct agw_req *req,
         .heartbeat_ms = cfg->timeouts.heartbeat_ms,
         .run_ms = cfg->timeouts.run_ms,
         .runs = w->runs,
+        .runs_part = w->index,
         .detach = agent->on_client_disconnect == AGW_DISCONNECT_DETACH,
         .legacy_client = legacy_client,
         .store = w->gw->store,
@@ -1581,7 +1582,7 @@ struct agw_gateway *agw_gateway_new(struct agw_config *cfg, const struct agw_gat
     if (gw->workers_override >= 0)
         cfg->workers = (unsigned)gw->workers_override;
     gw->n_workers = worker_count(cfg);
-    gw->runs = agw_runs_new();
+    gw->runs = agw_runs_new(gw->n_workers);
     gw->metrics = agw_metrics_new();
     gw->ratelimit = agw_ratelimit_new();
     if ((gw->gc = gconf_new(cfg, 1, err, errlen)) == NULL)

@@ -147,6 +147,7 @@ struct agw_relay {
     unsigned busy; /* the relay's callbacks on the stack */
     /* the active-run registry */
     struct agw_runs *runs;
+    unsigned runs_part;
     struct agw_run_entry *entry; /* while registered */
     /* thread history: what the run produced, handed to the store in pieces and at the end */
     struct agw_store *store;     /* NULL: the run is not recorded */
@@ -650,8 +651,8 @@ static void up_on_head(void *arg, const struct agw_http1_response *resp)
     drop_retry_params(r);
     if (r->runs != NULL) {
         const struct agw_url *u = agw_upstream_pool_url(r->backends[r->attempt]);
-        r->entry =
-            agw_runs_add(r->runs, r->agent_id, r->thread_id, r->run_id, u->text, r->set->base, r);
+        r->entry = agw_runs_add(r->runs, r->runs_part, r->agent_id, r->thread_id, r->run_id,
+                                u->text, r->set->base, r);
     }
     if (r->state == RL_ST_DETACHED) /* detached before the upstream answered: it goes on alone */
         goto out;
@@ -998,6 +999,7 @@ static struct agw_relay *relay_new(struct agw_relay_set *set, const struct agw_r
     r->connect_us = r->first_byte_us = AGW_UP_NOT_MEASURED;
     r->arg = p->arg;
     r->runs = p->runs;
+    r->runs_part = p->runs_part;
     r->detach = p->detach;
     r->legacy_client = p->legacy_client;
     r->store = p->store; /* recording: a capture is made when an event is to be kept */

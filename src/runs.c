@@ -1,22 +1,33 @@
-/* The registry of active runs: chained hash tables, one per index, over the same entries. New
- * entries go to the head of their chain, so the first match of a lookup is the newest. The tables
- * double when the entries outnumber the buckets. */
+/* The registry of active runs: one part per event loop, each with chained hash tables, one per
+ * index, over the same entries, and its own lock. A loop adds and removes its runs in its own part
+ * alone: a run's registration takes no lock and writes no memory another loop's runs use. The
+ * lookups (decisions, cancels: rare) hold every part and look in each. New entries go to the head
+ * of their chain, so the first match of a lookup in a part is that part's newest; across parts the
+ * newest is the one registered last (<seq>: the time of registration, in ns). The tables double
+ * when the entries outnumber the buckets. */
 #include "config.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agw/runs.h"
 
 #define INITIAL_BUCKETS 64
 
-struct agw_runs {
+/* Aligned so that two loops' parts share no cache line. */
+struct part {
+    _Alignas(AGW_CACHE_LINE) pthread_mutex_t lock;
     struct agw_run_entry **buckets[AGW_RUNS_N_INDEXES];
     size_t n_buckets; /* a power of two, the same for every index */
     size_t count;
-    uint64_t seq;
-    pthread_mutex_t lock;
+    uint64_t last_seq;
+};
+
+struct agw_runs {
+    struct part *parts;
+    unsigned n_parts;
 };
 
 /* FNV-1a over the strings, each followed by a separator byte that no C string contains. */
@@ -42,7 +53,7 @@ static uint64_t hash_for(int index, const char *agent, const char *thread, const
     }
 }
 
-static void link_entry(struct agw_runs *runs, int index, struct agw_run_entry *e)
+static void link_entry(struct part *runs, int index, struct agw_run_entry *e)
 {
     struct agw_run_entry **head = &runs->buckets[index][e->hash[index] & (runs->n_buckets - 1)];
 
@@ -50,7 +61,7 @@ static void link_entry(struct agw_runs *runs, int index, struct agw_run_entry *e
     *head = e;
 }
 
-static void unlink_entry(struct agw_runs *runs, int index, struct agw_run_entry *e)
+static void unlink_entry(struct part *runs, int index, struct agw_run_entry *e)
 {
     struct agw_run_entry **p = &runs->buckets[index][e->hash[index] & (runs->n_buckets - 1)];
 
@@ -69,7 +80,7 @@ static int by_seq(const void *a, const void *b)
 
 /* Doubles every table. Chains are rebuilt oldest first so that the newest entry stays at the head.
  */
-static void grow(struct agw_runs *runs)
+static void grow(struct part *runs)
 {
     size_t old_n = runs->n_buckets;
     struct agw_run_entry **all = agw_xcalloc(runs->count, sizeof(*all));
@@ -90,14 +101,19 @@ static void grow(struct agw_runs *runs)
     free(all);
 }
 
-struct agw_runs *agw_runs_new(void)
+struct agw_runs *agw_runs_new(unsigned n_parts)
 {
     struct agw_runs *runs = agw_xcalloc(1, sizeof(*runs));
 
-    pthread_mutex_init(&runs->lock, NULL);
-    runs->n_buckets = INITIAL_BUCKETS;
-    for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)
-        runs->buckets[i] = agw_xcalloc(runs->n_buckets, sizeof(*runs->buckets[i]));
+    runs->n_parts = n_parts > 0 ? n_parts : 1;
+    runs->parts = agw_xaligned_calloc(AGW_CACHE_LINE, runs->n_parts, sizeof(*runs->parts));
+    for (unsigned k = 0; k < runs->n_parts; k++) {
+        struct part *pt = &runs->parts[k];
+        pthread_mutex_init(&pt->lock, NULL);
+        pt->n_buckets = INITIAL_BUCKETS;
+        for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)
+            pt->buckets[i] = agw_xcalloc(pt->n_buckets, sizeof(*pt->buckets[i]));
+    }
     return runs;
 }
 
@@ -118,43 +134,59 @@ void agw_runs_free(struct agw_runs *runs)
 {
     if (runs == NULL)
         return;
-    for (size_t b = 0; b < runs->n_buckets; b++) {
-        struct agw_run_entry *e = runs->buckets[0][b], *next;
-        for (; e != NULL; e = next) {
-            next = e->next[0];
-            entry_free(e);
+    for (unsigned k = 0; k < runs->n_parts; k++) {
+        struct part *pt = &runs->parts[k];
+        for (size_t b = 0; b < pt->n_buckets; b++) {
+            struct agw_run_entry *e = pt->buckets[0][b], *next;
+            for (; e != NULL; e = next) {
+                next = e->next[0];
+                entry_free(e);
+            }
         }
+        for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)
+            free(pt->buckets[i]);
+        pthread_mutex_destroy(&pt->lock);
     }
-    for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)
-        free(runs->buckets[i]);
-    pthread_mutex_destroy(&runs->lock);
+    free(runs->parts);
     free(runs);
 }
 
 void agw_runs_lock(struct agw_runs *runs)
 {
-    pthread_mutex_lock(&runs->lock);
+    for (unsigned k = 0; k < runs->n_parts; k++) /* in order: lookups do not deadlock */
+        pthread_mutex_lock(&runs->parts[k].lock);
 }
 
 void agw_runs_unlock(struct agw_runs *runs)
 {
-    pthread_mutex_unlock(&runs->lock);
+    for (unsigned k = runs->n_parts; k-- > 0;)
+        pthread_mutex_unlock(&runs->parts[k].lock);
 }
 
 size_t agw_runs_count(struct agw_runs *runs)
 {
-    size_t n;
+    size_t n = 0;
 
-    pthread_mutex_lock(&runs->lock);
-    n = runs->count;
-    pthread_mutex_unlock(&runs->lock);
+    for (unsigned k = 0; k < runs->n_parts; k++) {
+        pthread_mutex_lock(&runs->parts[k].lock);
+        n += runs->parts[k].count;
+        pthread_mutex_unlock(&runs->parts[k].lock);
+    }
     return n;
 }
 
-struct agw_run_entry *agw_runs_add(struct agw_runs *runs, const char *agent_id,
+/* <a> was registered after <b>. */
+static bool newer(const struct agw_run_entry *a, const struct agw_run_entry *b)
+{
+    return a->seq != b->seq ? a->seq > b->seq : a->part > b->part;
+}
+
+struct agw_run_entry *agw_runs_add(struct agw_runs *runs, unsigned part, const char *agent_id,
                                    const char *thread_id, const char *run_id,
                                    const char *backend_url, const void *home, void *owner)
 {
+    struct part *pt = &runs->parts[part < runs->n_parts ? part : 0];
+    struct timespec ts;
     const char *url = backend_url != NULL ? backend_url : "";
     size_t na = strlen(agent_id), nt = strlen(thread_id), nr = strlen(run_id), nu = strlen(url);
     /* one block: the struct, the key "ag_ui:{agent}:{thread}:{run}", then the four strings */
@@ -180,28 +212,37 @@ struct agw_run_entry *agw_runs_add(struct agw_runs *runs, const char *agent_id,
     put(p, url, nu + 1);
     e->home = home;
     e->owner = owner;
+    e->part = (unsigned)(pt - runs->parts);
     for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)
         e->hash[i] = hash_for(i, agent_id, thread_id, run_id);
-    pthread_mutex_lock(&runs->lock);
-    e->seq = ++runs->seq;
-    if (runs->count >= runs->n_buckets)
-        grow(runs);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    pthread_mutex_lock(&pt->lock);
+    /* the time, made strictly increasing within the part (a coarse clock could repeat itself) */
+    e->seq = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    if (e->seq <= pt->last_seq)
+        e->seq = pt->last_seq + 1;
+    pt->last_seq = e->seq;
+    if (pt->count >= pt->n_buckets)
+        grow(pt);
     for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)
-        link_entry(runs, i, e);
-    runs->count++;
-    pthread_mutex_unlock(&runs->lock);
+        link_entry(pt, i, e);
+    pt->count++;
+    pthread_mutex_unlock(&pt->lock);
     return e;
 }
 
 void agw_runs_remove(struct agw_runs *runs, struct agw_run_entry *e)
 {
+    struct part *pt;
+
     if (e == NULL)
         return;
-    pthread_mutex_lock(&runs->lock);
+    pt = &runs->parts[e->part];
+    pthread_mutex_lock(&pt->lock);
     for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)
-        unlink_entry(runs, i, e);
-    runs->count--;
-    pthread_mutex_unlock(&runs->lock);
+        unlink_entry(pt, i, e);
+    pt->count--;
+    pthread_mutex_unlock(&pt->lock);
     entry_free(e);
 }
 
@@ -209,41 +250,67 @@ struct agw_run_entry *agw_runs_find(const struct agw_runs *runs, const char *age
                                     const char *thread_id, const char *run_id)
 {
     uint64_t h = hash_for(AGW_RUNS_BY_KEY, agent_id, thread_id, run_id);
-    struct agw_run_entry *e = runs->buckets[AGW_RUNS_BY_KEY][h & (runs->n_buckets - 1)];
+    struct agw_run_entry *best = NULL;
 
-    for (; e != NULL; e = e->next[AGW_RUNS_BY_KEY])
-        if (e->hash[AGW_RUNS_BY_KEY] == h && strcmp(e->run_id, run_id) == 0 &&
-            strcmp(e->thread_id, thread_id) == 0 && strcmp(e->agent_id, agent_id) == 0)
-            return e;
-    return NULL;
+    for (unsigned k = 0; k < runs->n_parts; k++) {
+        const struct part *pt = &runs->parts[k];
+        struct agw_run_entry *e = pt->buckets[AGW_RUNS_BY_KEY][h & (pt->n_buckets - 1)];
+        for (; e != NULL; e = e->next[AGW_RUNS_BY_KEY])
+            if (e->hash[AGW_RUNS_BY_KEY] == h && strcmp(e->run_id, run_id) == 0 &&
+                strcmp(e->thread_id, thread_id) == 0 && strcmp(e->agent_id, agent_id) == 0)
+                break;
+        if (e != NULL && (best == NULL || newer(e, best)))
+            best = e;
+    }
+    return best;
 }
 
 struct agw_run_entry *agw_runs_latest(const struct agw_runs *runs, const char *agent_id,
                                       const char *thread_id)
 {
     uint64_t h = hash_for(AGW_RUNS_BY_THREAD, agent_id, thread_id, NULL);
-    struct agw_run_entry *e = runs->buckets[AGW_RUNS_BY_THREAD][h & (runs->n_buckets - 1)];
+    struct agw_run_entry *best = NULL;
 
-    for (; e != NULL; e = e->next[AGW_RUNS_BY_THREAD])
-        if (e->hash[AGW_RUNS_BY_THREAD] == h && strcmp(e->thread_id, thread_id) == 0 &&
-            strcmp(e->agent_id, agent_id) == 0)
-            return e;
-    return NULL;
+    for (unsigned k = 0; k < runs->n_parts; k++) {
+        const struct part *pt = &runs->parts[k];
+        struct agw_run_entry *e = pt->buckets[AGW_RUNS_BY_THREAD][h & (pt->n_buckets - 1)];
+        for (; e != NULL; e = e->next[AGW_RUNS_BY_THREAD])
+            if (e->hash[AGW_RUNS_BY_THREAD] == h && strcmp(e->thread_id, thread_id) == 0 &&
+                strcmp(e->agent_id, agent_id) == 0)
+                break;
+        if (e != NULL && (best == NULL || newer(e, best)))
+            best = e;
+    }
+    return best;
+}
+
+/* Inserts <e> into <out> (<n> entries kept, newest first) unless all <max> are newer. */
+static void keep_newest(struct agw_run_entry **out, size_t n, size_t max, struct agw_run_entry *e)
+{
+    size_t i = n < max ? n : max;
+
+    while (i > 0 && newer(e, out[i - 1])) {
+        if (i < max)
+            out[i] = out[i - 1];
+        i--;
+    }
+    if (i < max)
+        out[i] = e;
 }
 
 size_t agw_runs_by_run_id(const struct agw_runs *runs, const char *agent_id, const char *run_id,
                           struct agw_run_entry **out, size_t max)
 {
     uint64_t h = hash_for(AGW_RUNS_BY_RUN, agent_id, NULL, run_id);
-    struct agw_run_entry *e = runs->buckets[AGW_RUNS_BY_RUN][h & (runs->n_buckets - 1)];
     size_t n = 0;
 
-    for (; e != NULL; e = e->next[AGW_RUNS_BY_RUN]) {
-        if (e->hash[AGW_RUNS_BY_RUN] == h && strcmp(e->run_id, run_id) == 0 &&
-            strcmp(e->agent_id, agent_id) == 0) {
-            if (n < max)
-                out[n] = e;
-            n++;
+    for (unsigned k = 0; k < runs->n_parts; k++) {
+        const struct part *pt = &runs->parts[k];
+        struct agw_run_entry *e = pt->buckets[AGW_RUNS_BY_RUN][h & (pt->n_buckets - 1)];
+        for (; e != NULL; e = e->next[AGW_RUNS_BY_RUN]) {
+            if (e->hash[AGW_RUNS_BY_RUN] == h && strcmp(e->run_id, run_id) == 0 &&
+                strcmp(e->agent_id, agent_id) == 0)
+                keep_newest(out, n++, max, e);
         }
     }
     return n;

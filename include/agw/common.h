@@ -47,6 +47,9 @@ enum { AGW_PRIO_NEW = 1, AGW_PRIO_FLOWING = 2, AGW_N_PRIORITIES = 3 };
  * ceilings). */
 void *agw_xmalloc(size_t n);
 void *agw_xcalloc(size_t n, size_t size);
+/* <n> zeroed objects of <size> bytes at an address that is a multiple of <align> (a power of two
+ * dividing n * size); freed with free(). */
+void *agw_xaligned_calloc(size_t align, size_t n, size_t size);
 void *agw_xrealloc(void *p, size_t n);
 char *agw_xstrdup(const char *s);
 char *agw_xstrndup(const char *s, size_t n);

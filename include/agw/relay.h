@@ -69,6 +69,7 @@ struct agw_relay_params {
     uint32_t heartbeat_ms; /* 0 = none */
     uint32_t run_ms;       /* 0 = unlimited */
     struct agw_runs *runs; /* the active-run registry the run joins while it streams; or NULL */
+    unsigned runs_part;    /* its part there: the loop's (include/agw/runs.h) */
     bool detach;           /* the run goes on when the client disconnects */
     bool legacy_client;    /* the client reads legacy AG-Kit events (agw_agkit_to_legacy) */
     /* thread history: the events the client gets (or would get, detached) go there, to the run's

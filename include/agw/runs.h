@@ -4,14 +4,16 @@
  * knows the backend that serves the run, so that a decision arriving on a new request can be
  * forwarded to it, and the relay that owns it, so that the run can be cancelled.
  *
- * One registry per process, shared by every event loop (workers): entries are owned by the registry
- * and removed by the relay that added them, on the loop that runs it (the entry's <home>). Lookups
+ * One registry per process, shared by every event loop (workers), in one part per loop: a relay
+ * adds its run to its own loop's part and removes it from there, on the loop that runs it (the
+ * entry's <home>), so that registering a run touches nothing the other loops use. Lookups
  * are hash-indexed three ways: the exact key, the thread (decisions.match = "thread") and the run
  * id (the cancel endpoint knows no thread). When a client reuses a key while a run with it is
  * active, both are registered and lookups return the newest.
  *
- * Threads: agw_runs_add(), agw_runs_remove() and agw_runs_count() take the registry's lock
- * themselves. The lookups do not: call them between agw_runs_lock() and agw_runs_unlock(), and use
+ * Threads: agw_runs_add(), agw_runs_remove() and agw_runs_count() take their part's lock
+ * themselves. The lookups do not: call them between agw_runs_lock() and agw_runs_unlock() (which
+ * hold every part), and use
  * what they return only until the unlock (copy what you need). An entry's <owner> may be touched
  * only on its <home> loop.
  *
@@ -32,19 +34,23 @@ struct agw_run_entry {
     char *backend_url; /* the backend serving the run, as configured */
     const void *home;  /* the event loop that runs it: the only one that may touch <owner> */
     void *owner;       /* the caller's handle on the run (its relay) */
-    uint64_t seq;      /* registration order: higher is newer */
+    uint64_t seq;      /* registration order: higher is newer (in its part; across parts, the
+                          time of registration in ns, ties broken by <part>) */
+    unsigned part;     /* the part it is in */
     /* private: index links */
     struct agw_run_entry *next[AGW_RUNS_N_INDEXES];
     uint64_t hash[AGW_RUNS_N_INDEXES];
 };
 
-struct agw_runs *agw_runs_new(void);
+/* A registry of <n_parts> parts (one per event loop; 0 is taken as 1). */
+struct agw_runs *agw_runs_new(unsigned n_parts);
 /* Frees the registry and any entry still in it. */
 void agw_runs_free(struct agw_runs *runs);
 size_t agw_runs_count(struct agw_runs *runs);
 
-/* Registers a run; the strings are copied. Returns the entry, valid until agw_runs_remove(). */
-struct agw_run_entry *agw_runs_add(struct agw_runs *runs, const char *agent_id,
+/* Registers a run in part <part> (the caller's loop's; out of range: 0); the strings are copied.
+ * Returns the entry, valid until agw_runs_remove(). */
+struct agw_run_entry *agw_runs_add(struct agw_runs *runs, unsigned part, const char *agent_id,
                                    const char *thread_id, const char *run_id,
                                    const char *backend_url, const void *home, void *owner);
 void agw_runs_remove(struct agw_runs *runs, struct agw_run_entry *e);

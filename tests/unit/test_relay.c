@@ -54,7 +54,7 @@ static void setup(void)
 {
     base = event_base_new();
     set = agw_relay_set_new(base);
-    runs = agw_runs_new();
+    runs = agw_runs_new(1);
     fake_pool_init(&pools[0], "http://127.0.0.1:9001/agent");
     fake_pool_init(&pools[1], "http://127.0.0.1:9002/agent");
     memset(&ended, 0, sizeof(ended));
