@@ -118,26 +118,31 @@ uint64_t agw_metrics_get(const struct agw_metrics *m, enum agw_counter c)
     return __atomic_load_n(&m->counters[c], __ATOMIC_RELAXED);
 }
 
+/* <m>'s count of (<agent>, <status>), made 0 when it has none (under <m>'s lock, or private). */
+static struct status_count *request_of(struct agw_metrics *m, const char *agent, int status)
+{
+    struct status_count *r;
+
+    for (size_t i = 0; i < m->n_requests; i++)
+        if (m->requests[i].status == status && strcmp(m->requests[i].agent, agent) == 0)
+            return &m->requests[i];
+    if (m->n_requests == m->cap_requests) {
+        m->cap_requests = m->cap_requests ? 2 * m->cap_requests : 16;
+        m->requests = agw_xrealloc(m->requests, m->cap_requests * sizeof(*m->requests));
+    }
+    r = &m->requests[m->n_requests++];
+    snprintf(r->agent, sizeof(r->agent), "%s", agent);
+    r->status = status;
+    r->n = 0;
+    return r;
+}
+
 void agw_metrics_request(struct agw_metrics *m, const char *agent, int status)
 {
     if (agent == NULL)
         agent = "";
     pthread_mutex_lock(&m->lock);
-    for (size_t i = 0; i < m->n_requests; i++) {
-        if (m->requests[i].status == status && strcmp(m->requests[i].agent, agent) == 0) {
-            m->requests[i].n++;
-            pthread_mutex_unlock(&m->lock);
-            return;
-        }
-    }
-    if (m->n_requests == m->cap_requests) {
-        m->cap_requests = m->cap_requests ? 2 * m->cap_requests : 16;
-        m->requests = agw_xrealloc(m->requests, m->cap_requests * sizeof(*m->requests));
-    }
-    snprintf(m->requests[m->n_requests].agent, sizeof(m->requests[0].agent), "%s", agent);
-    m->requests[m->n_requests].status = status;
-    m->requests[m->n_requests].n = 1;
-    m->n_requests++;
+    request_of(m, agent, status)->n++;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -206,23 +211,8 @@ static void merge(struct agw_metrics *dst, struct agw_metrics *src)
     for (int k = 0; k < AGW_UP_N_FAILURES; k++)
         dst->upstream_failures[k] += __atomic_load_n(&src->upstream_failures[k], __ATOMIC_RELAXED);
     pthread_mutex_lock(&src->lock);
-    for (size_t i = 0; i < src->n_requests; i++) {
-        const struct status_count *r = &src->requests[i];
-        size_t j = 0;
-        while (j < dst->n_requests && (dst->requests[j].status != r->status ||
-                                       strcmp(dst->requests[j].agent, r->agent) != 0))
-            j++;
-        if (j == dst->n_requests) {
-            if (dst->n_requests == dst->cap_requests) {
-                dst->cap_requests = dst->cap_requests ? 2 * dst->cap_requests : 16;
-                dst->requests =
-                    agw_xrealloc(dst->requests, dst->cap_requests * sizeof(*dst->requests));
-            }
-            dst->requests[dst->n_requests++] = (struct status_count){.status = r->status};
-            memcpy(dst->requests[j].agent, r->agent, sizeof(r->agent));
-        }
-        dst->requests[j].n += r->n;
-    }
+    for (size_t i = 0; i < src->n_requests; i++)
+        request_of(dst, src->requests[i].agent, src->requests[i].status)->n += src->requests[i].n;
     for (size_t i = 0; i < src->n_latency; i++) {
         const struct agent_latency *a = src->latency[i];
         struct agent_latency *d = latency_of(dst, a->agent);

@@ -1,6 +1,7 @@
 /* The registry of active runs: one part per event loop, each with chained hash tables, one per
  * index, over the same entries, and its own lock. A loop adds and removes its runs in its own part
- * alone: a run's registration takes no lock and writes no memory another loop's runs use. The
+ * alone: a run's registration takes only that part's lock (which nothing else takes but a lookup)
+ * and writes no memory another loop's runs use. The
  * lookups (decisions, cancels: rare) hold every part and look in each. New entries go to the head
  * of their chain, so the first match of a lookup in a part is that part's newest; across parts the
  * newest is the one registered last (<seq>: the time of registration, in ns). The tables double
@@ -53,17 +54,17 @@ static uint64_t hash_for(int index, const char *agent, const char *thread, const
     }
 }
 
-static void link_entry(struct part *runs, int index, struct agw_run_entry *e)
+static void link_entry(struct part *pt, int index, struct agw_run_entry *e)
 {
-    struct agw_run_entry **head = &runs->buckets[index][e->hash[index] & (runs->n_buckets - 1)];
+    struct agw_run_entry **head = &pt->buckets[index][e->hash[index] & (pt->n_buckets - 1)];
 
     e->next[index] = *head;
     *head = e;
 }
 
-static void unlink_entry(struct part *runs, int index, struct agw_run_entry *e)
+static void unlink_entry(struct part *pt, int index, struct agw_run_entry *e)
 {
-    struct agw_run_entry **p = &runs->buckets[index][e->hash[index] & (runs->n_buckets - 1)];
+    struct agw_run_entry **p = &pt->buckets[index][e->hash[index] & (pt->n_buckets - 1)];
 
     while (*p != e)
         p = &(*p)->next[index];
@@ -80,24 +81,24 @@ static int by_seq(const void *a, const void *b)
 
 /* Doubles every table. Chains are rebuilt oldest first so that the newest entry stays at the head.
  */
-static void grow(struct part *runs)
+static void grow(struct part *pt)
 {
-    size_t old_n = runs->n_buckets;
-    struct agw_run_entry **all = agw_xcalloc(runs->count, sizeof(*all));
+    size_t old_n = pt->n_buckets;
+    struct agw_run_entry **all = agw_xcalloc(pt->count, sizeof(*all));
     size_t n = 0;
 
     for (size_t b = 0; b < old_n; b++)
-        for (struct agw_run_entry *e = runs->buckets[0][b]; e != NULL; e = e->next[0])
+        for (struct agw_run_entry *e = pt->buckets[0][b]; e != NULL; e = e->next[0])
             all[n++] = e;
-    runs->n_buckets = 2 * old_n;
+    pt->n_buckets = 2 * old_n;
     for (int i = 0; i < AGW_RUNS_N_INDEXES; i++) {
-        free(runs->buckets[i]);
-        runs->buckets[i] = agw_xcalloc(runs->n_buckets, sizeof(*runs->buckets[i]));
+        free(pt->buckets[i]);
+        pt->buckets[i] = agw_xcalloc(pt->n_buckets, sizeof(*pt->buckets[i]));
     }
     qsort(all, n, sizeof(*all), by_seq);
     for (size_t k = 0; k < n; k++)
         for (int i = 0; i < AGW_RUNS_N_INDEXES; i++)
-            link_entry(runs, i, all[k]);
+            link_entry(pt, i, all[k]);
     free(all);
 }
 
