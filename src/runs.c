@@ -247,42 +247,44 @@ void agw_runs_remove(struct agw_runs *runs, struct agw_run_entry *e)
     entry_free(e);
 }
 
-struct agw_run_entry *agw_runs_find(const struct agw_runs *runs, const char *agent_id,
+/* <e> is in the chains of index <index> with hash <h>, for <agent_id> and the ids given (NULL:
+ * any). */
+static bool matches(const struct agw_run_entry *e, int index, uint64_t h, const char *agent_id,
+                    const char *thread_id, const char *run_id)
+{
+    return e->hash[index] == h && (run_id == NULL || strcmp(e->run_id, run_id) == 0) &&
+           (thread_id == NULL || strcmp(e->thread_id, thread_id) == 0) &&
+           strcmp(e->agent_id, agent_id) == 0;
+}
+
+/* The newest entry of index <index> for the ids (NULL: any), in every part. */
+static struct agw_run_entry *newest(const struct agw_runs *runs, int index, const char *agent_id,
                                     const char *thread_id, const char *run_id)
 {
-    uint64_t h = hash_for(AGW_RUNS_BY_KEY, agent_id, thread_id, run_id);
+    uint64_t h = hash_for(index, agent_id, thread_id, run_id);
     struct agw_run_entry *best = NULL;
 
     for (unsigned k = 0; k < runs->n_parts; k++) {
         const struct part *pt = &runs->parts[k];
-        struct agw_run_entry *e = pt->buckets[AGW_RUNS_BY_KEY][h & (pt->n_buckets - 1)];
-        for (; e != NULL; e = e->next[AGW_RUNS_BY_KEY])
-            if (e->hash[AGW_RUNS_BY_KEY] == h && strcmp(e->run_id, run_id) == 0 &&
-                strcmp(e->thread_id, thread_id) == 0 && strcmp(e->agent_id, agent_id) == 0)
-                break;
+        struct agw_run_entry *e = pt->buckets[index][h & (pt->n_buckets - 1)];
+        while (e != NULL && !matches(e, index, h, agent_id, thread_id, run_id))
+            e = e->next[index];
         if (e != NULL && (best == NULL || newer(e, best)))
-            best = e;
+            best = e; /* (a part's first match is its newest) */
     }
     return best;
+}
+
+struct agw_run_entry *agw_runs_find(const struct agw_runs *runs, const char *agent_id,
+                                    const char *thread_id, const char *run_id)
+{
+    return newest(runs, AGW_RUNS_BY_KEY, agent_id, thread_id, run_id);
 }
 
 struct agw_run_entry *agw_runs_latest(const struct agw_runs *runs, const char *agent_id,
                                       const char *thread_id)
 {
-    uint64_t h = hash_for(AGW_RUNS_BY_THREAD, agent_id, thread_id, NULL);
-    struct agw_run_entry *best = NULL;
-
-    for (unsigned k = 0; k < runs->n_parts; k++) {
-        const struct part *pt = &runs->parts[k];
-        struct agw_run_entry *e = pt->buckets[AGW_RUNS_BY_THREAD][h & (pt->n_buckets - 1)];
-        for (; e != NULL; e = e->next[AGW_RUNS_BY_THREAD])
-            if (e->hash[AGW_RUNS_BY_THREAD] == h && strcmp(e->thread_id, thread_id) == 0 &&
-                strcmp(e->agent_id, agent_id) == 0)
-                break;
-        if (e != NULL && (best == NULL || newer(e, best)))
-            best = e;
-    }
-    return best;
+    return newest(runs, AGW_RUNS_BY_THREAD, agent_id, thread_id, NULL);
 }
 
 /* Inserts <e> into <out> (<n> entries kept, newest first) unless all <max> are newer. */
@@ -308,11 +310,9 @@ size_t agw_runs_by_run_id(const struct agw_runs *runs, const char *agent_id, con
     for (unsigned k = 0; k < runs->n_parts; k++) {
         const struct part *pt = &runs->parts[k];
         struct agw_run_entry *e = pt->buckets[AGW_RUNS_BY_RUN][h & (pt->n_buckets - 1)];
-        for (; e != NULL; e = e->next[AGW_RUNS_BY_RUN]) {
-            if (e->hash[AGW_RUNS_BY_RUN] == h && strcmp(e->run_id, run_id) == 0 &&
-                strcmp(e->agent_id, agent_id) == 0)
+        for (; e != NULL; e = e->next[AGW_RUNS_BY_RUN])
+            if (matches(e, AGW_RUNS_BY_RUN, h, agent_id, NULL, run_id))
                 keep_newest(out, n++, max, e);
-        }
     }
     return n;
 }
