@@ -102,6 +102,12 @@ struct thread {
     /* The database holds no message row of it outside [db_first, db_end): empty for a thread it
      * never held, [0, UINT64_MAX) when unknown; exact after each commit of it. */
     uint64_t db_first, db_end;
+    /* From its last commit: its number in the database (0: not known), and what its row then said
+     * (<db_agents_len>: the length of <agents>, which only grows); valid while the store's
+     * <expire_epoch> is <db_epoch> (the ttl deletes rows). */
+    int64_t db_key, db_updated_s;
+    size_t db_agents_len;
+    uint64_t db_epoch;
     char id[]; /* in the thread's block */
 };
 TAILQ_HEAD(thread_list, thread);
@@ -145,8 +151,9 @@ struct agw_store {
     struct agw_store_backend be; /* be.self NULL: the memory kind */
     struct agw_store_msg *msgs;  /* a commit's messages, kept from one commit to the next */
     size_t msgs_cap;
-    unsigned fail_streak; /* commits failed in a row (0: the last one succeeded) */
-    bool unsaved_logged;  /* dirty threads were evicted in this streak (logged once) */
+    unsigned fail_streak;  /* commits failed in a row (0: the last one succeeded) */
+    uint64_t expire_epoch; /* sweeps that deleted threads from the database (struct thread) */
+    bool unsaved_logged;   /* dirty threads were evicted in this streak (logged once) */
     /* statistics (atomics: read from any thread) */
     uint64_t records, dropped, commits, commit_errors, expired, malformed, max_commit_us,
         congestions, thread_reads, reads_spared, unsaved;
@@ -405,9 +412,10 @@ static void add_agent(struct thread *t, const char *agent)
 
 /* The changes of thread <t> since its last commit, for the backend: its row, and in *<msgs> (grown
  * as needed, <cap> entries) from index <at> on, the messages that changed. Returns how many. */
-static size_t changes(struct thread *t, struct agw_store_row *row, struct agw_store_msg **msgs,
-                      size_t *cap, size_t at)
+static size_t changes(const struct agw_store *s, struct thread *t, struct agw_store_row *row,
+                      struct agw_store_msg **msgs, size_t *cap, size_t at)
 {
+    int64_t key = t->db_epoch == s->expire_epoch ? t->db_key : 0;
     struct agw_history *h = t->h;
     size_t n = agw_history_count(h), k = at;
     uint64_t first = agw_history_dropped(h);
@@ -430,14 +438,18 @@ static size_t changes(struct thread *t, struct agw_store_row *row, struct agw_st
                                             .drop_parts = r.drop_parts};
         k++;
     }
-    *row = (struct agw_store_row){.id = t->id,
-                                  .agents = t->agents,
-                                  .updated_s = t->updated_s,
-                                  .first = first,
-                                  .count = n,
-                                  .n_msgs = k - at,
-                                  .drop_before = t->db_first < first && t->db_end > t->db_first,
-                                  .drop_after = t->db_end > first + n};
+    *row = (struct agw_store_row){
+        .id = t->id,
+        .agents = t->agents,
+        .updated_s = t->updated_s,
+        .first = first,
+        .count = n,
+        .n_msgs = k - at,
+        .drop_before = t->db_first < first && t->db_end > t->db_first,
+        .drop_after = t->db_end > first + n,
+        .key = key,
+        .row_same = key > 0 && t->db_first == first && t->db_end == first + n &&
+                    t->db_updated_s == t->updated_s && t->db_agents_len == strlen(t->agents)};
     return k - at;
 }
 
@@ -470,7 +482,7 @@ static void commit(struct agw_store *s)
     n = 0;
     TAILQ_FOREACH(t, &s->dirty, dirty_link)
     {
-        n_msgs += changes(t, &rows[n], &s->msgs, &s->msgs_cap, n_msgs);
+        n_msgs += changes(s, t, &rows[n], &s->msgs, &s->msgs_cap, n_msgs);
         n++;
     }
     /* the messages' array is complete (it may have moved while growing): point the rows into it */
@@ -480,8 +492,8 @@ static void commit(struct agw_store *s)
         n_msgs += rows[i].n_msgs;
     }
     rc = s->be.save(s->be.self, rows, n, err, sizeof(err));
-    free(rows);
     if (rc != 0) {
+        free(rows);
         /* The threads stay dirty: the next commit tries them again. */
         if (s->fail_streak == 0)
             agw_log_error("thread history: commit failed: %s (retried until it succeeds)", err);
@@ -490,14 +502,19 @@ static void commit(struct agw_store *s)
         s->fail_streak++;
         return;
     }
-    while ((t = TAILQ_FIRST(&s->dirty)) != NULL) {
+    for (size_t i = 0; (t = TAILQ_FIRST(&s->dirty)) != NULL; i++) { /* in the rows' order */
         TAILQ_REMOVE(&s->dirty, t, dirty_link);
         t->dirty = false;
         t->db_first = agw_history_dropped(t->h);
         t->db_end = t->db_first + agw_history_count(t->h);
+        t->db_key = rows[i].key;
+        t->db_updated_s = t->updated_s;
+        t->db_agents_len = strlen(t->agents);
+        t->db_epoch = s->expire_epoch;
         agw_history_mark_saved(t->h);
         agw_history_shed(t->h, SHED_MIN_BYTES);
     }
+    free(rows);
     clock_gettime(CLOCK_MONOTONIC, &b);
     {
         uint64_t us =
@@ -532,6 +549,8 @@ static void sweep(struct agw_store *s)
     for (int64_t k = TTL_BATCH; s->be.self != NULL && k == TTL_BATCH;) {
         k = s->be.expire(s->be.self, cutoff + 1, TTL_BATCH);
         n += k > 0 ? (uint64_t)k : 0;
+        if (k > 0) /* a thread still cached may have lost its row: its number is looked up again */
+            s->expire_epoch++;
     }
     if (n > 0)
         agw_log_info("thread history: %llu thread%s past the ttl deleted", (unsigned long long)n,

@@ -39,6 +39,11 @@ struct agw_store_row {
      * rows in a range it still covers), so that a commit of a thread that only grew deletes
      * nothing. */
     bool drop_before, drop_after;
+    /* save: the thread's number in the database when the store knows it from an earlier commit (0:
+     * looked up), and set to it by a save that succeeds. <row_same>: its row (agents, updated_s,
+     * first, count) is as that commit wrote it: only its messages are written. */
+    int64_t key;
+    bool row_same;
 };
 
 /* Called by load for each message of a thread, oldest first; the strings are valid during the
@@ -62,8 +67,8 @@ struct agw_store_backend {
     /* Writes <n> threads in one transaction: each row replaces its thread's, its messages outside
      * [first, first + count) are deleted and its <msgs> written at their positions (a piece 0
      * replacing the message, another piece added to it). 0, or -1 with nothing written and the
-     * cause in <err>. */
-    int (*save)(void *self, const struct agw_store_row *rows, size_t n, char *err, size_t errlen);
+     * cause in <err>. Sets each row's <key>. */
+    int (*save)(void *self, struct agw_store_row *rows, size_t n, char *err, size_t errlen);
     /* Deletes at most <max> threads (and their messages) last changed before <cutoff_s>: how
      * many, or -1. */
     int64_t (*expire)(void *self, int64_t cutoff_s, unsigned max);
@@ -74,5 +79,9 @@ struct agw_store_backend {
  * <dir>/history.lock held (one gateway per directory); a store of an older schema is migrated. 0,
  * or -AGW_E* with a message naming the file in <err>. */
 int agw_store_sqlite_open(const char *dir, struct agw_store_backend *b, char *err, size_t errlen);
+
+/* Since the process started: the threads the embedded kind's saves looked up by id, and the thread
+ * rows they wrote (for tests). */
+void agw_store_sqlite_counts(uint64_t *lookups, uint64_t *row_writes);
 
 #endif

@@ -339,45 +339,78 @@ static bool db_may_hold(void *self, const char *id)
     return d->known == NULL || agw_bloom_may_hold(d->known, id, strlen(id));
 }
 
-/* Writes one thread's row, deletes its messages outside [first, first + count), writes <msgs>. */
-static bool save_thread(struct db *d, const struct agw_store_row *r)
-{
-    sqlite3_int64 end = (sqlite3_int64)(r->first + r->count), key = 0;
-    bool ok, known = false;
+/* Thread rows looked up by id and written, for tests (agw_store_sqlite_counts()). */
+static uint64_t n_lookups, n_row_writes;
 
-    /* The thread's number: looked up, then its row updated, or inserted (numbered) when new. (An
-     * upsert ... RETURNING key would be one statement, but measured three times the cost.) */
+void agw_store_sqlite_counts(uint64_t *lookups, uint64_t *row_writes)
+{
+    *lookups = __atomic_load_n(&n_lookups, __ATOMIC_RELAXED);
+    *row_writes = __atomic_load_n(&n_row_writes, __ATOMIC_RELAXED);
+}
+
+/* Thread <r->id>'s number, or 0 when the database has no such thread; -1 on an error. */
+static sqlite3_int64 thread_key(struct db *d, const struct agw_store_row *r)
+{
+    sqlite3_int64 key;
+
+    __atomic_add_fetch(&n_lookups, 1, __ATOMIC_RELAXED);
     sqlite3_bind_text(d->st_thread_key, 1, r->id, -1, SQLITE_STATIC);
     switch (sqlite3_step(d->st_thread_key)) {
     case SQLITE_ROW:
         key = sqlite3_column_int64(d->st_thread_key, 0);
-        known = true;
-        ok = true;
         break;
     case SQLITE_DONE:
-        ok = true;
+        key = 0;
         break;
     default:
-        ok = false;
+        key = -1;
     }
     sqlite3_reset(d->st_thread_key);
     sqlite3_clear_bindings(d->st_thread_key);
-    if (ok) {
-        sqlite3_stmt *st = known ? d->st_update_thread : d->st_insert_thread;
-        if (known)
-            sqlite3_bind_int64(st, 1, key);
-        else
-            sqlite3_bind_text(st, 1, r->id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, r->agents, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, r->updated_s);
-        sqlite3_bind_int64(st, 4, (sqlite3_int64)r->first);
-        sqlite3_bind_int64(st, 5, (sqlite3_int64)r->count);
-        if (!known)
-            known_add(d, r->id); /* before the insert: a filter may say "perhaps", never "no" */
-        ok = step_done(st);
-        if (!known)
-            key = sqlite3_last_insert_rowid(d->db);
-    }
+    return key;
+}
+
+/* Writes thread <r>'s row: updated when <key> (its number) is known, else inserted (numbered).
+ * Returns its number, or -1. An update that finds no row (the thread went meanwhile) inserts it. */
+static sqlite3_int64 write_thread_row(struct db *d, const struct agw_store_row *r,
+                                      sqlite3_int64 key)
+{
+    sqlite3_stmt *st = key > 0 ? d->st_update_thread : d->st_insert_thread;
+
+    __atomic_add_fetch(&n_row_writes, 1, __ATOMIC_RELAXED);
+    if (key > 0)
+        sqlite3_bind_int64(st, 1, key);
+    else
+        sqlite3_bind_text(st, 1, r->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, r->agents, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, r->updated_s);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)r->first);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)r->count);
+    if (key == 0)
+        known_add(d, r->id); /* before the insert: a filter may say "perhaps", never "no" */
+    if (!step_done(st))
+        return -1;
+    if (key == 0)
+        return sqlite3_last_insert_rowid(d->db);
+    return sqlite3_changes(d->db) > 0 ? key : write_thread_row(d, r, 0);
+}
+
+/* Writes one thread's row (unless it is as the database holds it), deletes its messages outside
+ * [first, first + count), writes <msgs>; sets <r->key>. */
+static bool save_thread(struct db *d, struct agw_store_row *r)
+{
+    sqlite3_int64 end = (sqlite3_int64)(r->first + r->count);
+    /* The thread's number: known from an earlier commit, or looked up; its row then updated, or
+     * inserted (numbered) when new. (An upsert ... RETURNING key would be one statement, but
+     * measured three times the cost.) A thread that streams keeps its row and number from one
+     * commit to the next: only its answer's new piece is written. */
+    sqlite3_int64 key = r->key > 0 ? r->key : thread_key(d, r);
+    bool ok;
+
+    if (key >= 0 && !(r->key > 0 && r->row_same))
+        key = write_thread_row(d, r, key);
+    ok = key > 0;
+    r->key = ok ? key : 0;
     if (ok && r->drop_before) {
         sqlite3_bind_int64(d->st_drop_before, 1, key);
         sqlite3_bind_int64(d->st_drop_before, 2, (sqlite3_int64)r->first);
@@ -430,7 +463,7 @@ static void db_shed(struct db *d)
     d->shed_from = st.st_size;
 }
 
-static int db_save(void *self, const struct agw_store_row *rows, size_t n, char *err, size_t errlen)
+static int db_save(void *self, struct agw_store_row *rows, size_t n, char *err, size_t errlen)
 {
     struct db *d = self;
     bool ok = sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK;

@@ -31,6 +31,7 @@
 #include <sqlite3.h>
 
 #include "agw/store.h"
+#include "../../src/store_backend.h"
 
 static char dir[] = "/tmp/agw-store-test.XXXXXX";
 
@@ -873,6 +874,46 @@ Test(store, a_text_growing_across_commits_is_written_by_pieces)
     cr_assert_eq(a.status, 404, "a piece missing: unreadable");
     agw_store_get_stats(s, &st);
     cr_assert_eq(st.malformed, 1);
+    agw_store_close(s);
+}
+
+/* A thread that streams keeps its number and its row from one commit to the next: each commit
+ * writes its answer's new piece alone (no look-up of the thread by id, its row written again only
+ * when its second of last change moved), and the answer reads back whole after a restart. */
+Test(store, a_streaming_thread_is_written_without_its_row)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    static const char growth[] =
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"a2\",\"delta\":\"ab\"}\n";
+    uint64_t l0, w0, l1, w1;
+    struct answer a;
+    json_t *m;
+
+    write_run1(s, "t1");
+    events(s, "t1", "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a2\"}\n");
+    committed();
+    agw_store_sqlite_counts(&l0, &w0);
+    cr_assert_geq(w0, 1, "the thread's row was written");
+    for (int i = 0; i < 5; i++) {
+        events(s, "t1", "r1", growth);
+        committed();
+    }
+    agw_store_sqlite_counts(&l1, &w1);
+    cr_assert_eq(l1, l0, "no look-up of a thread whose number is known");
+    cr_assert_leq(w1 - w0, 2, "5 commits wrote the row %" PRIu64 " times", w1 - w0);
+    agw_store_close(s);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    a = read_thread(s, "t1", "order=desc&limit=1");
+    m = json_array_get(json_object_get(a.page, "messages"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(m, "content")), "ababababab");
+    json_decref(a.page);
+    write_run1(s, "t1"); /* read back: looked up once, then known again */
+    committed();
+    agw_store_sqlite_counts(&l0, &w0);
+    events(s, "t1", "r1", growth);
+    committed();
+    agw_store_sqlite_counts(&l1, &w1);
+    cr_assert_eq(l1, l0);
     agw_store_close(s);
 }
 
