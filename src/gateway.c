@@ -1583,7 +1583,8 @@ struct agw_gateway *agw_gateway_new(struct agw_config *cfg, const struct agw_gat
         cfg->workers = (unsigned)gw->workers_override;
     gw->n_workers = worker_count(cfg);
     gw->runs = agw_runs_new(gw->n_workers);
-    gw->metrics = agw_metrics_new();
+    gw->all_metrics = agw_xcalloc(gw->n_workers + 1, sizeof(*gw->all_metrics));
+    gw->metrics = gw->all_metrics[0] = agw_metrics_new();
     gw->ratelimit = agw_ratelimit_new();
     if ((gw->gc = gconf_new(cfg, 1, err, errlen)) == NULL)
         goto err;
@@ -1608,8 +1609,6 @@ struct agw_gateway *agw_gateway_new(struct agw_config *cfg, const struct agw_gat
             goto err;
     }
     gw->workers = agw_xcalloc(gw->n_workers, sizeof(*gw->workers));
-    gw->all_metrics = agw_xcalloc(gw->n_workers + 1, sizeof(*gw->all_metrics));
-    gw->all_metrics[0] = gw->metrics;
     for (unsigned k = 0; k < gw->n_workers; k++) {
         struct agw_worker *w = &gw->workers[k];
         *w = (struct agw_worker){
@@ -1683,10 +1682,8 @@ void agw_gateway_free(struct agw_gateway *gw)
     free(gw->workers);
     gconf_unref(gw->gc);
     agw_runs_free(gw->runs);
-    if (gw->all_metrics == NULL)
-        agw_metrics_free(gw->metrics);
-    for (unsigned k = 0; gw->all_metrics != NULL && k <= gw->n_workers; k++)
-        agw_metrics_free(gw->all_metrics[k]); /* [0] is gw->metrics */
+    for (unsigned k = 0; k <= gw->n_workers; k++)
+        agw_metrics_free(gw->all_metrics[k]); /* [0] is gw->metrics; NULL: never made */
     free(gw->all_metrics);
     agw_ratelimit_free(gw->ratelimit);
     free(gw->config_path);

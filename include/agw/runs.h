@@ -11,11 +11,10 @@
  * id (the cancel endpoint knows no thread). When a client reuses a key while a run with it is
  * active, both are registered and lookups return the newest.
  *
- * Threads: agw_runs_add(), agw_runs_remove() and agw_runs_count() take their part's lock
- * themselves. The lookups do not: call them between agw_runs_lock() and agw_runs_unlock() (which
- * hold every part), and use
- * what they return only until the unlock (copy what you need). An entry's <owner> may be touched
- * only on its <home> loop.
+ * Threads: agw_runs_add() and agw_runs_remove() take their part's lock themselves,
+ * agw_runs_count() each part's in turn. The lookups do not: call them between agw_runs_lock() and
+ * agw_runs_unlock() (which hold every part), and use what they return only until the unlock (copy
+ * what you need). An entry's <owner> may be touched only on its <home> loop.
  *
  * (A registry shared by several instances, doc/protocol.md#not-yet, will sit behind this same
  * interface.) */
