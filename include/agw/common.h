@@ -36,9 +36,11 @@ enum { AGW_PRIO_NEW = 1, AGW_PRIO_FLOWING = 2, AGW_N_PRIORITIES = 3 };
 #if defined(__GNUC__)
 #define AGW_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #define AGW_NORETURN     __attribute__((noreturn))
+#define AGW_NOINLINE     __attribute__((noinline)) /* keeps a fast path's caller lean */
 #else
 #define AGW_PRINTF(f, a)
 #define AGW_NORETURN
+#define AGW_NOINLINE
 #endif
 
 /* Out-of-memory policy: the daemon cannot do anything useful without memory, so every allocation
