@@ -18,9 +18,10 @@
 #include "agw/history.h"
 #include "agw/log.h"
 #include "store_backend.h"
+#include "store_texts.h"
 #include "store_vfs.h"
 
-#define SCHEMA_VERSION 3
+#define SCHEMA_VERSION 4
 /* Pages of 64 KiB, SQLite's largest (its default is 4 KiB): a commit appends a few hundred
  * kilobytes of new messages, a streamed answer is hundreds of kilobytes in a chain of overflow
  * pages; fewer, bigger pages are fewer to write. Measured with the benchmark's records: the
@@ -40,7 +41,14 @@ struct db {
     sqlite3 *db;
     sqlite3_stmt *st_thread, *st_messages, *st_message, *st_thread_key, *st_update_thread,
         *st_insert_thread, *st_drop_before, *st_drop_from, *st_save_message, *st_drop_parts,
-        *st_expire, *st_max_key, *st_scan_ids;
+        *st_expire, *st_max_key, *st_scan_ids, *st_segments, *st_segment_size, *st_gc_next,
+        *st_gc_count, *st_gc_drop, *st_gc_rows, *st_gc_move;
+    /* Pieces of AGW_TEXTS_MIN bytes or more: in the segments (src/store_texts.h). */
+    struct agw_texts *texts;
+    size_t texts_min;
+    int texts_errno; /* why an append or a sync failed in this transaction (0: none did) */
+    uint64_t gc_seg; /* the segment the collection looked at last */
+    int64_t gc_ms;   /* when */
     /* Threads new to the database (doc/internals/store.md): once <known> is set, every id in the
      * threads table is in it, so a look-up of an id it has never seen reads nothing. <building>
      * is filled by a scan of the table in steps (known_step(), after each commit) and replaces
@@ -58,10 +66,14 @@ struct db {
     off_t shed_prev; /* the size before the last commit: the pages it appended lie past it */
 };
 
-/* Schema 3: a row per thread and a row per message piece, keyed by the thread's number, the
+/* Schema 4: a row per thread and a row per message piece, keyed by the thread's number, the
  * message's position in the thread's life and the piece's number (a message is one piece, but for
  * a text that grew over several commits: what it grew by was added as a piece). <text>: the pieces
- * lack the text's closing '"}'. The trigger deletes a thread's messages with it (the ttl).
+ * lack the text's closing '"}'. The trigger deletes a thread's messages with it (the ttl). A piece
+ * of AGW_TEXTS_MIN bytes or more is not in its row: <data> is empty and <seg>, <off>, <len> say
+ * where in the segment files it is (src/store_texts.h); <segments> lists those files and the bytes
+ * of each that are committed, and the index finds a segment's pieces (its collection, db_gc()).
+ * Schema 3 was the same without them.
  *
  * A thread's number (<key>, its rowid) is given in the order threads are first written, so the
  * messages of the threads in use lie together at the end of the messages' index, whatever their
@@ -70,6 +82,9 @@ struct db {
  * the writer's cost per run grew with the database (writer micro-benchmark, 2 message rows and a
  * thread row per run: 8.7 us at 30,000 runs, 10.2 at 100,000, 12.3 at 300,000; schema 3: 4.6,
  * 5.1, 6.3). See doc/internals/store.md. */
+#define SCHEMA_TEXTS                                                                               \
+    "CREATE TABLE IF NOT EXISTS segments (seg INTEGER PRIMARY KEY, size INTEGER NOT NULL);"        \
+    "CREATE INDEX IF NOT EXISTS messages_seg ON messages(seg, len) WHERE seg IS NOT NULL;"
 static const char SCHEMA[] = "CREATE TABLE IF NOT EXISTS threads ("
                              " key INTEGER PRIMARY KEY,"
                              " id TEXT NOT NULL UNIQUE,"
@@ -85,7 +100,8 @@ static const char SCHEMA[] = "CREATE TABLE IF NOT EXISTS threads ("
                              " run_id TEXT,"
                              " text INTEGER NOT NULL,"
                              " data TEXT NOT NULL,"
-                             " PRIMARY KEY (thread, pos, part));"
+                             " seg INTEGER, off INTEGER, len INTEGER,"
+                             " PRIMARY KEY (thread, pos, part));" SCHEMA_TEXTS
                              "CREATE TRIGGER IF NOT EXISTS threads_delete AFTER DELETE ON threads"
                              " BEGIN DELETE FROM messages WHERE thread = old.key; END;";
 
@@ -119,6 +135,40 @@ static int make_dirs(const char *dir, char *err, size_t errlen)
     }
     free(p);
     return rc;
+}
+
+/* Adds the piece of the row <st> is on to the <*n> bytes of <*b> (<*cap> allocated, room kept for a
+ * '\0'): its bytes are the row's column <col>, or, when the next column names a segment, the <len>
+ * bytes at <off> there (columns <col> + 1 to + 3). false when they cannot be read. */
+static bool add_piece(struct db *d, sqlite3_stmt *st, int col, char **b, size_t *n, size_t *cap)
+{
+    const char *data = (const char *)sqlite3_column_text(st, col);
+    size_t len = (size_t)sqlite3_column_bytes(st, col);
+    bool apart = sqlite3_column_type(st, col + 1) != SQLITE_NULL;
+    sqlite3_int64 seg = 0, off = 0;
+
+    if (data == NULL)
+        return false;
+    if (apart) {
+        sqlite3_int64 l = sqlite3_column_int64(st, col + 3);
+        seg = sqlite3_column_int64(st, col + 1);
+        off = sqlite3_column_int64(st, col + 2);
+        if (seg <= 0 || off < 0 || l < 0 || (uint64_t)l > (uint64_t)INT32_MAX)
+            return false;
+        len = (size_t)l;
+    }
+    if (*cap - *n < len + 1) {
+        *cap = (*n + len + 1) * 2;
+        *b = agw_xrealloc(*b, *cap);
+    }
+    if (apart) {
+        if (agw_texts_read(d->texts, (uint64_t)seg, (uint64_t)off, len, *b + *n) != 0)
+            return false;
+    } else {
+        memcpy(*b + *n, data, len);
+    }
+    *n += len;
+    return true;
 }
 
 /* Gives <fn> the message <m> whose pieces <d->buf> holds, of run <run>. */
@@ -169,15 +219,13 @@ static int db_load(void *self, const char *id, size_t max, struct agw_store_row 
     while (ok && (rc = sqlite3_step(d->st_messages)) == SQLITE_ROW) {
         uint64_t pos = (uint64_t)sqlite3_column_int64(d->st_messages, 0);
         sqlite3_int64 part = sqlite3_column_int64(d->st_messages, 1);
-        const char *data = (const char *)sqlite3_column_text(d->st_messages, 4);
-        size_t len = (size_t)sqlite3_column_bytes(d->st_messages, 4);
         if (m.part > 0 && pos != m.pos) {
             give(d, fn, arg, &m, run);
             free(run);
             run = NULL;
             m.part = 0;
         }
-        ok = data != NULL && part == (sqlite3_int64)m.part;
+        ok = part == (sqlite3_int64)m.part;
         if (!ok)
             break; /* a piece missing: the message cannot be read */
         if (part == 0) {
@@ -187,12 +235,8 @@ static int db_load(void *self, const char *id, size_t max, struct agw_store_row 
             run = r != NULL ? agw_xstrdup(r) : NULL;
             d->buf_len = 0;
         }
-        if (d->buf_cap - d->buf_len < len + 1) {
-            d->buf_cap = (d->buf_len + len + 1) * 2;
-            d->buf = agw_xrealloc(d->buf, d->buf_cap);
-        }
-        memcpy(d->buf + d->buf_len, data, len);
-        d->buf_len += len;
+        if (!(ok = add_piece(d, d->st_messages, 4, &d->buf, &d->buf_len, &d->buf_cap)))
+            break; /* a piece that cannot be read: nor can the message */
         m.part++;
     }
     if (ok && rc == SQLITE_DONE && m.part > 0)
@@ -201,8 +245,10 @@ static int db_load(void *self, const char *id, size_t max, struct agw_store_row 
     sqlite3_reset(d->st_messages);
     sqlite3_clear_bindings(d->st_messages);
     if (!ok) {
-        agw_log_error("thread history: cannot read thread %s: a message's pieces are not all there",
-                      id);
+        agw_log_error(
+            "thread history: cannot read thread %s: a message's pieces are not all there, or "
+            "cannot be read",
+            id);
         return -1;
     }
     if (rc != SQLITE_DONE)
@@ -223,25 +269,18 @@ static int db_load_message(void *self, const char *id, uint64_t pos, char **data
 
     sqlite3_bind_text(d->st_message, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(d->st_message, 2, (sqlite3_int64)pos);
-    while ((rc = sqlite3_step(d->st_message)) == SQLITE_ROW) {
-        const char *p = (const char *)sqlite3_column_text(d->st_message, 1);
-        size_t k = (size_t)sqlite3_column_bytes(d->st_message, 1);
-        if (p == NULL || sqlite3_column_int64(d->st_message, 0) != want++)
-            break; /* a piece missing */
-        if (cap - n < k + 1) {
-            cap = (n + k + 1) * 2;
-            b = agw_xrealloc(b, cap);
-        }
-        memcpy(b + n, p, k);
-        n += k;
-    }
+    while ((rc = sqlite3_step(d->st_message)) == SQLITE_ROW)
+        if (sqlite3_column_int64(d->st_message, 0) != want++ ||
+            !add_piece(d, d->st_message, 1, &b, &n, &cap))
+            break; /* a piece missing, or that cannot be read */
     sqlite3_reset(d->st_message);
     sqlite3_clear_bindings(d->st_message);
     if (rc != SQLITE_DONE || want == 0) {
         agw_log_error("thread history: cannot read back message %llu of thread %s: %s",
                       (unsigned long long)pos, id,
-                      rc == SQLITE_DONE || rc == SQLITE_ROW ? "its pieces are not all there"
-                                                            : sqlite3_errmsg(d->db));
+                      rc == SQLITE_DONE || rc == SQLITE_ROW
+                          ? "its pieces are not all there, or cannot be read"
+                          : sqlite3_errmsg(d->db));
         free(b);
         return -1;
     }
@@ -429,8 +468,23 @@ static bool save_thread(struct db *d, struct agw_store_row *r)
         if (m->run_id != NULL && m->part == 0)
             sqlite3_bind_text(d->st_save_message, 4, m->run_id, -1, SQLITE_STATIC);
         sqlite3_bind_int(d->st_save_message, 5, m->text);
-        sqlite3_bind_text(d->st_save_message, 6, m->data != NULL ? m->data : "", (int)m->len,
-                          SQLITE_STATIC);
+        if (m->data != NULL && m->len >= d->texts_min) { /* apart, in the segments */
+            uint64_t seg, off;
+            if (agw_texts_append(d->texts, m->data, m->len, &seg, &off) != 0) {
+                d->texts_errno = errno;
+                sqlite3_reset(d->st_save_message);
+                sqlite3_clear_bindings(d->st_save_message);
+                ok = false;
+                break;
+            }
+            sqlite3_bind_text(d->st_save_message, 6, "", 0, SQLITE_STATIC);
+            sqlite3_bind_int64(d->st_save_message, 7, (sqlite3_int64)seg);
+            sqlite3_bind_int64(d->st_save_message, 8, (sqlite3_int64)off);
+            sqlite3_bind_int64(d->st_save_message, 9, (sqlite3_int64)m->len);
+        } else {
+            sqlite3_bind_text(d->st_save_message, 6, m->data != NULL ? m->data : "", (int)m->len,
+                              SQLITE_STATIC);
+        }
         ok = step_done(d->st_save_message);
         if (ok && m->part == 0 && m->drop_parts) {
             sqlite3_bind_int64(d->st_drop_parts, 1, key);
@@ -463,6 +517,45 @@ static void db_shed(struct db *d)
     d->shed_from = st.st_size;
 }
 
+/* The pieces this transaction appended to the segments: on the disk, and the segment's new size
+ * in the transaction, before it commits (its rows refer to them). */
+static bool texts_before_commit(struct db *d)
+{
+    uint64_t seg, size;
+
+    if (!agw_texts_pending(d->texts, &seg, &size))
+        return true;
+    if (agw_texts_sync(d->texts) != 0) {
+        d->texts_errno = errno;
+        return false;
+    }
+    sqlite3_bind_int64(d->st_segment_size, 1, (sqlite3_int64)seg);
+    sqlite3_bind_int64(d->st_segment_size, 2, (sqlite3_int64)size);
+    return step_done(d->st_segment_size);
+}
+
+/* Ends the transaction: COMMIT when <ok>, else (or when the commit fails) ROLLBACK, the segments'
+ * appends kept or forgotten with it. 0, or -1 with the cause in <err>. */
+static int db_end(struct db *d, bool ok, char *err, size_t errlen)
+{
+    if (ok)
+        ok = texts_before_commit(d) && sqlite3_exec(d->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
+    if (!ok) {
+        if (d->texts_errno != 0)
+            snprintf(err, errlen, "history.texts: %s", strerror(d->texts_errno));
+        else
+            snprintf(err, errlen, "%s", sqlite3_errmsg(d->db));
+        sqlite3_exec(d->db, "ROLLBACK", NULL, NULL, NULL);
+        agw_texts_rolled_back(d->texts);
+        d->texts_errno = 0;
+        return -1;
+    }
+    agw_texts_committed(d->texts);
+    return 0;
+}
+
+static void db_gc(struct db *d);
+
 static int db_save(void *self, struct agw_store_row *rows, size_t n, char *err, size_t errlen)
 {
     struct db *d = self;
@@ -470,16 +563,131 @@ static int db_save(void *self, struct agw_store_row *rows, size_t n, char *err, 
 
     for (size_t i = 0; ok && i < n; i++)
         ok = save_thread(d, &rows[i]);
-    if (ok)
-        ok = sqlite3_exec(d->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
-    if (!ok) {
-        snprintf(err, errlen, "%s", sqlite3_errmsg(d->db));
-        sqlite3_exec(d->db, "ROLLBACK", NULL, NULL, NULL);
+    if (db_end(d, ok, err, errlen) != 0)
         return -1;
-    }
     db_shed(d);
     known_after_commit(d);
+    db_gc(d);
     return 0;
+}
+
+/* ---- the segments' collection --------------------------------------------------------------- */
+
+/* After a commit, once a second at most, the collection looks at one segment, the next after the
+ * one it looked at last (round the list; the segment appended to aside): one that no piece refers
+ * to any longer (its threads expired, its messages dropped by the cap or written again) is
+ * deleted; one whose pieces are less than a quarter of its bytes is compacted, its pieces
+ * appended to the current segment and their rows pointed there in one transaction, then deleted.
+ * So the files hold at most four times the bytes in use, beside the current segment, and a step
+ * copies at most a quarter of a segment (16 MiB). */
+#define GC_INTERVAL_MS 1000
+#define GC_SPARSE      4 /* compacted below a quarter in use */
+
+/* Moves the pieces of segment <seg> to the current one and deletes it, in one transaction. */
+static void gc_compact(struct db *d, sqlite3_int64 seg, sqlite3_int64 live, sqlite3_int64 size)
+{
+    struct piece {
+        sqlite3_int64 rowid, off, len;
+    } *v = NULL;
+    size_t n = 0, cap = 0, buf_cap = 0;
+    char *buf = NULL, err[256];
+    bool ok = sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK, dropped = false;
+    int rc = SQLITE_DONE;
+
+    /* the rows first: they move out of the index the statement would walk */
+    sqlite3_bind_int64(d->st_gc_rows, 1, seg);
+    while (ok && (rc = sqlite3_step(d->st_gc_rows)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap > 0 ? 2 * cap : 64;
+            v = agw_xrealloc(v, cap * sizeof(*v));
+        }
+        v[n++] = (struct piece){sqlite3_column_int64(d->st_gc_rows, 0),
+                                sqlite3_column_int64(d->st_gc_rows, 1),
+                                sqlite3_column_int64(d->st_gc_rows, 2)};
+    }
+    sqlite3_reset(d->st_gc_rows);
+    ok = ok && rc == SQLITE_DONE;
+    for (size_t i = 0; ok && i < n; i++) {
+        uint64_t to, off;
+        if (v[i].len < 0 || v[i].off < 0 || v[i].len > INT32_MAX) {
+            ok = false;
+            break;
+        }
+        if (buf_cap < (size_t)v[i].len + 1) {
+            buf_cap = (size_t)v[i].len + 1;
+            buf = agw_xrealloc(buf, buf_cap);
+        }
+        ok =
+            agw_texts_read(d->texts, (uint64_t)seg, (uint64_t)v[i].off, (size_t)v[i].len, buf) == 0;
+        if (ok && agw_texts_append(d->texts, buf, (size_t)v[i].len, &to, &off) != 0) {
+            d->texts_errno = errno;
+            ok = false;
+        }
+        if (!ok)
+            break;
+        sqlite3_bind_int64(d->st_gc_move, 1, v[i].rowid);
+        sqlite3_bind_int64(d->st_gc_move, 2, (sqlite3_int64)to);
+        sqlite3_bind_int64(d->st_gc_move, 3, (sqlite3_int64)off);
+        ok = step_done(d->st_gc_move);
+    }
+    if (ok) {
+        sqlite3_bind_int64(d->st_gc_drop, 1, seg);
+        ok = step_done(d->st_gc_drop);
+        dropped = ok && sqlite3_changes(d->db) == 1;
+    }
+    if (db_end(d, ok, err, sizeof(err)) != 0) {
+        agw_log_warn("thread history: segment %08lld not compacted: %s (tried again later)",
+                     (long long)seg, err);
+    } else if (dropped) {
+        agw_texts_remove(d->texts, (uint64_t)seg);
+        agw_log_debug("thread history: segment %08lld compacted: %lld of its %lld bytes in use, "
+                      "moved",
+                      (long long)seg, (long long)live, (long long)size);
+    }
+    free(v);
+    free(buf);
+}
+
+static void db_gc(struct db *d)
+{
+    int64_t now = agw_now_ms();
+    sqlite3_int64 seg = 0, size = 0, count = 0, live = 0;
+    bool found = false;
+
+    if (!agw_store_texts_gc_every_commit() && now - d->gc_ms < GC_INTERVAL_MS)
+        return;
+    d->gc_ms = now;
+    for (int round = 0; round < 2 && !found; round++) { /* after the last one, the first */
+        sqlite3_bind_int64(d->st_gc_next, 1, (sqlite3_int64)d->gc_seg);
+        sqlite3_bind_int64(d->st_gc_next, 2, (sqlite3_int64)agw_texts_current(d->texts));
+        if ((found = sqlite3_step(d->st_gc_next) == SQLITE_ROW)) {
+            seg = sqlite3_column_int64(d->st_gc_next, 0);
+            size = sqlite3_column_int64(d->st_gc_next, 1);
+        }
+        sqlite3_reset(d->st_gc_next);
+        if (!found && d->gc_seg == 0)
+            return; /* no segment but the current one */
+        d->gc_seg = 0;
+    }
+    if (!found)
+        return;
+    d->gc_seg = (uint64_t)seg;
+    sqlite3_bind_int64(d->st_gc_count, 1, seg);
+    found = sqlite3_step(d->st_gc_count) == SQLITE_ROW;
+    if (found) {
+        count = sqlite3_column_int64(d->st_gc_count, 0);
+        live = sqlite3_column_int64(d->st_gc_count, 1);
+    }
+    sqlite3_reset(d->st_gc_count);
+    if (!found)
+        return;
+    if (count == 0) {
+        sqlite3_bind_int64(d->st_gc_drop, 1, seg);
+        if (step_done(d->st_gc_drop) && sqlite3_changes(d->db) == 1)
+            agw_texts_remove(d->texts, (uint64_t)seg);
+    } else if (live < size / GC_SPARSE) {
+        gc_compact(d, seg, live, size);
+    }
 }
 
 static int64_t db_expire(void *self, int64_t cutoff_s, unsigned max)
@@ -511,12 +719,20 @@ static void db_close(void *self)
     sqlite3_finalize(d->st_expire);
     sqlite3_finalize(d->st_max_key);
     sqlite3_finalize(d->st_scan_ids);
+    sqlite3_finalize(d->st_segments);
+    sqlite3_finalize(d->st_segment_size);
+    sqlite3_finalize(d->st_gc_next);
+    sqlite3_finalize(d->st_gc_count);
+    sqlite3_finalize(d->st_gc_drop);
+    sqlite3_finalize(d->st_gc_rows);
+    sqlite3_finalize(d->st_gc_move);
     agw_bloom_free(d->known);
     agw_bloom_free(d->building);
     if (d->db != NULL)
         sqlite3_close(d->db);
     if (d->data_fd >= 0)
         close(d->data_fd);
+    agw_texts_close(d->texts);
     if (d->lock_fd >= 0)
         close(d->lock_fd);
     free(d->buf);
@@ -644,7 +860,8 @@ static bool migrate_v2(struct db *d, const char *file)
 }
 
 /* Reads the schema version in the open write transaction and brings the file to SCHEMA_VERSION:
- * 0 (a new file) gets the schema, 1 and 2 are migrated. 0, or -AGW_E* with the cause in <err>. */
+ * 0 (a new file) gets the schema, 1, 2 and 3 are migrated. 0, or -AGW_E* with the cause in <err>.
+ */
 static int db_schema(struct db *d, const char *file, char *err, size_t errlen)
 {
     sqlite3_stmt *st;
@@ -667,6 +884,15 @@ static int db_schema(struct db *d, const char *file, char *err, size_t errlen)
     case 2:
         if (!migrate_v2(d, file))
             return db_fail(d, file, "cannot migrate it from schema version 2", err, errlen);
+        break;
+    case 3: /* long pieces apart: the rows made so far keep theirs */
+        if (!exec_ok(d, "ALTER TABLE messages ADD COLUMN seg INTEGER;"
+                        "ALTER TABLE messages ADD COLUMN off INTEGER;"
+                        "ALTER TABLE messages ADD COLUMN len INTEGER;" SCHEMA_TEXTS))
+            return db_fail(d, file, "cannot migrate it from schema version 3", err, errlen);
+        agw_log_info("thread history: %s: migrated from schema version 3 to %d (long texts "
+                     "in history.texts from now on)",
+                     file, SCHEMA_VERSION);
         break;
     case SCHEMA_VERSION:
         return 0;
@@ -738,11 +964,11 @@ static int db_open(struct db *d, const char *dir, char *err, size_t errlen)
                            " WHERE id = ?1",
                            -1, &d->st_thread, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(d->db,
-                           "SELECT pos, part, run_id, text, data FROM messages"
+                           "SELECT pos, part, run_id, text, data, seg, off, len FROM messages"
                            " WHERE thread = ?1 AND pos >= ?2 ORDER BY pos, part",
                            -1, &d->st_messages, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(d->db,
-                           "SELECT part, data FROM messages"
+                           "SELECT part, data, seg, off, len FROM messages"
                            " WHERE thread = (SELECT key FROM threads WHERE id = ?1) AND pos = ?2"
                            " ORDER BY part",
                            -1, &d->st_message, NULL) != SQLITE_OK ||
@@ -762,9 +988,10 @@ static int db_open(struct db *d, const char *dir, char *err, size_t errlen)
                            &d->st_drop_from, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(
             d->db,
-            "INSERT INTO messages (thread, pos, part, run_id, text, data)"
-            " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(thread, pos, part) DO UPDATE SET"
-            " run_id = excluded.run_id, text = excluded.text, data = excluded.data",
+            "INSERT INTO messages (thread, pos, part, run_id, text, data, seg, off, len)"
+            " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(thread, pos, part) DO UPDATE"
+            " SET run_id = excluded.run_id, text = excluded.text, data = excluded.data,"
+            " seg = excluded.seg, off = excluded.off, len = excluded.len",
             -1, &d->st_save_message, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(d->db,
                            "DELETE FROM messages WHERE thread = ?1 AND pos = ?2 AND part > 0", -1,
@@ -777,8 +1004,44 @@ static int db_open(struct db *d, const char *dir, char *err, size_t errlen)
             SQLITE_OK ||
         sqlite3_prepare_v2(d->db,
                            "SELECT key, id FROM threads WHERE key > ?1 ORDER BY key LIMIT ?2", -1,
-                           &d->st_scan_ids, NULL) != SQLITE_OK)
+                           &d->st_scan_ids, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db, "SELECT seg, size FROM segments ORDER BY seg", -1,
+                           &d->st_segments, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db,
+                           "INSERT INTO segments (seg, size) VALUES (?1, ?2)"
+                           " ON CONFLICT(seg) DO UPDATE SET size = excluded.size",
+                           -1, &d->st_segment_size, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db,
+                           "SELECT seg, size FROM segments WHERE seg > ?1 AND seg <> ?2"
+                           " ORDER BY seg LIMIT 1",
+                           -1, &d->st_gc_next, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db,
+                           "SELECT count(*), coalesce(sum(len), 0) FROM messages WHERE seg = ?1",
+                           -1, &d->st_gc_count, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db,
+                           "DELETE FROM segments WHERE seg = ?1"
+                           " AND NOT EXISTS (SELECT 1 FROM messages WHERE seg = ?1)",
+                           -1, &d->st_gc_drop, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db, "SELECT rowid, off, len FROM messages WHERE seg = ?1", -1,
+                           &d->st_gc_rows, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db, "UPDATE messages SET seg = ?2, off = ?3 WHERE rowid = ?1", -1,
+                           &d->st_gc_move, NULL) != SQLITE_OK)
         return db_fail(d, file, "cannot prepare its statements", err, errlen);
+    /* the long texts: the segments the database lists must all be there */
+    d->texts_min = agw_store_texts_min();
+    if ((d->texts = agw_texts_open(dir, err, errlen)) == NULL)
+        return -AGW_EIO;
+    while ((rc = sqlite3_step(d->st_segments)) == SQLITE_ROW)
+        if (agw_texts_adopt(d->texts, (uint64_t)sqlite3_column_int64(d->st_segments, 0),
+                            (uint64_t)sqlite3_column_int64(d->st_segments, 1), err, errlen) != 0) {
+            sqlite3_reset(d->st_segments);
+            return -AGW_EIO;
+        }
+    sqlite3_reset(d->st_segments);
+    if (rc != SQLITE_DONE)
+        return db_fail(d, file, "cannot read it", err, errlen);
+    if (agw_texts_ready(d->texts, err, errlen) != 0)
+        return -AGW_EIO;
     /* the first step now: a table of fewer than KNOWN_STEP threads is known before the first
      * look-up */
     known_start(d);

@@ -32,6 +32,7 @@
 
 #include "agw/store.h"
 #include "../../src/store_backend.h"
+#include "../../src/store_texts.h"
 
 static char dir[] = "/tmp/agw-store-test.XXXXXX";
 
@@ -46,6 +47,7 @@ static void teardown(void)
 
     snprintf(cmd, sizeof(cmd), "chmod -R u+w %s; rm -rf %s", dir, dir);
     cr_assert_eq(system(cmd), 0);
+    agw_store_texts_tune(0, 0, false, false);
 }
 
 TestSuite(store, .init = setup, .fini = teardown);
@@ -423,6 +425,7 @@ Test(store, embedded_leaves_what_it_committed_out_of_the_page_cache)
     int fd, rc;
 
     cr_assert(mkdtemp(here) != NULL);
+    agw_store_texts_tune(SIZE_MAX / 2, 0, false, false); /* the answers in the database's pages */
     s = open_store(AGW_STORE_EMBEDDED, here, 100, 0, 100);
     memset(text, 'w', sizeof(text) - 1);
     for (int i = 0; i < 40; i++) {
@@ -797,7 +800,7 @@ Test(store, embedded_writes_a_row_per_message_at_its_position)
     write_run1(s, "t1");
     agw_store_close(s);
     db = db_rows();
-    cr_assert_eq(q1(db, "PRAGMA user_version"), 3);
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 4);
     cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't1'"), 2);
     cr_assert_eq(q1(db, "SELECT n_messages FROM threads WHERE id = 't1'"), 2);
     cr_assert_eq(q1(db, "SELECT dropped FROM threads WHERE id = 't1'"), 0);
@@ -1157,7 +1160,7 @@ Test(store, a_version_1_store_is_migrated)
     agw_store_close(s);
 
     db = db_rows();
-    cr_assert_eq(q1(db, "PRAGMA user_version"), 3);
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 4);
     cr_assert_eq(q1(db, "SELECT count(*) FROM sqlite_master WHERE name = 'threads_v1'"), 0);
     cr_assert_eq(q1(db, "SELECT count(*) FROM threads"), 2);
     cr_assert_eq(q1(db, "SELECT min(pos) FROM thread_messages WHERE thread = 't1'"), 2);
@@ -1212,7 +1215,7 @@ Test(store, a_version_2_store_is_migrated)
     agw_store_close(s);
 
     db = db_rows();
-    cr_assert_eq(q1(db, "PRAGMA user_version"), 3);
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 4);
     cr_assert_eq(q1(db, "SELECT count(*) FROM sqlite_master WHERE name LIKE '%_v2'"), 0);
     cr_assert_eq(q1(db, "SELECT key FROM threads WHERE id = 't2'"), 1, "numbered by first write");
     cr_assert_eq(q1(db, "SELECT key FROM threads WHERE id = 't1'"), 2);
@@ -1235,11 +1238,359 @@ Test(store, a_newer_schema_is_a_clear_error)
 
     cr_assert_eq(mkdir(db_dir(), 0700), 0);
     db = db_file();
-    exec_sql(db, "CREATE TABLE x (a); PRAGMA user_version=4;");
+    exec_sql(db, "CREATE TABLE x (a); PRAGMA user_version=5;");
     sqlite3_close(db);
     cr_assert_null(agw_store_open(&o, err, sizeof(err)));
-    cr_assert(strstr(err, "schema version 4") != NULL, "%s", err);
+    cr_assert(strstr(err, "schema version 5") != NULL, "%s", err);
     cr_assert(strstr(err, "history.db") != NULL, "%s", err);
+}
+
+/* ---- schema 4: long texts apart, in segment files ---------------------------------------- */
+
+/* A run of thread <id> whose answer (message <mid>) is <n> bytes of <c>, handed over in <records>
+ * records, each given time to be committed before the next (so a text grows by pieces). */
+static void long_answer(struct agw_store *s, const char *id, const char *run, const char *mid,
+                        size_t n, char c, int records)
+{
+    for (int r = 0; r < records; r++) {
+        size_t from = n * (size_t)r / (size_t)records, to = n * (size_t)(r + 1) / (size_t)records;
+        size_t cap = to - from + 256, k = 0;
+        char *lines = malloc(cap);
+
+        cr_assert_not_null(lines);
+        if (r == 0)
+            k += (size_t)snprintf(lines, cap,
+                                  "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"%s\","
+                                  "\"role\":\"assistant\"}\n",
+                                  mid);
+        k += (size_t)snprintf(lines + k, cap - k,
+                              "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"%s\","
+                              "\"delta\":\"",
+                              mid);
+        memset(lines + k, c, to - from);
+        k += to - from;
+        k += (size_t)snprintf(lines + k, cap - k, "\"}\n");
+        if (r == records - 1)
+            k += (size_t)snprintf(lines + k, cap - k,
+                                  "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"%s\"}\n", mid);
+        agw_store_run_events(s, id, run, lines, k, false);
+        usleep(60 * 1000); /* committed (every 20 ms here) */
+    }
+}
+
+/* Thread <id>'s message <mid> as read back: <n> bytes of <c>. */
+static void expect_long_answer(struct agw_store *s, const char *id, const char *mid, size_t n,
+                               char c)
+{
+    struct answer a = read_thread(s, id, "limit=200");
+    json_t *m, *found = NULL;
+    size_t i;
+
+    cr_assert_eq(a.status, 200, "%s: %d", id, a.status);
+    json_array_foreach(json_object_get(a.page, "messages"), i, m)
+    {
+        if (strcmp(json_string_value(json_object_get(m, "id")), mid) == 0)
+            found = m;
+    }
+    cr_assert_not_null(found, "%s: no message %s", id, mid);
+    const char *text = json_string_value(json_object_get(found, "content"));
+    cr_assert_not_null(text);
+    cr_assert_eq(strlen(text), n, "%s/%s: %zu bytes", id, mid, strlen(text));
+    cr_assert_eq(strspn(text, (char[]){c, '\0'}), n, "%s/%s: the bytes as written", id, mid);
+    json_decref(a.page);
+}
+
+static char *texts_file(const char *store, uint64_t seg, char *out, size_t len)
+{
+    snprintf(out, len, "%s/history.texts/%08" PRIu64, store, seg);
+    return out;
+}
+
+static long long file_size(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+/* The segment files in <store>/history.texts. */
+static int count_texts_files(const char *store)
+{
+    char cmd[300];
+    FILE *f;
+    int n = -1;
+
+    snprintf(cmd, sizeof(cmd), "ls %s/history.texts | wc -l", store);
+    f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    cr_assert_eq(fscanf(f, "%d", &n), 1);
+    pclose(f);
+    return n;
+}
+
+/* Whether the file system of <store> takes O_DIRECT (tmpfs does not). */
+static bool direct_io_works(const char *store)
+{
+    char p[300];
+    int fd;
+
+    snprintf(p, sizeof(p), "%s/probe", store);
+    fd = open(p, O_WRONLY | O_CREAT | O_DIRECT, 0600);
+    if (fd >= 0)
+        close(fd);
+    unlink(p);
+    return fd >= 0;
+}
+
+/* Pieces of AGW_TEXTS_MIN bytes or more are kept in the segment files, the rows saying where: an
+ * answer of 100 KB streamed over four commits is four pieces there, and none of its bytes is in
+ * the database; a short one stays in its row. Both read back whole after a restart, and from the
+ * segment after they were shed, whether the texts were written directly or through the page
+ * cache (whose pages the store then lets go). */
+Test(store, long_texts_are_kept_apart_and_read_back)
+{
+    for (int direct = 0; direct < 2; direct++) {
+        char store[200], seg1[300];
+        uint64_t appended0, direct0, appended1, direct1;
+        struct agw_store *s;
+        sqlite3 *db;
+        sqlite3 *q;
+
+        snprintf(store, sizeof(store), "%s/store-%d", dir, direct);
+        agw_store_texts_tune(0, 0, !direct, false);
+        agw_store_texts_counts(&appended0, &direct0);
+        s = open_store(AGW_STORE_EMBEDDED, store, 100, 0, 100);
+        write_run1(s, "short");
+        long_answer(s, "long", "r1", "a1", 100000, 'q', 4);
+        expect_long_answer(s, "long", "a1", 100000, 'q'); /* shed after its commits: read back */
+        agw_store_close(s);
+        agw_store_texts_counts(&appended1, &direct1);
+        cr_assert_geq(appended1 - appended0, 100000);
+        if (direct && direct_io_works(store))
+            cr_assert_geq(direct1 - direct0, 100000, "written directly");
+        else
+            cr_assert_eq(direct1, direct0, "through the page cache");
+
+        snprintf(seg1, sizeof(seg1), "%s/history.db", store);
+        cr_assert_eq(sqlite3_open(seg1, &db), SQLITE_OK);
+        q = db;
+        cr_assert_geq(q1(q, "SELECT count(*) FROM messages WHERE seg IS NOT NULL"), 4);
+        cr_assert_lt(q1(q, "SELECT max(length(data)) FROM messages"), AGW_TEXTS_MIN);
+        cr_assert_geq(q1(q, "SELECT sum(len) FROM messages"), 100000);
+        cr_assert_eq(q1(q, "SELECT count(*) FROM segments"), 1);
+        cr_assert_eq(q1(q, "SELECT size FROM segments WHERE seg = 1"),
+                     q1(q, "SELECT max(off + len) FROM messages WHERE seg = 1"));
+        cr_assert_geq(file_size(texts_file(store, 1, seg1, sizeof(seg1))),
+                      q1(q, "SELECT size FROM segments WHERE seg = 1"));
+        sqlite3_close(db);
+
+        s = open_store(AGW_STORE_EMBEDDED, store, 100, 0, 100);
+        expect_long_answer(s, "long", "a1", 100000, 'q');
+        {
+            struct answer a = read_thread(s, "short", NULL);
+            expect_run1(&a);
+            json_decref(a.page);
+        }
+        long_answer(s, "long", "r2", "a2", 30000, 'v', 2); /* appends after a restart */
+        agw_store_close(s);
+        s = open_store(AGW_STORE_EMBEDDED, store, 100, 0, 100);
+        expect_long_answer(s, "long", "a1", 100000, 'q');
+        expect_long_answer(s, "long", "a2", 30000, 'v');
+        agw_store_close(s);
+    }
+}
+
+/* Segment pages written through the page cache (a file system without O_DIRECT, or direct writes
+ * turned off, as here) are let go once on the disk: after four commits of a 100 KB answer, none of
+ * the file's pages is still cached. In the working directory (the build tree), on a disk: a tmpfs
+ * would hold its pages whatever the advice. */
+Test(store, texts_written_through_the_page_cache_are_let_go)
+{
+    char here[] = "agw-store-texts.XXXXXX", path[300], cmd[300];
+    struct agw_store *s;
+    unsigned char *vec;
+    size_t pages, resident = 0, page = (size_t)sysconf(_SC_PAGESIZE);
+    long long size;
+    void *map;
+    int fd, rc;
+
+    cr_assert(mkdtemp(here) != NULL);
+    agw_store_texts_tune(0, 0, true, false);
+    s = open_store(AGW_STORE_EMBEDDED, here, 100, 0, 100);
+    long_answer(s, "long", "r1", "a1", 100000, 'q', 4);
+    agw_store_close(s);
+    size = file_size(texts_file(here, 1, path, sizeof(path)));
+    cr_assert_gt(size, 100000);
+    fd = open(path, O_RDONLY);
+    cr_assert(fd >= 0);
+    map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    cr_assert(map != MAP_FAILED);
+    pages = ((size_t)size + page - 1) / page;
+    vec = malloc(pages);
+    cr_assert_not_null(vec);
+    rc = mincore(map, (size_t)size, vec);
+    for (size_t i = 0; rc == 0 && i < pages; i++)
+        resident += vec[i] & 1;
+    free(vec);
+    munmap(map, (size_t)size);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", here);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(rc, 0, "mincore: %s", strerror(errno));
+    cr_assert_leq(resident, 1, "%zu of the segment's %zu pages are still in the page cache",
+                  resident, pages);
+}
+
+/* A segment's bytes past the size the database gives it (a commit that did not happen) are cut
+ * at start, and files of segments the database does not list are deleted; what follows is written
+ * in their place and read back. */
+Test(store, a_segment_is_cut_to_its_committed_size_at_start)
+{
+    char seg1[300], stray[300], junk[10000];
+    long long committed;
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    sqlite3 *db;
+    FILE *f;
+
+    long_answer(s, "t1", "r1", "a1", 20000, 'x', 1);
+    agw_store_close(s);
+    db = db_file();
+    committed = q1(db, "SELECT size FROM segments WHERE seg = 1");
+    sqlite3_close(db);
+    cr_assert_gt(committed, 20000);
+    texts_file(db_dir(), 1, seg1, sizeof(seg1));
+    memset(junk, 'J', sizeof(junk));
+    f = fopen(seg1, "a");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(junk, 1, sizeof(junk), f), sizeof(junk));
+    fclose(f);
+    texts_file(db_dir(), 7, stray, sizeof(stray));
+    f = fopen(stray, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    cr_assert_eq(file_size(seg1), committed, "cut to what the database counts");
+    cr_assert_eq(file_size(stray), -1, "a segment the database does not list is deleted");
+    long_answer(s, "t2", "r1", "a2", 9000, 'y', 1);
+    agw_store_close(s);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    expect_long_answer(s, "t1", "a1", 20000, 'x');
+    expect_long_answer(s, "t2", "a2", 9000, 'y');
+    agw_store_close(s);
+}
+
+/* A segment file shorter than the database says, or gone, stops the start with a message naming
+ * it: the texts it held are lost, and serving their threads without them would be silent. */
+Test(store, a_cut_or_lost_segment_is_a_clear_start_error)
+{
+    struct agw_store_options o = options(AGW_STORE_EMBEDDED, db_dir(), 10, 0, 10);
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    char seg1[300], err[512] = "";
+
+    long_answer(s, "t1", "r1", "a1", 20000, 'x', 1);
+    agw_store_close(s);
+    texts_file(db_dir(), 1, seg1, sizeof(seg1));
+    cr_assert_eq(truncate(seg1, 100), 0);
+    cr_assert_null(agw_store_open(&o, err, sizeof(err)));
+    cr_assert(strstr(err, "history.texts/00000001") != NULL, "%s", err);
+    cr_assert(strstr(err, "cut") != NULL, "%s", err);
+    cr_assert_eq(unlink(seg1), 0);
+    cr_assert_null(agw_store_open(&o, err, sizeof(err)));
+    cr_assert(strstr(err, "history.texts/00000001") != NULL, "%s", err);
+    cr_assert(strstr(err, "lost") != NULL, "%s", err);
+}
+
+/* Segments of 64 KiB here, looked at after every commit: as the cap drops a thread's old answers,
+ * the segments that held only those are deleted, and the first one, where one answer of another
+ * thread is still in use beside dead ones, is compacted (that answer moved to the current
+ * segment); the files stay few, every segment the database lists is there, and both threads read
+ * back whole after a restart. */
+Test(store, unused_segments_are_deleted_and_sparse_ones_compacted)
+{
+    struct agw_store *s;
+    char mid[16];
+    sqlite3 *db;
+    int files;
+
+    agw_store_texts_tune(1024, 64 << 10, false, true);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 2, 0, 100);
+    long_answer(s, "keep", "r0", "k0", 10000, 'k', 1);
+    for (int i = 1; i <= 30; i++) {
+        char run[16];
+        snprintf(run, sizeof(run), "r%d", i);
+        snprintf(mid, sizeof(mid), "a%d", i);
+        long_answer(s, "t", run, mid, 20000, (char)('a' + i % 20), 1);
+    }
+    for (int i = 0; i < 10; i++) { /* more commits: the collection goes round the segments */
+        char id[16];
+        snprintf(id, sizeof(id), "tick%d", i);
+        write_run1(s, id);
+        usleep(40 * 1000);
+    }
+    agw_store_close(s);
+
+    files = count_texts_files(db_dir());
+    cr_assert_leq(files, 4, "%d segment files for 50 KB in use", files);
+    db = db_file();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM segments"), files);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM segments WHERE seg = 1"), 0, "compacted");
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE seg IS NOT NULL"
+                        " AND seg NOT IN (SELECT seg FROM segments)"),
+                 0);
+    cr_assert_gt(q1(db, "SELECT max(seg) FROM segments"), 9, "segments were made as texts came");
+    sqlite3_close(db);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 2, 0, 100);
+    expect_long_answer(s, "keep", "k0", 10000, 'k');
+    expect_long_answer(s, "t", "a29", 20000, (char)('a' + 29 % 20));
+    expect_long_answer(s, "t", "a30", 20000, (char)('a' + 30 % 20));
+    agw_store_close(s);
+}
+
+/* A store of schema 3 (every text in its row) is migrated at start: its rows stay as they are and
+ * read back, and long texts written from then on go to the segments. */
+Test(store, a_version_3_store_is_migrated)
+{
+    struct agw_store *s;
+    char ids[256];
+    sqlite3 *db;
+
+    cr_assert_eq(mkdir(db_dir(), 0700), 0);
+    db = db_file();
+    exec_sql(db, "CREATE TABLE threads (key INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,"
+                 " agents TEXT NOT NULL, updated INTEGER NOT NULL, dropped INTEGER NOT NULL,"
+                 " n_messages INTEGER NOT NULL);"
+                 "CREATE INDEX threads_updated ON threads(updated);"
+                 "CREATE TABLE messages (thread INTEGER NOT NULL, pos INTEGER NOT NULL,"
+                 " part INTEGER NOT NULL, run_id TEXT, text INTEGER NOT NULL, data TEXT NOT NULL,"
+                 " PRIMARY KEY (thread, pos, part));"
+                 "CREATE TRIGGER threads_delete AFTER DELETE ON threads"
+                 " BEGIN DELETE FROM messages WHERE thread = old.key; END;"
+                 "PRAGMA user_version=3;");
+    exec_sql(db, "INSERT INTO threads VALUES (1, 't1', ',demo,', strftime('%s','now'), 0, 2);"
+                 "INSERT INTO messages VALUES (1, 0, 0, 'r1', 0,"
+                 " '{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"}');"
+                 "INSERT INTO messages VALUES (1, 1, 0, 'r1', 1,"
+                 " '{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hel');"
+                 "INSERT INTO messages VALUES (1, 1, 1, NULL, 1, 'lo');");
+    sqlite3_close(db);
+
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    {
+        struct answer a = read_thread(s, "t1", NULL);
+        expect_run1(&a);
+        json_decref(a.page);
+    }
+    long_answer(s, "t1", "r2", "a2", 12000, 'm', 2);
+    agw_store_close(s);
+    db = db_file();
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 4);
+    cr_assert_geq(q1(db, "SELECT count(*) FROM messages WHERE seg IS NOT NULL"), 2);
+    sqlite3_close(db);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "u1 a1 a2");
+    expect_long_answer(s, "t1", "a2", 12000, 'm');
+    agw_store_close(s);
 }
 
 /* ---- threads new to the database (a filter of the ids it holds) ---------------------------- */
@@ -1409,7 +1760,7 @@ Test(store, the_filter_grows_past_its_capacity_without_losing_a_thread)
  * giving up their unwritten changes (counted); once the disk takes writes again, the commits
  * resume, and a restart finds what was committed: the thread written before, the threads kept in
  * memory meanwhile, the threads written after, and none of those given up. */
-Test(store, a_full_disk_keeps_the_cache_bounded_and_commits_resume)
+static void full_disk(void)
 {
     struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 4);
     struct agw_store_stats st;
@@ -1478,4 +1829,18 @@ Test(store, a_full_disk_keeps_the_cache_bounded_and_commits_resume)
     cr_assert_eq(readable, 20 - (int)st.unsaved, "%d threads kept, %" PRIu64 " given up", readable,
                  st.unsaved);
     agw_store_close(s);
+}
+
+Test(store, a_full_disk_keeps_the_cache_bounded_and_commits_resume)
+{
+    full_disk();
+}
+
+/* The same with every piece in the segment files: their writes fail as the database's do (the
+ * file size limit), each failed commit forgets what it appended, and what follows is appended in
+ * its place. */
+Test(store, a_full_disk_with_texts_apart_keeps_the_cache_bounded_and_commits_resume)
+{
+    agw_store_texts_tune(1, 0, false, false);
+    full_disk();
 }
