@@ -241,6 +241,7 @@ static int db_load(void *self, const char *id, size_t max, struct agw_store_row 
     }
     if (ok && rc == SQLITE_DONE && m.part > 0)
         give(d, fn, arg, &m, run);
+    agw_texts_reads_done(d->texts);
     free(run);
     sqlite3_reset(d->st_messages);
     sqlite3_clear_bindings(d->st_messages);
@@ -275,6 +276,7 @@ static int db_load_message(void *self, const char *id, uint64_t pos, char **data
             break; /* a piece missing, or that cannot be read */
     sqlite3_reset(d->st_message);
     sqlite3_clear_bindings(d->st_message);
+    agw_texts_reads_done(d->texts);
     if (rc != SQLITE_DONE || want == 0) {
         agw_log_error("thread history: cannot read back message %llu of thread %s: %s",
                       (unsigned long long)pos, id,
@@ -635,6 +637,7 @@ static void gc_compact(struct db *d, sqlite3_int64 seg, sqlite3_int64 live, sqli
         ok = step_done(d->st_gc_drop);
         dropped = ok && sqlite3_changes(d->db) == 1;
     }
+    agw_texts_reads_done(d->texts);
     if (db_end(d, ok, err, sizeof(err)) != 0) {
         agw_log_warn("thread history: segment %08lld not compacted: %s (tried again later)",
                      (long long)seg, err);

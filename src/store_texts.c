@@ -258,6 +258,7 @@ static int start_at_committed(struct agw_texts *t)
     memcpy(t->buf, t->tail, t->tail_len);
     t->len = t->tail_len;
     t->dirty = false;
+    agw_texts_reads_done(t);
     return 0;
 }
 
@@ -457,6 +458,14 @@ int agw_texts_read(struct agw_texts *t, uint64_t seg, uint64_t off, size_t len, 
     return -1;
 }
 
+void agw_texts_reads_done(struct agw_texts *t)
+{
+    if (t->rfd >= 0)
+        close(t->rfd);
+    t->rfd = -1;
+    t->rseg = 0;
+}
+
 uint64_t agw_texts_current(const struct agw_texts *t)
 {
     return t->seg;
@@ -466,11 +475,8 @@ void agw_texts_remove(struct agw_texts *t, uint64_t seg)
 {
     char name[24];
 
-    if (t->rseg == seg) {
-        close(t->rfd);
-        t->rfd = -1;
-        t->rseg = 0;
-    }
+    if (t->rseg == seg)
+        agw_texts_reads_done(t);
     name_of(seg, name);
     if (unlinkat(t->dir_fd, name, 0) != 0 && errno != ENOENT)
         agw_log_warn("thread history: %s/%s: cannot delete: %s", t->dir, name, strerror(errno));

@@ -48,8 +48,12 @@ void agw_texts_committed(struct agw_texts *t);
 /* The transaction failed: its appends are forgotten (the next ones go where they went). */
 void agw_texts_rolled_back(struct agw_texts *t);
 
-/* Reads <len> bytes at <off> of segment <seg> into <out>. 0, or -1 (logged). */
+/* Reads <len> bytes at <off> of segment <seg> into <out>. 0, or -1 (logged). The segment stays
+ * open for the next read until agw_texts_reads_done(), which the caller calls once it read what it
+ * needed (a thread, a message): at rest the texts hold two descriptors, the directory and the
+ * segment appended to. */
 int agw_texts_read(struct agw_texts *t, uint64_t seg, uint64_t off, size_t len, char *out);
+void agw_texts_reads_done(struct agw_texts *t);
 /* The segment appended to. */
 uint64_t agw_texts_current(const struct agw_texts *t);
 /* Deletes segment <seg>'s file (the database no longer lists it). */

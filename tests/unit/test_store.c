@@ -1328,6 +1328,24 @@ static int count_texts_files(const char *store)
     return n;
 }
 
+/* This process's descriptors of <store>/history.texts and the files in it. */
+static int texts_fds(const char *store)
+{
+    char want[300], link[512], p[64];
+    int n = 0;
+
+    snprintf(want, sizeof(want), "%s/history.texts", store);
+    for (int fd = 0; fd < 1024; fd++) {
+        ssize_t k;
+        snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+        if ((k = readlink(p, link, sizeof(link) - 1)) <= 0)
+            continue;
+        link[k] = '\0';
+        n += strstr(link, want) != NULL;
+    }
+    return n;
+}
+
 /* Whether the file system of <store> takes O_DIRECT (tmpfs does not). */
 static bool direct_io_works(const char *store)
 {
@@ -1363,7 +1381,9 @@ Test(store, long_texts_are_kept_apart_and_read_back)
         write_run1(s, "short");
         long_answer(s, "long", "r1", "a1", 100000, 'q', 4);
         expect_long_answer(s, "long", "a1", 100000, 'q'); /* shed after its commits: read back */
+        cr_assert_eq(texts_fds(store), 2, "the directory and the segment appended to, at rest");
         agw_store_close(s);
+        cr_assert_eq(texts_fds(store), 0);
         agw_store_texts_counts(&appended1, &direct1);
         cr_assert_geq(appended1 - appended0, 100000);
         if (direct && direct_io_works(store))
