@@ -34,12 +34,17 @@ void *agw_xcalloc(size_t n, size_t size)
     return p;
 }
 
+void *agw_xaligned_alloc(size_t align, size_t n)
+{
+    void *p = aligned_alloc(align, n);
+    if (p == NULL)
+        oom(n);
+    return p;
+}
+
 void *agw_xaligned_calloc(size_t align, size_t n, size_t size)
 {
-    void *p = aligned_alloc(align, n * size);
-    if (p == NULL)
-        oom(n * size);
-    return memset(p, 0, n * size);
+    return memset(agw_xaligned_alloc(align, n * size), 0, n * size);
 }
 
 void *agw_xrealloc(void *p, size_t n)

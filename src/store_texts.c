@@ -113,7 +113,7 @@ struct agw_texts *agw_texts_open(const char *store_dir, char *err, size_t errlen
     t->min = agw_store_texts_min();
     t->segment_bytes = tune_segment_bytes > 0 ? tune_segment_bytes : AGW_TEXTS_SEGMENT_BYTES;
     t->allow_direct = !tune_no_direct;
-    t->buf = agw_xaligned_calloc(BLOCK, 1, BUF_BYTES);
+    t->buf = agw_xaligned_alloc(BLOCK, BUF_BYTES); /* touched only as texts come */
     if (mkdir(t->dir, 0750) != 0 && errno != EEXIST) {
         snprintf(err, errlen, "store.path: cannot create the directory %s: %s", t->dir,
                  strerror(errno));

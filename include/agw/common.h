@@ -52,6 +52,9 @@ void *agw_xcalloc(size_t n, size_t size);
 /* <n> zeroed objects of <size> bytes at an address that is a multiple of <align> (a power of two
  * dividing n * size); freed with free(). */
 void *agw_xaligned_calloc(size_t align, size_t n, size_t size);
+/* <n> bytes, not zeroed (a large block's pages stay untouched until written), at an address that is
+ * a multiple of <align> (a power of two dividing n); freed with free(). */
+void *agw_xaligned_alloc(size_t align, size_t n);
 void *agw_xrealloc(void *p, size_t n);
 char *agw_xstrdup(const char *s);
 char *agw_xstrndup(const char *s, size_t n);
