@@ -28,7 +28,7 @@ config() {
               "other": { "upstreams": ["$D/agent"] },
               "fast": { "upstreams": ["$D/agent?delay_ms=0"] },
               "slow": { "upstreams": ["$D/agent?events=30&delay_ms=30"], "on_client_disconnect": "detach" },
-              "trickle": { "upstreams": ["$D/agent?events=200&delay_ms=50"] } },
+              "trickle": { "upstreams": ["$D/agent?events=200&delay_ms=50&size=1000"] } },
   ${2:-}
   "store": { "kind": "embedded", "path": "$STORE" },
   "timeouts": { "drain": "2s" },
@@ -250,6 +250,10 @@ got = got[0].get("content", "") if got else ""
 print("yes" if got.startswith(want) else "no: %d chars kept of the %d relayed before kill - 1 s" % (len(got), len(want)))
 ' "$KILL_AT" "$T/trickle")
 check_eq "kill -9 mid-run: what a streaming run relayed more than 1 s before is kept" yes "$TRICKLE"
+# Its deltas (1,000 bytes, 50 ms apart) were committed in pieces of 4 KiB or more: in the segment files
+# (history.texts/), which the restart after the kill found whole.
+check_eq "kill -9 mid-run: the streamed answer's pieces are in history.texts" yes \
+    "$([ -s "$STORE/history.texts/00000001" ] && echo yes || echo "no: $(ls -la "$STORE/history.texts" 2>&1 | tr '\n' ' ')")"
 read -r lost checked <"$T/lost"
 check_eq "kill -9: every run ended more than 1 s before it is there ($checked checked)" 0 "$lost"
 check_eq "kill -9: runs were checked" yes "$([ "$checked" -ge 100 ] && echo yes || echo "no: $checked")"
