@@ -42,7 +42,7 @@ struct db {
     sqlite3_stmt *st_thread, *st_messages, *st_message, *st_thread_key, *st_update_thread,
         *st_insert_thread, *st_drop_before, *st_drop_from, *st_save_message, *st_drop_parts,
         *st_expire, *st_max_key, *st_scan_ids, *st_segments, *st_segment_size, *st_gc_next,
-        *st_gc_count, *st_gc_drop, *st_gc_rows, *st_gc_move;
+        *st_gc_count, *st_gc_drop, *st_gc_rows, *st_gc_move, *st_gc_stale, *st_piece;
     /* Pieces of AGW_TEXTS_MIN bytes or more: in the segments (src/store_texts.h). */
     struct agw_texts *texts;
     size_t texts_min;
@@ -72,7 +72,7 @@ struct db {
  * lack the text's closing '"}'. The trigger deletes a thread's messages with it (the ttl). A piece
  * of AGW_TEXTS_MIN bytes or more is not in its row: <data> is empty and <seg>, <off>, <len> say
  * where in the segment files it is (src/store_texts.h); <segments> lists those files and the bytes
- * of each that are committed, and the index finds a segment's pieces (its collection, db_gc()).
+ * of each that are committed, and <pieces> each segment's pieces (for its collection, db_gc()).
  * Schema 3 was the same without them.
  *
  * A thread's number (<key>, its rowid) is given in the order threads are first written, so the
@@ -82,9 +82,19 @@ struct db {
  * the writer's cost per run grew with the database (writer micro-benchmark, 2 message rows and a
  * thread row per run: 8.7 us at 30,000 runs, 10.2 at 100,000, 12.3 at 300,000; schema 3: 4.6,
  * 5.1, 6.3). See doc/internals/store.md. */
+/* The pieces apart, by segment: what the collection counts and moves (db_gc()). Its own table,
+ * written only with a piece apart, rather than an index of <messages>; nor does a trigger keep it:
+ * an index of that table is written, and a trigger on it run, by the upserts of nearly every
+ * commit, and either cost the writer about 2,000 instructions per short run (6 %; callgrind), whose
+ * texts are all in their rows. So an entry may outlive its piece (the row deleted, or given other
+ * bytes): the collection counts only the entries whose row still points at them, and deletes the
+ * others with their segment. Keyed by its place in its segment (unique: appends do not overlap);
+ * the row it was written for by its key (thread, pos, part), which a VACUUM keeps. */
 #define SCHEMA_TEXTS                                                                               \
     "CREATE TABLE IF NOT EXISTS segments (seg INTEGER PRIMARY KEY, size INTEGER NOT NULL);"        \
-    "CREATE INDEX IF NOT EXISTS messages_seg ON messages(seg, len) WHERE seg IS NOT NULL;"
+    "CREATE TABLE IF NOT EXISTS pieces (seg INTEGER NOT NULL, off INTEGER NOT NULL,"               \
+    " len INTEGER NOT NULL, thread INTEGER NOT NULL, pos INTEGER NOT NULL, part INTEGER NOT NULL," \
+    " PRIMARY KEY (seg, off)) WITHOUT ROWID;"
 static const char SCHEMA[] = "CREATE TABLE IF NOT EXISTS threads ("
                              " key INTEGER PRIMARY KEY,"
                              " id TEXT NOT NULL UNIQUE,"
@@ -436,6 +446,20 @@ static sqlite3_int64 write_thread_row(struct db *d, const struct agw_store_row *
     return sqlite3_changes(d->db) > 0 ? key : write_thread_row(d, r, 0);
 }
 
+/* The entry of <pieces> for a piece apart just written at (<seg>, <off>), of the row (<thread>,
+ * <pos>, <part>). */
+static bool add_piece_entry(struct db *d, sqlite3_int64 seg, sqlite3_int64 off, sqlite3_int64 len,
+                            sqlite3_int64 thread, sqlite3_int64 pos, sqlite3_int64 part)
+{
+    sqlite3_bind_int64(d->st_piece, 1, seg);
+    sqlite3_bind_int64(d->st_piece, 2, off);
+    sqlite3_bind_int64(d->st_piece, 3, len);
+    sqlite3_bind_int64(d->st_piece, 4, thread);
+    sqlite3_bind_int64(d->st_piece, 5, pos);
+    sqlite3_bind_int64(d->st_piece, 6, part);
+    return step_done(d->st_piece);
+}
+
 /* Writes one thread's row (unless it is as the database holds it), deletes its messages outside
  * [first, first + count), writes <msgs>; sets <r->key>. */
 static bool save_thread(struct db *d, struct agw_store_row *r)
@@ -470,8 +494,9 @@ static bool save_thread(struct db *d, struct agw_store_row *r)
         if (m->run_id != NULL && m->part == 0)
             sqlite3_bind_text(d->st_save_message, 4, m->run_id, -1, SQLITE_STATIC);
         sqlite3_bind_int(d->st_save_message, 5, m->text);
-        if (m->data != NULL && m->len >= d->texts_min) { /* apart, in the segments */
-            uint64_t seg, off;
+        const bool apart = m->data != NULL && m->len >= d->texts_min; /* in the segments */
+        uint64_t seg = 0, off = 0;
+        if (apart) {
             if (agw_texts_append(d->texts, m->data, m->len, &seg, &off) != 0) {
                 d->texts_errno = errno;
                 sqlite3_reset(d->st_save_message);
@@ -488,6 +513,9 @@ static bool save_thread(struct db *d, struct agw_store_row *r)
                               SQLITE_STATIC);
         }
         ok = step_done(d->st_save_message);
+        if (ok && apart)
+            ok = add_piece_entry(d, (sqlite3_int64)seg, (sqlite3_int64)off, (sqlite3_int64)m->len,
+                                 key, (sqlite3_int64)m->pos, m->part);
         if (ok && m->part == 0 && m->drop_parts) {
             sqlite3_bind_int64(d->st_drop_parts, 1, key);
             sqlite3_bind_int64(d->st_drop_parts, 2, (sqlite3_int64)m->pos);
@@ -585,27 +613,40 @@ static int db_save(void *self, struct agw_store_row *rows, size_t n, char *err, 
 #define GC_INTERVAL_MS 1000
 #define GC_SPARSE      4 /* compacted below a quarter in use */
 
-/* Moves the pieces of segment <seg> to the current one and deletes it, in one transaction. */
+/* Within a transaction: segment <seg>'s entries of <pieces> (every piece of it in use moved, or
+ * none left) and its row go. */
+static bool gc_forget(struct db *d, sqlite3_int64 seg)
+{
+    sqlite3_bind_int64(d->st_gc_stale, 1, seg);
+    if (!step_done(d->st_gc_stale))
+        return false;
+    sqlite3_bind_int64(d->st_gc_drop, 1, seg);
+    return step_done(d->st_gc_drop);
+}
+
+/* Moves the pieces of segment <seg> still in use to the current one and deletes it, in one
+ * transaction. */
 static void gc_compact(struct db *d, sqlite3_int64 seg, sqlite3_int64 live, sqlite3_int64 size)
 {
     struct piece {
-        sqlite3_int64 rowid, off, len;
+        sqlite3_int64 off, len, thread, pos, part;
     } *v = NULL;
     size_t n = 0, cap = 0, buf_cap = 0;
     char *buf = NULL, err[256];
     bool ok = sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK, dropped = false;
     int rc = SQLITE_DONE;
 
-    /* the rows first: they move out of the index the statement would walk */
+    /* the entries first: moving a piece changes the table the statement would walk */
     sqlite3_bind_int64(d->st_gc_rows, 1, seg);
     while (ok && (rc = sqlite3_step(d->st_gc_rows)) == SQLITE_ROW) {
         if (n == cap) {
             cap = cap > 0 ? 2 * cap : 64;
             v = agw_xrealloc(v, cap * sizeof(*v));
         }
-        v[n++] = (struct piece){sqlite3_column_int64(d->st_gc_rows, 0),
-                                sqlite3_column_int64(d->st_gc_rows, 1),
-                                sqlite3_column_int64(d->st_gc_rows, 2)};
+        v[n++] = (struct piece){
+            sqlite3_column_int64(d->st_gc_rows, 0), sqlite3_column_int64(d->st_gc_rows, 1),
+            sqlite3_column_int64(d->st_gc_rows, 2), sqlite3_column_int64(d->st_gc_rows, 3),
+            sqlite3_column_int64(d->st_gc_rows, 4)};
     }
     sqlite3_reset(d->st_gc_rows);
     ok = ok && rc == SQLITE_DONE;
@@ -627,16 +668,20 @@ static void gc_compact(struct db *d, sqlite3_int64 seg, sqlite3_int64 live, sqli
         }
         if (!ok)
             break;
-        sqlite3_bind_int64(d->st_gc_move, 1, v[i].rowid);
-        sqlite3_bind_int64(d->st_gc_move, 2, (sqlite3_int64)to);
-        sqlite3_bind_int64(d->st_gc_move, 3, (sqlite3_int64)off);
+        /* the row, if it still points at these bytes (it did when selected) */
+        sqlite3_bind_int64(d->st_gc_move, 1, v[i].thread);
+        sqlite3_bind_int64(d->st_gc_move, 2, v[i].pos);
+        sqlite3_bind_int64(d->st_gc_move, 3, v[i].part);
+        sqlite3_bind_int64(d->st_gc_move, 4, (sqlite3_int64)to);
+        sqlite3_bind_int64(d->st_gc_move, 5, (sqlite3_int64)off);
+        sqlite3_bind_int64(d->st_gc_move, 6, seg);
+        sqlite3_bind_int64(d->st_gc_move, 7, v[i].off);
         ok = step_done(d->st_gc_move);
+        if (ok && sqlite3_changes(d->db) == 1)
+            ok = add_piece_entry(d, (sqlite3_int64)to, (sqlite3_int64)off, v[i].len, v[i].thread,
+                                 v[i].pos, v[i].part);
     }
-    if (ok) {
-        sqlite3_bind_int64(d->st_gc_drop, 1, seg);
-        ok = step_done(d->st_gc_drop);
-        dropped = ok && sqlite3_changes(d->db) == 1;
-    }
+    dropped = ok && (ok = gc_forget(d, seg));
     agw_texts_reads_done(d->texts);
     if (db_end(d, ok, err, sizeof(err)) != 0) {
         agw_log_warn("thread history: segment %08lld not compacted: %s (tried again later)",
@@ -684,10 +729,14 @@ static void db_gc(struct db *d)
     sqlite3_reset(d->st_gc_count);
     if (!found)
         return;
-    if (count == 0) {
-        sqlite3_bind_int64(d->st_gc_drop, 1, seg);
-        if (step_done(d->st_gc_drop) && sqlite3_changes(d->db) == 1)
+    if (count == 0) { /* no row points into it: its entries, its row, its file */
+        char err[256];
+        bool ok = sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK && gc_forget(d, seg);
+        if (db_end(d, ok, err, sizeof(err)) == 0)
             agw_texts_remove(d->texts, (uint64_t)seg);
+        else
+            agw_log_warn("thread history: segment %08lld not deleted: %s (tried again later)",
+                         (long long)seg, err);
     } else if (live < size / GC_SPARSE) {
         gc_compact(d, seg, live, size);
     }
@@ -729,6 +778,8 @@ static void db_close(void *self)
     sqlite3_finalize(d->st_gc_drop);
     sqlite3_finalize(d->st_gc_rows);
     sqlite3_finalize(d->st_gc_move);
+    sqlite3_finalize(d->st_gc_stale);
+    sqlite3_finalize(d->st_piece);
     agw_bloom_free(d->known);
     agw_bloom_free(d->building);
     if (d->db != NULL)
@@ -1019,16 +1070,28 @@ static int db_open(struct db *d, const char *dir, char *err, size_t errlen)
                            " ORDER BY seg LIMIT 1",
                            -1, &d->st_gc_next, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(d->db,
-                           "SELECT count(*), coalesce(sum(len), 0) FROM messages WHERE seg = ?1",
+                           "SELECT count(*), coalesce(sum(p.len), 0) FROM pieces p JOIN messages m"
+                           " ON m.thread = p.thread AND m.pos = p.pos AND m.part = p.part"
+                           " WHERE p.seg = ?1 AND m.seg = p.seg AND m.off = p.off",
                            -1, &d->st_gc_count, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db, "DELETE FROM segments WHERE seg = ?1", -1, &d->st_gc_drop,
+                           NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(
+            d->db,
+            "SELECT p.off, p.len, p.thread, p.pos, p.part FROM pieces p JOIN"
+            " messages m ON m.thread = p.thread AND m.pos = p.pos AND m.part = p.part"
+            " WHERE p.seg = ?1 AND m.seg = p.seg AND m.off = p.off",
+            -1, &d->st_gc_rows, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(d->db,
-                           "DELETE FROM segments WHERE seg = ?1"
-                           " AND NOT EXISTS (SELECT 1 FROM messages WHERE seg = ?1)",
-                           -1, &d->st_gc_drop, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db, "SELECT rowid, off, len FROM messages WHERE seg = ?1", -1,
-                           &d->st_gc_rows, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db, "UPDATE messages SET seg = ?2, off = ?3 WHERE rowid = ?1", -1,
-                           &d->st_gc_move, NULL) != SQLITE_OK)
+                           "UPDATE messages SET seg = ?4, off = ?5 WHERE thread = ?1 AND pos = ?2"
+                           " AND part = ?3 AND seg = ?6 AND off = ?7",
+                           -1, &d->st_gc_move, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->db, "DELETE FROM pieces WHERE seg = ?1", -1, &d->st_gc_stale, NULL) !=
+            SQLITE_OK ||
+        sqlite3_prepare_v2(d->db,
+                           "INSERT OR REPLACE INTO pieces (seg, off, len, thread, pos, part)"
+                           " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                           -1, &d->st_piece, NULL) != SQLITE_OK)
         return db_fail(d, file, "cannot prepare its statements", err, errlen);
     /* the long texts: the segments the database lists must all be there */
     d->texts_min = agw_store_texts_min();

@@ -1398,6 +1398,8 @@ Test(store, long_texts_are_kept_apart_and_read_back)
         cr_assert_lt(q1(q, "SELECT max(length(data)) FROM messages"), AGW_TEXTS_MIN);
         cr_assert_geq(q1(q, "SELECT sum(len) FROM messages"), 100000);
         cr_assert_eq(q1(q, "SELECT count(*) FROM segments"), 1);
+        cr_assert_eq(q1(q, "SELECT count(*) FROM pieces"),
+                     q1(q, "SELECT count(*) FROM messages WHERE seg IS NOT NULL"));
         cr_assert_eq(q1(q, "SELECT size FROM segments WHERE seg = 1"),
                      q1(q, "SELECT max(off + len) FROM messages WHERE seg = 1"));
         cr_assert_geq(file_size(texts_file(store, 1, seg1, sizeof(seg1))),
@@ -1567,6 +1569,36 @@ Test(store, unused_segments_are_deleted_and_sparse_ones_compacted)
     expect_long_answer(s, "t", "a29", 20000, (char)('a' + 29 % 20));
     expect_long_answer(s, "t", "a30", 20000, (char)('a' + 30 % 20));
     agw_store_close(s);
+
+    /* the table the collection reads: an entry for each piece apart, of a segment the database
+     * lists; rows then given other bytes, or deleted with their thread, leave their entries behind
+     * (nothing keeps the table on every write), but the collection counts only the entries whose
+     * row still points at them: those segments go, entries and all */
+    db = db_file();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages m JOIN pieces p ON p.seg = m.seg"
+                        " AND p.off = m.off AND p.len = m.len AND p.thread = m.thread"
+                        " AND p.pos = m.pos AND p.part = m.part"),
+                 q1(db, "SELECT count(*) FROM messages WHERE seg IS NOT NULL"));
+    cr_assert_eq(q1(db, "SELECT count(*) FROM pieces WHERE seg NOT IN (SELECT seg FROM segments)"),
+                 0);
+    exec_sql(db, "UPDATE messages SET data = '{}', seg = NULL, off = NULL, len = NULL"
+                 " WHERE thread = (SELECT key FROM threads WHERE id = 't') AND seg IS NOT NULL");
+    exec_sql(db, "DELETE FROM threads WHERE id = 'keep'");
+    sqlite3_close(db);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 2, 0, 100);
+    for (int i = 0; i < 8; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "tock%d", i);
+        write_run1(s, id);
+        usleep(40 * 1000);
+    }
+    agw_store_close(s);
+    db = db_file();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE seg IS NOT NULL"), 0);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM segments"), 1, "the current segment alone");
+    cr_assert_eq(q1(db, "SELECT count(*) FROM pieces WHERE seg <> (SELECT seg FROM segments)"), 0);
+    cr_assert_eq(count_texts_files(db_dir()), 1);
+    sqlite3_close(db);
 }
 
 /* A store of schema 3 (every text in its row) is migrated at start: its rows stay as they are and
