@@ -326,6 +326,9 @@ static void write_merged(struct agw_metrics *m, const struct agw_metrics_gauges 
                             h->reads_spared);
         header(out, "agw_history_cached_threads", "gauge", "Threads held in memory.");
         evbuffer_add_printf(out, "agw_history_cached_threads %zu\n", h->cached);
+        header(out, "agw_history_texts_bytes", "gauge",
+               "Bytes of long texts (streamed answers) in the embedded store's segment files.");
+        evbuffer_add_printf(out, "agw_history_texts_bytes %" PRIu64 "\n", h->texts_bytes);
     }
     header(out, "agw_event_loop_turns_total", "counter",
            "Looks at the sockets that ran callbacks (wake-up batching on; summed over the loops).");

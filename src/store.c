@@ -157,6 +157,7 @@ struct agw_store {
     /* statistics (atomics: read from any thread) */
     uint64_t records, dropped, commits, commit_errors, expired, malformed, max_commit_us,
         congestions, thread_reads, reads_spared, unsaved;
+    uint64_t texts_bytes; /* the backend's long texts on disk, as of the last commit */
     size_t cached;
 };
 
@@ -170,6 +171,13 @@ static uint64_t hash_id(const char *s)
 static void stat_add(uint64_t *c, uint64_t n)
 {
     __atomic_add_fetch(c, n, __ATOMIC_RELAXED);
+}
+
+/* The backend's long texts on disk, for agw_store_get_stats() (writer thread, or before it). */
+static void publish_texts_bytes(struct agw_store *s)
+{
+    if (s->be.self != NULL && s->be.texts_bytes != NULL)
+        __atomic_store_n(&s->texts_bytes, s->be.texts_bytes(s->be.self), __ATOMIC_RELAXED);
 }
 
 /* ---- the cache (writer thread) ------------------------------------------------------------ */
@@ -527,6 +535,7 @@ static void commit(struct agw_store *s)
     s->fail_streak = 0;
     s->unsaved_logged = false;
     stat_add(&s->commits, 1);
+    publish_texts_bytes(s);
 }
 
 /* Deletes the threads the ttl let go: from the cache, then from the database in small
@@ -1133,6 +1142,7 @@ struct agw_store *agw_store_open(const struct agw_store_options *o, char *err, s
                  "\"embedded\" or \"memory\"");
         goto fail;
     }
+    publish_texts_bytes(s);
     s->next_sweep_ms = agw_now_ms(); /* at once: what expired while the gateway was down */
     if (pthread_create(&s->thread, NULL, writer_main, s) != 0) {
         snprintf(err, errlen, "thread history: cannot start the writer thread");
@@ -1192,4 +1202,5 @@ void agw_store_get_stats(struct agw_store *s, struct agw_store_stats *st)
     st->reads_spared = __atomic_load_n(&s->reads_spared, __ATOMIC_RELAXED);
     st->unsaved = __atomic_load_n(&s->unsaved, __ATOMIC_RELAXED);
     st->queued_bytes = __atomic_load_n(&s->pending_bytes, __ATOMIC_RELAXED);
+    st->texts_bytes = __atomic_load_n(&s->texts_bytes, __ATOMIC_RELAXED);
 }

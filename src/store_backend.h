@@ -69,6 +69,9 @@ struct agw_store_backend {
      * replacing the message, another piece added to it). 0, or -1 with nothing written and the
      * cause in <err>. Sets each row's <key>. */
     int (*save)(void *self, struct agw_store_row *rows, size_t n, char *err, size_t errlen);
+    /* The bytes of long texts kept apart from the rows (segment files), as of the last commit.
+     * NULL: none are. */
+    uint64_t (*texts_bytes)(void *self);
     /* Deletes at most <max> threads (and their messages) last changed before <cutoff_s>: how
      * many, or -1. */
     int64_t (*expire)(void *self, int64_t cutoff_s, unsigned max);

@@ -687,7 +687,7 @@ static void gc_compact(struct db *d, sqlite3_int64 seg, sqlite3_int64 live, sqli
         agw_log_warn("thread history: segment %08lld not compacted: %s (tried again later)",
                      (long long)seg, err);
     } else if (dropped) {
-        agw_texts_remove(d->texts, (uint64_t)seg);
+        agw_texts_remove(d->texts, (uint64_t)seg, (uint64_t)size);
         agw_log_debug("thread history: segment %08lld compacted: %lld of its %lld bytes in use, "
                       "moved",
                       (long long)seg, (long long)live, (long long)size);
@@ -733,13 +733,20 @@ static void db_gc(struct db *d)
         char err[256];
         bool ok = sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK && gc_forget(d, seg);
         if (db_end(d, ok, err, sizeof(err)) == 0)
-            agw_texts_remove(d->texts, (uint64_t)seg);
+            agw_texts_remove(d->texts, (uint64_t)seg, (uint64_t)size);
         else
             agw_log_warn("thread history: segment %08lld not deleted: %s (tried again later)",
                          (long long)seg, err);
     } else if (live < size / GC_SPARSE) {
         gc_compact(d, seg, live, size);
     }
+}
+
+static uint64_t db_texts_bytes(void *self)
+{
+    struct db *d = self;
+
+    return agw_texts_bytes(d->texts);
 }
 
 static int64_t db_expire(void *self, int64_t cutoff_s, unsigned max)
@@ -1146,6 +1153,7 @@ int agw_store_sqlite_open(const char *dir, struct agw_store_backend *b, char *er
                                     .load = db_load,
                                     .load_message = db_load_message,
                                     .save = db_save,
+                                    .texts_bytes = db_texts_bytes,
                                     .expire = db_expire,
                                     .close = db_close};
     return 0;

@@ -48,6 +48,7 @@ struct agw_texts {
     int wfd; /* its descriptor for writes: O_DIRECT when <direct> */
     bool direct;
     uint64_t committed; /* its bytes the database counts */
+    uint64_t bytes;     /* committed in every segment */
     /* <buf> holds the segment's bytes [base, base + len): base is a multiple of BLOCK, the bytes
      * before <committed> in it are the committed last block's (written again with what follows) */
     uint64_t base;
@@ -172,6 +173,7 @@ int agw_texts_adopt(struct agw_texts *t, uint64_t seg, uint64_t size, char *err,
     t->adopted[t->n_adopted++] = seg;
     t->seg = seg;
     t->committed = size;
+    t->bytes += size;
     return 0;
 }
 
@@ -430,6 +432,7 @@ void agw_texts_committed(struct agw_texts *t)
 {
     if (!t->dirty)
         return;
+    t->bytes += t->base + t->len - t->committed;
     t->committed = t->base + t->len;
     memcpy(t->tail, t->buf, t->len);
     t->tail_len = t->len;
@@ -466,15 +469,21 @@ void agw_texts_reads_done(struct agw_texts *t)
     t->rseg = 0;
 }
 
+uint64_t agw_texts_bytes(const struct agw_texts *t)
+{
+    return t->bytes;
+}
+
 uint64_t agw_texts_current(const struct agw_texts *t)
 {
     return t->seg;
 }
 
-void agw_texts_remove(struct agw_texts *t, uint64_t seg)
+void agw_texts_remove(struct agw_texts *t, uint64_t seg, uint64_t size)
 {
     char name[24];
 
+    t->bytes -= size <= t->bytes ? size : t->bytes;
     if (t->rseg == seg)
         agw_texts_reads_done(t);
     name_of(seg, name);

@@ -56,8 +56,10 @@ int agw_texts_read(struct agw_texts *t, uint64_t seg, uint64_t off, size_t len, 
 void agw_texts_reads_done(struct agw_texts *t);
 /* The segment appended to. */
 uint64_t agw_texts_current(const struct agw_texts *t);
-/* Deletes segment <seg>'s file (the database no longer lists it). */
-void agw_texts_remove(struct agw_texts *t, uint64_t seg);
+/* Deletes segment <seg>'s file (the database no longer lists it; it held <size> bytes). */
+void agw_texts_remove(struct agw_texts *t, uint64_t seg, uint64_t size);
+/* The bytes committed in every segment: what the texts take on the disk. */
+uint64_t agw_texts_bytes(const struct agw_texts *t);
 
 /* Test hooks, for stores opened from now on: pieces of at least <min> bytes go to the segments,
  * which hold <segment_bytes> each, written directly unless <no_direct>; the segments are looked

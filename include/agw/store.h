@@ -117,8 +117,9 @@ struct agw_store_stats {
     uint64_t congestions;   /* times the store became congested (agw_store_congested()) */
     uint64_t thread_reads;  /* threads not in memory looked up in the database */
     uint64_t reads_spared;  /* look-ups of threads new to the database that read nothing */
-    uint64_t unsaved; /* threads let go with changes unwritten: the database refused commits and
-                         the cache was full of threads waiting for it */
+    uint64_t unsaved;     /* threads let go with changes unwritten: the database refused commits and
+                             the cache was full of threads waiting for it */
+    uint64_t texts_bytes; /* long texts in the embedded store's segment files (history.texts) */
 };
 void agw_store_get_stats(struct agw_store *s, struct agw_store_stats *st);
 

@@ -1382,6 +1382,7 @@ Test(store, long_texts_are_kept_apart_and_read_back)
         long_answer(s, "long", "r1", "a1", 100000, 'q', 4);
         expect_long_answer(s, "long", "a1", 100000, 'q'); /* shed after its commits: read back */
         cr_assert_eq(texts_fds(store), 2, "the directory and the segment appended to, at rest");
+        cr_assert_geq(stats_of(s).texts_bytes, 100000, "agw_history_texts_bytes");
         agw_store_close(s);
         cr_assert_eq(texts_fds(store), 0);
         agw_store_texts_counts(&appended1, &direct1);
@@ -1407,6 +1408,7 @@ Test(store, long_texts_are_kept_apart_and_read_back)
         sqlite3_close(db);
 
         s = open_store(AGW_STORE_EMBEDDED, store, 100, 0, 100);
+        cr_assert_geq(stats_of(s).texts_bytes, 100000, "counted again at start");
         expect_long_answer(s, "long", "a1", 100000, 'q');
         {
             struct answer a = read_thread(s, "short", NULL);
@@ -1530,6 +1532,7 @@ Test(store, a_cut_or_lost_segment_is_a_clear_start_error)
  * back whole after a restart. */
 Test(store, unused_segments_are_deleted_and_sparse_ones_compacted)
 {
+    uint64_t texts_before, texts_after;
     struct agw_store *s;
     char mid[16];
     sqlite3 *db;
@@ -1552,6 +1555,9 @@ Test(store, unused_segments_are_deleted_and_sparse_ones_compacted)
     }
     /* still cached, its text shed: read back from where the compaction moved it */
     expect_long_answer(s, "keep", "k0", 10000, 'k');
+    texts_before = stats_of(s).texts_bytes; /* about 610 KB written, 50 KB of it in use */
+    cr_assert_geq(texts_before, 50000);
+    cr_assert_leq(texts_before, 4 * (64 << 10), "agw_history_texts_bytes: %" PRIu64, texts_before);
     agw_store_close(s);
 
     files = count_texts_files(db_dir());
@@ -1586,16 +1592,21 @@ Test(store, unused_segments_are_deleted_and_sparse_ones_compacted)
     exec_sql(db, "DELETE FROM threads WHERE id = 'keep'");
     sqlite3_close(db);
     s = open_store(AGW_STORE_EMBEDDED, db_dir(), 2, 0, 100);
+    texts_before = stats_of(s).texts_bytes;
     for (int i = 0; i < 8; i++) {
         char id[16];
         snprintf(id, sizeof(id), "tock%d", i);
         write_run1(s, id);
         usleep(40 * 1000);
     }
+    texts_after = stats_of(s).texts_bytes;
     agw_store_close(s);
     db = db_file();
     cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE seg IS NOT NULL"), 0);
     cr_assert_eq(q1(db, "SELECT count(*) FROM segments"), 1, "the current segment alone");
+    cr_assert_eq((long long)texts_after, q1(db, "SELECT size FROM segments"),
+                 "agw_history_texts_bytes: %" PRIu64, texts_after);
+    cr_assert_leq(texts_after, texts_before);
     cr_assert_eq(q1(db, "SELECT count(*) FROM pieces WHERE seg <> (SELECT seg FROM segments)"), 0);
     cr_assert_eq(count_texts_files(db_dir()), 1);
     sqlite3_close(db);
