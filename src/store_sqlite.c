@@ -42,7 +42,7 @@ struct db {
     sqlite3_stmt *st_thread, *st_messages, *st_message, *st_thread_key, *st_update_thread,
         *st_insert_thread, *st_drop_before, *st_drop_from, *st_save_message, *st_drop_parts,
         *st_expire, *st_max_key, *st_scan_ids, *st_segments, *st_segment_size, *st_gc_next,
-        *st_gc_count, *st_gc_drop, *st_gc_rows, *st_gc_move, *st_gc_stale, *st_piece;
+        *st_gc_count, *st_gc_drop, *st_gc_rows, *st_gc_move, *st_gc_forget, *st_piece;
     /* Pieces of AGW_TEXTS_MIN bytes or more: in the segments (src/store_texts.h). */
     struct agw_texts *texts;
     size_t texts_min;
@@ -617,8 +617,8 @@ static int db_save(void *self, struct agw_store_row *rows, size_t n, char *err, 
  * none left) and its row go. */
 static bool gc_forget(struct db *d, sqlite3_int64 seg)
 {
-    sqlite3_bind_int64(d->st_gc_stale, 1, seg);
-    if (!step_done(d->st_gc_stale))
+    sqlite3_bind_int64(d->st_gc_forget, 1, seg);
+    if (!step_done(d->st_gc_forget))
         return false;
     sqlite3_bind_int64(d->st_gc_drop, 1, seg);
     return step_done(d->st_gc_drop);
@@ -633,7 +633,7 @@ static void gc_compact(struct db *d, sqlite3_int64 seg, sqlite3_int64 live, sqli
     } *v = NULL;
     size_t n = 0, cap = 0, buf_cap = 0;
     char *buf = NULL, err[256];
-    bool ok = sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK, dropped = false;
+    bool ok = sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK;
     int rc = SQLITE_DONE;
 
     /* the entries first: moving a piece changes the table the statement would walk */
@@ -681,12 +681,12 @@ static void gc_compact(struct db *d, sqlite3_int64 seg, sqlite3_int64 live, sqli
             ok = add_piece_entry(d, (sqlite3_int64)to, (sqlite3_int64)off, v[i].len, v[i].thread,
                                  v[i].pos, v[i].part);
     }
-    dropped = ok && (ok = gc_forget(d, seg));
+    ok = ok && gc_forget(d, seg);
     agw_texts_reads_done(d->texts);
     if (db_end(d, ok, err, sizeof(err)) != 0) {
         agw_log_warn("thread history: segment %08lld not compacted: %s (tried again later)",
                      (long long)seg, err);
-    } else if (dropped) {
+    } else {
         agw_texts_remove(d->texts, (uint64_t)seg, (uint64_t)size);
         agw_log_debug("thread history: segment %08lld compacted: %lld of its %lld bytes in use, "
                       "moved",
@@ -785,7 +785,7 @@ static void db_close(void *self)
     sqlite3_finalize(d->st_gc_drop);
     sqlite3_finalize(d->st_gc_rows);
     sqlite3_finalize(d->st_gc_move);
-    sqlite3_finalize(d->st_gc_stale);
+    sqlite3_finalize(d->st_gc_forget);
     sqlite3_finalize(d->st_piece);
     agw_bloom_free(d->known);
     agw_bloom_free(d->building);
@@ -1093,8 +1093,8 @@ static int db_open(struct db *d, const char *dir, char *err, size_t errlen)
                            "UPDATE messages SET seg = ?4, off = ?5 WHERE thread = ?1 AND pos = ?2"
                            " AND part = ?3 AND seg = ?6 AND off = ?7",
                            -1, &d->st_gc_move, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db, "DELETE FROM pieces WHERE seg = ?1", -1, &d->st_gc_stale, NULL) !=
-            SQLITE_OK ||
+        sqlite3_prepare_v2(d->db, "DELETE FROM pieces WHERE seg = ?1", -1, &d->st_gc_forget,
+                           NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(d->db,
                            "INSERT OR REPLACE INTO pieces (seg, off, len, thread, pos, part)"
                            " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

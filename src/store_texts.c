@@ -40,7 +40,6 @@
 struct agw_texts {
     char *dir; /* <store>/history.texts */
     int dir_fd;
-    size_t min;
     uint64_t segment_bytes;
     bool allow_direct;
     /* the segment appended to (0 before agw_texts_ready()) */
@@ -58,7 +57,7 @@ struct agw_texts {
     uint64_t from;     /* where its writes began (<base> at its first append) */
     char tail[BLOCK];  /* the committed bytes of the segment's last block */
     size_t tail_len;   /* committed - base when nothing is pending */
-    uint64_t *adopted; /* the segments the database lists, in increasing order */
+    uint64_t *adopted; /* the segments the database lists, in increasing order (until ready) */
     size_t n_adopted, cap_adopted;
     uint64_t rseg; /* the segment <rfd> reads; 0 = none */
     int rfd;
@@ -111,7 +110,6 @@ struct agw_texts *agw_texts_open(const char *store_dir, char *err, size_t errlen
     t->dir = agw_xmalloc(n);
     snprintf(t->dir, n, "%s/history.texts", store_dir);
     t->dir_fd = t->wfd = t->rfd = -1;
-    t->min = agw_store_texts_min();
     t->segment_bytes = tune_segment_bytes > 0 ? tune_segment_bytes : AGW_TEXTS_SEGMENT_BYTES;
     t->allow_direct = !tune_no_direct;
     t->buf = agw_xaligned_alloc(BLOCK, BUF_BYTES); /* touched only as texts come */
@@ -291,6 +289,9 @@ int agw_texts_ready(struct agw_texts *t, char *err, size_t errlen)
                          strerror(errno));
     }
     closedir(d);
+    free(t->adopted); /* needed for the sweep alone */
+    t->adopted = NULL;
+    t->n_adopted = t->cap_adopted = 0;
     if (t->seg == 0) {
         t->seg = 1;
         t->committed = 0;
