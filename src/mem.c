@@ -244,6 +244,16 @@ void agw_mem_release_own(void)
         release_arenas(sep_arena, mine != sep_arena ? mine : UINT_MAX);
 }
 
+void agw_mem_release_arena(void)
+{
+    unsigned mine;
+    size_t len = sizeof(mine);
+
+    mallctl("thread.tcache.flush", NULL, NULL, NULL, 0);
+    if (mallctl("thread.arena", &mine, &len, NULL, 0) == 0)
+        release_arenas(mine, UINT_MAX);
+}
+
 /* jemalloc gives freed pages back to the system (madvise()) in the thread that frees, whenever
  * its decay is due: a loop that freed the last blocks of a page run could spend milliseconds in
  * the kernel, once caught at 6 to 8 ms under a relaying load with thread history on (a watchdog
@@ -352,6 +362,11 @@ void agw_mem_release(void)
 }
 
 void agw_mem_release_own(void)
+{
+    agw_mem_release();
+}
+
+void agw_mem_release_arena(void)
 {
     agw_mem_release();
 }

@@ -72,6 +72,9 @@ struct agw_store_backend {
     /* The bytes of long texts kept apart from the rows (segment files), as of the last commit.
      * NULL: none are. */
     uint64_t (*texts_bytes)(void *self);
+    /* The writer has been idle a while: gives back what the last commits' bursts left allocated
+     * (buffers of their writes), made again when needed. NULL: nothing to give back. */
+    void (*trim)(void *self);
     /* Deletes at most <max> threads (and their messages) last changed before <cutoff_s>: how
      * many, or -1. */
     int64_t (*expire)(void *self, int64_t cutoff_s, unsigned max);

@@ -742,6 +742,17 @@ static void db_gc(struct db *d)
     }
 }
 
+/* The writer has been idle a while: the buffers of the commits' writes go (made again by the next
+ * commit). */
+static void db_trim(void *self)
+{
+    struct db *d = self;
+
+    agw_store_vfs_trim(d->db);
+    if (d->texts != NULL)
+        agw_texts_trim(d->texts);
+}
+
 static uint64_t db_texts_bytes(void *self)
 {
     struct db *d = self;
@@ -1154,6 +1165,7 @@ int agw_store_sqlite_open(const char *dir, struct agw_store_backend *b, char *er
                                     .load_message = db_load_message,
                                     .save = db_save,
                                     .texts_bytes = db_texts_bytes,
+                                    .trim = db_trim,
                                     .expire = db_expire,
                                     .close = db_close};
     return 0;

@@ -49,7 +49,8 @@ struct agw_texts {
     uint64_t committed; /* its bytes the database counts */
     uint64_t bytes;     /* committed in every segment */
     /* <buf> holds the segment's bytes [base, base + len): base is a multiple of BLOCK, the bytes
-     * before <committed> in it are the committed last block's (written again with what follows) */
+     * before <committed> in it are the committed last block's (written again with what follows).
+     * Between transactions it may be NULL (none made yet, or trimmed): <tail> holds those bytes. */
     uint64_t base;
     char *buf;
     size_t len;
@@ -67,6 +68,7 @@ static size_t tune_min;
 static uint64_t tune_segment_bytes;
 static bool tune_no_direct, tune_gc_every_commit;
 static uint64_t n_appended, n_direct; /* atomic */
+static uint64_t n_buffer_bytes;       /* atomic: the append buffers held, every store's */
 
 void agw_store_texts_tune(size_t min, uint64_t segment_bytes, bool no_direct, bool gc_every_commit)
 {
@@ -112,7 +114,6 @@ struct agw_texts *agw_texts_open(const char *store_dir, char *err, size_t errlen
     t->dir_fd = t->wfd = t->rfd = -1;
     t->segment_bytes = tune_segment_bytes > 0 ? tune_segment_bytes : AGW_TEXTS_SEGMENT_BYTES;
     t->allow_direct = !tune_no_direct;
-    t->buf = agw_xaligned_alloc(BLOCK, BUF_BYTES); /* touched only as texts come */
     if (mkdir(t->dir, 0750) != 0 && errno != EEXIST) {
         snprintf(err, errlen, "store.path: cannot create the directory %s: %s", t->dir,
                  strerror(errno));
@@ -139,7 +140,8 @@ void agw_texts_close(struct agw_texts *t)
     if (t->dir_fd >= 0)
         close(t->dir_fd);
     free(t->adopted);
-    free(t->buf);
+    t->dirty = false;
+    agw_texts_trim(t);
     free(t->dir);
     free(t);
 }
@@ -255,7 +257,8 @@ static int start_at_committed(struct agw_texts *t)
     t->tail_len = (size_t)(t->committed - t->base);
     if (t->tail_len > 0 && read_at(t, t->seg, t->base, t->tail_len, t->tail) != 0)
         return -1;
-    memcpy(t->buf, t->tail, t->tail_len);
+    if (t->buf != NULL)
+        memcpy(t->buf, t->tail, t->tail_len);
     t->len = t->tail_len;
     t->dirty = false;
     agw_texts_reads_done(t);
@@ -376,6 +379,11 @@ int agw_texts_append(struct agw_texts *t, const char *p, size_t n, uint64_t *seg
             roll(t);
         t->dirty = true;
         t->from = t->base;
+        if (t->buf == NULL) {
+            t->buf = agw_xaligned_alloc(BLOCK, BUF_BYTES);
+            __atomic_add_fetch(&n_buffer_bytes, BUF_BYTES, __ATOMIC_RELAXED);
+            memcpy(t->buf, t->tail, t->tail_len);
+        }
     }
     *seg = t->seg;
     *off = t->base + t->len;
@@ -438,6 +446,20 @@ void agw_texts_committed(struct agw_texts *t)
     memcpy(t->tail, t->buf, t->len);
     t->tail_len = t->len;
     t->dirty = false;
+}
+
+void agw_texts_trim(struct agw_texts *t)
+{
+    if (t->dirty || t->buf == NULL)
+        return;
+    free(t->buf);
+    t->buf = NULL;
+    __atomic_sub_fetch(&n_buffer_bytes, BUF_BYTES, __ATOMIC_RELAXED);
+}
+
+uint64_t agw_store_texts_buffer_bytes(void)
+{
+    return __atomic_load_n(&n_buffer_bytes, __ATOMIC_RELAXED);
 }
 
 void agw_texts_rolled_back(struct agw_texts *t)

@@ -47,6 +47,9 @@ int agw_texts_sync(struct agw_texts *t);
 void agw_texts_committed(struct agw_texts *t);
 /* The transaction failed: its appends are forgotten (the next ones go where they went). */
 void agw_texts_rolled_back(struct agw_texts *t);
+/* Between transactions: frees the buffer appends are gathered in (1 MiB, made again by the next
+ * append), for a writer that has been idle a while. */
+void agw_texts_trim(struct agw_texts *t);
 
 /* Reads <len> bytes at <off> of segment <seg> into <out>. 0, or -1 (logged). The segment stays
  * open for the next read until agw_texts_reads_done(), which the caller calls once it read what it
@@ -70,5 +73,7 @@ size_t agw_store_texts_min(void);
 bool agw_store_texts_gc_every_commit(void);
 /* Bytes appended, and of them written with O_DIRECT, since the process started. */
 void agw_store_texts_counts(uint64_t *appended, uint64_t *direct);
+/* The bytes of the append buffers held, every store's. */
+uint64_t agw_store_texts_buffer_bytes(void);
 
 #endif

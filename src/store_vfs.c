@@ -43,7 +43,7 @@
 #define VFS_NAME     "agw-direct"
 #define DIRECT_ALIGN 4096u /* offsets, lengths and the buffer's address */
 #define STAGE_MIN    (256u << 10)
-#define STAGE_MAX    (2u << 20) /* gathered at most; the buffer is kept at its size */
+#define STAGE_MAX    (2u << 20) /* gathered at most; the buffer is kept at its size until trimmed */
 #define SEGS_MAX     64         /* runs of pages gathered at most */
 
 /* A run of pages gathered: the file's [off, off + len), at <at> in the buffer. */
@@ -70,6 +70,7 @@ static const char *vfs_name;
 static pthread_once_t vfs_once = PTHREAD_ONCE_INIT;
 static bool allow_direct = true;                                    /* atomic */
 static uint64_t n_direct_bytes, n_direct_writes, n_buffered_writes; /* atomic */
+static uint64_t stage_bytes; /* atomic: the buffers' sizes, every file's */
 
 /* The default VFS's file follows ours, at a multiple of 8. */
 #define REAL_OFFSET ((sizeof(struct dfile) + 7) & ~(size_t)7)
@@ -158,6 +159,7 @@ static bool stage_room(struct dfile *f, size_t more)
     if (f->used > 0)
         memcpy(p, f->stage, f->used);
     free(f->stage);
+    __atomic_add_fetch(&stage_bytes, (uint64_t)(cap - f->cap), __ATOMIC_RELAXED);
     f->stage = p;
     f->cap = cap;
     return true;
@@ -205,6 +207,14 @@ static bool gather(struct dfile *f, const void *buf, size_t amt, sqlite3_int64 o
     return true;
 }
 
+static void free_stage(struct dfile *f)
+{
+    free(f->stage);
+    __atomic_sub_fetch(&stage_bytes, (uint64_t)f->cap, __ATOMIC_RELAXED);
+    f->stage = NULL;
+    f->cap = 0;
+}
+
 static int d_write(sqlite3_file *file, const void *buf, int amt, sqlite3_int64 off)
 {
     struct dfile *f = (struct dfile *)file;
@@ -233,9 +243,7 @@ static int d_close(sqlite3_file *file)
     if (f->fd >= 0)
         close(f->fd); /* after SQLite's: see the top */
     f->fd = -1;
-    free(f->stage);
-    f->stage = NULL;
-    f->cap = 0;
+    free_stage(f);
     return rc != SQLITE_OK ? rc : rc2;
 }
 
@@ -532,6 +540,24 @@ const char *agw_store_vfs_name(void)
 void agw_store_vfs_set_direct(bool on)
 {
     __atomic_store_n(&allow_direct, on, __ATOMIC_RELAXED);
+}
+
+void agw_store_vfs_trim(sqlite3 *db)
+{
+    sqlite3_file *file = NULL;
+    struct dfile *f;
+
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &file) != SQLITE_OK ||
+        file == NULL || file->pMethods != &methods)
+        return; /* not opened with this VFS */
+    f = (struct dfile *)file;
+    if (f->used == 0) /* nothing gathered: between two transactions, always */
+        free_stage(f);
+}
+
+uint64_t agw_store_vfs_stage_bytes(void)
+{
+    return __atomic_load_n(&stage_bytes, __ATOMIC_RELAXED);
 }
 
 uint64_t agw_store_vfs_direct_bytes(void)

@@ -68,6 +68,11 @@ void agw_mem_release(void);
  * a purge. */
 void agw_mem_release_own(void);
 
+/* The same for the calling thread's arena alone, its cache emptied first (jemalloc; the C library:
+ * agw_mem_release()): for a thread with an arena of its own (agw_mem_own_arena()) that has been
+ * idle a while after a burst, the store's writer. */
+void agw_mem_release_arena(void);
+
 /* Gives the calling thread an arena of its own (jemalloc; nothing with the C library): its freed
  * pages are then its own, whatever the loops purge (agw_mem_release_own()). jemalloc gives threads
  * arenas in turn, four per CPU, but one for all when the process starts with one CPU (a cpuset, or

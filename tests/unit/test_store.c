@@ -33,6 +33,7 @@
 #include "agw/store.h"
 #include "../../src/store_backend.h"
 #include "../../src/store_texts.h"
+#include "../../src/store_vfs.h"
 
 static char dir[] = "/tmp/agw-store-test.XXXXXX";
 
@@ -1358,6 +1359,70 @@ static bool direct_io_works(const char *store)
         close(fd);
     unlink(p);
     return fd >= 0;
+}
+
+/* Waits (3 s at most) until the store's writer, idle, has trimmed more than <n> times. */
+static void trimmed_past(struct agw_store *s, uint64_t n)
+{
+    for (int i = 0; i < 300; i++) {
+        if (stats_of(s).trims > n)
+            return;
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    cr_assert_fail("the idle writer did not trim within 3 s");
+}
+
+/* A writer idle for a second gives back what its commits' bursts left allocated: the buffer its
+ * database pages were gathered in for the direct writes, the long texts' append buffer. A text
+ * appended after that goes on at its segment's committed end, the last block's bytes taken from
+ * the copy kept of them, and every text reads back whole after a restart. In the working
+ * directory (the build tree), on a disk: a tmpfs takes no direct writes, and gathers nothing. */
+Test(store, an_idle_writer_gives_back_its_write_buffers)
+{
+    char here[] = "agw-store-trim.XXXXXX";
+    struct agw_store *s;
+    uint64_t trims, stage;
+    size_t texts;
+    bool direct;
+
+    cr_assert(mkdtemp(here) != NULL);
+    direct = direct_io_works(here);
+    agw_store_texts_tune(0, 0, false, false);
+    s = open_store(AGW_STORE_EMBEDDED, here, 100, 0, 100);
+    for (int round = 0; round < 3; round++) {
+        char run[8], mid[8];
+
+        snprintf(run, sizeof(run), "r%d", round);
+        snprintf(mid, sizeof(mid), "a%d", round);
+        /* 10,001 bytes: the segment's last block partly filled */
+        long_answer(s, "long", run, mid, 10001, (char)('p' + round), 1);
+        trims = stats_of(s).trims;
+        stage = agw_store_vfs_stage_bytes();
+        texts = agw_store_texts_buffer_bytes();
+        if (stats_of(s).trims == trims) { /* not trimmed yet: both held */
+            cr_assert_gt(texts, 0, "the texts' append buffer, after a commit");
+            if (direct)
+                cr_assert_gt(stage, 0, "the database's gathering buffer, after a commit");
+        }
+        trimmed_past(s, trims);
+        cr_assert_eq(agw_store_vfs_stage_bytes(), 0, "the gathering buffer given back");
+        cr_assert_eq(agw_store_texts_buffer_bytes(), 0, "the append buffer given back");
+    }
+    for (int round = 0; round < 3; round++)
+        expect_long_answer(s, "long", (char[]){'a', (char)('0' + round), '\0'}, 10001,
+                           (char)('p' + round));
+    agw_store_close(s);
+    s = open_store(AGW_STORE_EMBEDDED, here, 100, 0, 100);
+    for (int round = 0; round < 3; round++)
+        expect_long_answer(s, "long", (char[]){'a', (char)('0' + round), '\0'}, 10001,
+                           (char)('p' + round));
+    agw_store_close(s);
+    cr_assert_eq(agw_store_texts_buffer_bytes(), 0);
+    {
+        char cmd[100];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", here);
+        cr_assert_eq(system(cmd), 0);
+    }
 }
 
 /* Pieces of AGW_TEXTS_MIN bytes or more are kept in the segment files, the rows saying where: an
