@@ -40,6 +40,9 @@
 set -u
 
 SRC=$(cd "$(dirname "$0")/.." && pwd)
+ME=bench/run.sh
+# shellcheck source=bench/lib.sh
+. "$SRC/bench/lib.sh" # metric, history_settle (its own wait_file, below, takes a pattern)
 BUILD=${BUILD:-$SRC/_build-bench}
 NGINX=${NGINX:-/usr/sbin/nginx}
 HAPROXY=${HAPROXY:-/usr/sbin/haproxy}
@@ -430,22 +433,7 @@ rss_kib() { # PIDS -> VmRSS summed, KiB
 HZ=$(getconf CLK_TCK)
 AUTH=(--header "Authorization: Bearer $TOKEN")
 
-metric() { # PORT NAME -> the value of a gateway's /metrics series (empty when absent)
-    curl -s -m 5 "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2; exit}'
-}
-
-# history_settle PORT: the store's writer thread works after the load: waits (10 s at most) for its
-# queue to empty, then for the commit that follows (one per 200 ms at most), so that the recording's
-# CPU is counted in the run that caused it. With history off, no queue: the same 0.3 s pause.
-history_settle() {
-    local q
-    for _ in $(seq 100); do
-        q=$(metric "$1" agw_history_queue_bytes)
-        [ -z "$q" ] || [ "$q" = 0 ] && break
-        sleep 0.1
-    done
-    sleep 0.3
-}
+# metric PORT NAME, history_settle PORT: bench/lib.sh
 
 # run_one SCENARIO TARGET ROUND: one load run; appends one JSON line to $RAW.
 run_one() {
