@@ -120,7 +120,7 @@ struct agw_store_stats {
     uint64_t unsaved;     /* threads let go with changes unwritten: the database refused commits and
                              the cache was full of threads waiting for it */
     uint64_t texts_bytes; /* long texts in the embedded store's segment files (history.texts) */
-    uint64_t trims;       /* times the writer, idle, gave back what its bursts left allocated */
+    uint64_t trims;       /* times the writer, idle, began to give back what its bursts left */
 };
 void agw_store_get_stats(struct agw_store *s, struct agw_store_stats *st);
 
