@@ -664,6 +664,24 @@ static void chunk_put(struct agw_store *s, char *c)
     free(c);
 }
 
+/* Frees the chunks kept for reuse (an idle writer's trim, the close). */
+static void chunks_free(struct agw_store *s)
+{
+    char *c;
+
+    pthread_mutex_lock(&s->chunks_lock);
+    c = s->chunks;
+    s->chunks = NULL;
+    s->n_chunks = 0;
+    pthread_mutex_unlock(&s->chunks_lock);
+    while (c != NULL) {
+        char *next;
+        memcpy(&next, c, sizeof(char *));
+        free(c);
+        c = next;
+    }
+}
+
 /* <s> may be NULL for a record that holds no chunk (a read). */
 static void job_free(struct agw_store *s, struct job *j)
 {
@@ -833,23 +851,11 @@ static inline void short_slice(void)
  * About 0.25 KiB per stream of an idle gateway's 2,000 (doc/benchmarks.md). */
 static void trim(struct agw_store *s)
 {
-    char *c;
-
     /* counted as it begins (a test looks at the buffers between two reads of the count) */
     __atomic_add_fetch(&s->trims, 1, __ATOMIC_SEQ_CST);
     if (s->be.self != NULL && s->be.trim != NULL)
         s->be.trim(s->be.self);
-    pthread_mutex_lock(&s->chunks_lock);
-    c = s->chunks;
-    s->chunks = NULL;
-    s->n_chunks = 0;
-    pthread_mutex_unlock(&s->chunks_lock);
-    while (c != NULL) {
-        char *next;
-        memcpy(&next, c, sizeof(char *));
-        free(c);
-        c = next;
-    }
+    chunks_free(s);
     agw_mem_release_arena();
 }
 
@@ -1211,11 +1217,7 @@ void agw_store_close(struct agw_store *s)
         cache_remove(s, t);
     if (s->be.self != NULL)
         s->be.close(s->be.self);
-    while (s->chunks != NULL) {
-        char *c = s->chunks;
-        memcpy(&s->chunks, c, sizeof(char *));
-        free(c);
-    }
+    chunks_free(s);
     pthread_mutex_destroy(&s->chunks_lock);
     if (s->wake_fd >= 0)
         close(s->wake_fd);
