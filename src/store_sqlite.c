@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -772,32 +773,75 @@ static int64_t db_expire(void *self, int64_t cutoff_s, unsigned max)
     return n;
 }
 
+/* The statements, prepared at the open and finalized at the close. */
+static const struct {
+    size_t at; /* offsetof(struct db, the statement) */
+    const char *sql;
+} STATEMENTS[] = {
+    {offsetof(struct db, st_thread), "SELECT key, agents, updated, dropped, n_messages FROM threads"
+                                     " WHERE id = ?1"},
+    {offsetof(struct db, st_messages),
+     "SELECT pos, part, run_id, text, data, seg, off, len FROM messages"
+     " WHERE thread = ?1 AND pos >= ?2 ORDER BY pos, part"},
+    {offsetof(struct db, st_message),
+     "SELECT part, data, seg, off, len FROM messages"
+     " WHERE thread = (SELECT key FROM threads WHERE id = ?1) AND pos = ?2"
+     " ORDER BY part"},
+    {offsetof(struct db, st_thread_key), "SELECT key FROM threads WHERE id = ?1"},
+    {offsetof(struct db, st_update_thread),
+     "UPDATE threads SET agents = ?2, updated = ?3, dropped = ?4,"
+     " n_messages = ?5 WHERE key = ?1"},
+    {offsetof(struct db, st_insert_thread),
+     "INSERT INTO threads (id, agents, updated, dropped, n_messages)"
+     " VALUES (?1, ?2, ?3, ?4, ?5)"},
+    {offsetof(struct db, st_drop_before), "DELETE FROM messages WHERE thread = ?1 AND pos < ?2"},
+    {offsetof(struct db, st_drop_from), "DELETE FROM messages WHERE thread = ?1 AND pos >= ?2"},
+    {offsetof(struct db, st_save_message),
+     "INSERT INTO messages (thread, pos, part, run_id, text, data, seg, off, len)"
+     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(thread, pos, part) DO UPDATE"
+     " SET run_id = excluded.run_id, text = excluded.text, data = excluded.data,"
+     " seg = excluded.seg, off = excluded.off, len = excluded.len"},
+    {offsetof(struct db, st_drop_parts),
+     "DELETE FROM messages WHERE thread = ?1 AND pos = ?2 AND part > 0"},
+    {offsetof(struct db, st_expire), "DELETE FROM threads WHERE key IN"
+                                     " (SELECT key FROM threads WHERE updated < ?1 LIMIT ?2)"},
+    {offsetof(struct db, st_max_key), "SELECT max(key) FROM threads"},
+    {offsetof(struct db, st_scan_ids),
+     "SELECT key, id FROM threads WHERE key > ?1 ORDER BY key LIMIT ?2"},
+    {offsetof(struct db, st_segments), "SELECT seg, size FROM segments ORDER BY seg"},
+    {offsetof(struct db, st_segment_size), "INSERT INTO segments (seg, size) VALUES (?1, ?2)"
+                                           " ON CONFLICT(seg) DO UPDATE SET size = excluded.size"},
+    {offsetof(struct db, st_gc_next), "SELECT seg, size FROM segments WHERE seg > ?1 AND seg <> ?2"
+                                      " ORDER BY seg LIMIT 1"},
+    {offsetof(struct db, st_gc_count),
+     "SELECT count(*), coalesce(sum(p.len), 0) FROM pieces p JOIN messages m"
+     " ON m.thread = p.thread AND m.pos = p.pos AND m.part = p.part"
+     " WHERE p.seg = ?1 AND m.seg = p.seg AND m.off = p.off"},
+    {offsetof(struct db, st_gc_drop), "DELETE FROM segments WHERE seg = ?1"},
+    {offsetof(struct db, st_gc_rows),
+     "SELECT p.off, p.len, p.thread, p.pos, p.part FROM pieces p JOIN"
+     " messages m ON m.thread = p.thread AND m.pos = p.pos AND m.part = p.part"
+     " WHERE p.seg = ?1 AND m.seg = p.seg AND m.off = p.off"},
+    {offsetof(struct db, st_gc_move),
+     "UPDATE messages SET seg = ?4, off = ?5 WHERE thread = ?1 AND pos = ?2"
+     " AND part = ?3 AND seg = ?6 AND off = ?7"},
+    {offsetof(struct db, st_gc_forget), "DELETE FROM pieces WHERE seg = ?1"},
+    {offsetof(struct db, st_piece),
+     "INSERT OR REPLACE INTO pieces (seg, off, len, thread, pos, part)"
+     " VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
+};
+
+static sqlite3_stmt **statement(struct db *d, size_t i)
+{
+    return (sqlite3_stmt **)(void *)((char *)d + STATEMENTS[i].at);
+}
+
 static void db_close(void *self)
 {
     struct db *d = self;
 
-    sqlite3_finalize(d->st_thread);
-    sqlite3_finalize(d->st_messages);
-    sqlite3_finalize(d->st_message);
-    sqlite3_finalize(d->st_thread_key);
-    sqlite3_finalize(d->st_update_thread);
-    sqlite3_finalize(d->st_insert_thread);
-    sqlite3_finalize(d->st_drop_before);
-    sqlite3_finalize(d->st_drop_from);
-    sqlite3_finalize(d->st_save_message);
-    sqlite3_finalize(d->st_drop_parts);
-    sqlite3_finalize(d->st_expire);
-    sqlite3_finalize(d->st_max_key);
-    sqlite3_finalize(d->st_scan_ids);
-    sqlite3_finalize(d->st_segments);
-    sqlite3_finalize(d->st_segment_size);
-    sqlite3_finalize(d->st_gc_next);
-    sqlite3_finalize(d->st_gc_count);
-    sqlite3_finalize(d->st_gc_drop);
-    sqlite3_finalize(d->st_gc_rows);
-    sqlite3_finalize(d->st_gc_move);
-    sqlite3_finalize(d->st_gc_forget);
-    sqlite3_finalize(d->st_piece);
+    for (size_t i = 0; i < AGW_ARRAY_LEN(STATEMENTS); i++)
+        sqlite3_finalize(*statement(d, i));
     agw_bloom_free(d->known);
     agw_bloom_free(d->building);
     if (d->db != NULL)
@@ -1031,86 +1075,9 @@ static int db_open(struct db *d, const char *dir, char *err, size_t errlen)
         d->shed_from = fstat(d->data_fd, &st) == 0 ? st.st_size : 0;
         d->shed_prev = d->shed_from;
     }
-    if (sqlite3_prepare_v2(d->db,
-                           "SELECT key, agents, updated, dropped, n_messages FROM threads"
-                           " WHERE id = ?1",
-                           -1, &d->st_thread, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db,
-                           "SELECT pos, part, run_id, text, data, seg, off, len FROM messages"
-                           " WHERE thread = ?1 AND pos >= ?2 ORDER BY pos, part",
-                           -1, &d->st_messages, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db,
-                           "SELECT part, data, seg, off, len FROM messages"
-                           " WHERE thread = (SELECT key FROM threads WHERE id = ?1) AND pos = ?2"
-                           " ORDER BY part",
-                           -1, &d->st_message, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db, "SELECT key FROM threads WHERE id = ?1", -1, &d->st_thread_key,
-                           NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db,
-                           "UPDATE threads SET agents = ?2, updated = ?3, dropped = ?4,"
-                           " n_messages = ?5 WHERE key = ?1",
-                           -1, &d->st_update_thread, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db,
-                           "INSERT INTO threads (id, agents, updated, dropped, n_messages)"
-                           " VALUES (?1, ?2, ?3, ?4, ?5)",
-                           -1, &d->st_insert_thread, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db, "DELETE FROM messages WHERE thread = ?1 AND pos < ?2", -1,
-                           &d->st_drop_before, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db, "DELETE FROM messages WHERE thread = ?1 AND pos >= ?2", -1,
-                           &d->st_drop_from, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(
-            d->db,
-            "INSERT INTO messages (thread, pos, part, run_id, text, data, seg, off, len)"
-            " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(thread, pos, part) DO UPDATE"
-            " SET run_id = excluded.run_id, text = excluded.text, data = excluded.data,"
-            " seg = excluded.seg, off = excluded.off, len = excluded.len",
-            -1, &d->st_save_message, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db,
-                           "DELETE FROM messages WHERE thread = ?1 AND pos = ?2 AND part > 0", -1,
-                           &d->st_drop_parts, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db,
-                           "DELETE FROM threads WHERE key IN"
-                           " (SELECT key FROM threads WHERE updated < ?1 LIMIT ?2)",
-                           -1, &d->st_expire, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db, "SELECT max(key) FROM threads", -1, &d->st_max_key, NULL) !=
-            SQLITE_OK ||
-        sqlite3_prepare_v2(d->db,
-                           "SELECT key, id FROM threads WHERE key > ?1 ORDER BY key LIMIT ?2", -1,
-                           &d->st_scan_ids, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db, "SELECT seg, size FROM segments ORDER BY seg", -1,
-                           &d->st_segments, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db,
-                           "INSERT INTO segments (seg, size) VALUES (?1, ?2)"
-                           " ON CONFLICT(seg) DO UPDATE SET size = excluded.size",
-                           -1, &d->st_segment_size, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db,
-                           "SELECT seg, size FROM segments WHERE seg > ?1 AND seg <> ?2"
-                           " ORDER BY seg LIMIT 1",
-                           -1, &d->st_gc_next, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db,
-                           "SELECT count(*), coalesce(sum(p.len), 0) FROM pieces p JOIN messages m"
-                           " ON m.thread = p.thread AND m.pos = p.pos AND m.part = p.part"
-                           " WHERE p.seg = ?1 AND m.seg = p.seg AND m.off = p.off",
-                           -1, &d->st_gc_count, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db, "DELETE FROM segments WHERE seg = ?1", -1, &d->st_gc_drop,
-                           NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(
-            d->db,
-            "SELECT p.off, p.len, p.thread, p.pos, p.part FROM pieces p JOIN"
-            " messages m ON m.thread = p.thread AND m.pos = p.pos AND m.part = p.part"
-            " WHERE p.seg = ?1 AND m.seg = p.seg AND m.off = p.off",
-            -1, &d->st_gc_rows, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db,
-                           "UPDATE messages SET seg = ?4, off = ?5 WHERE thread = ?1 AND pos = ?2"
-                           " AND part = ?3 AND seg = ?6 AND off = ?7",
-                           -1, &d->st_gc_move, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db, "DELETE FROM pieces WHERE seg = ?1", -1, &d->st_gc_forget,
-                           NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(d->db,
-                           "INSERT OR REPLACE INTO pieces (seg, off, len, thread, pos, part)"
-                           " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                           -1, &d->st_piece, NULL) != SQLITE_OK)
-        return db_fail(d, file, "cannot prepare its statements", err, errlen);
+    for (size_t i = 0; i < AGW_ARRAY_LEN(STATEMENTS); i++)
+        if (sqlite3_prepare_v2(d->db, STATEMENTS[i].sql, -1, statement(d, i), NULL) != SQLITE_OK)
+            return db_fail(d, file, "cannot prepare its statements", err, errlen);
     /* the long texts: the segments the database lists must all be there */
     d->texts_min = agw_store_texts_min();
     if ((d->texts = agw_texts_open(dir, err, errlen)) == NULL)
