@@ -154,6 +154,7 @@ struct agw_agui {
     size_t cached_len; /* 0: nothing cached */
     enum item_kind cached_kind;
     size_t cached_id_at, cached_id_len; /* the id's token (quotes included) in <cached> */
+    uint64_t cached_reads;              /* content events fast_cached() took */
     /* the content event being emitted, as a fast path read it (agw_agui_emitting_content()) */
     struct agw_agui_content emitting;
     bool has_emitting;
@@ -1397,6 +1398,7 @@ struct flat_event {
         };
         struct agw_schema_span spans[AGW_N_SPANS]; /* the same, for agw_schema_flat_ok() */
     };
+    const char *ts; /* the "timestamp" key (an integer's), or NULL */
     /* the members the spans do not hold ("type" and "timestamp" aside), for the schema's check of
      * the events that are not content; not cleared with the spans */
     size_t n_members;
@@ -1459,6 +1461,38 @@ static size_t plain_run(const unsigned char *p)
     return ((quote | backslash | control | w) & HIGHS) == 0 ? 8 : 0;
 }
 #define PLAIN_RUN 8
+#endif
+
+#if defined(__SSE2__)
+/* The ASCII digits <p> starts with, sixteen bytes at a time (timestamps are 13 to 16 digits). */
+static size_t digit_run(const unsigned char *p, const unsigned char *e)
+{
+    size_t n = 0;
+
+    while ((size_t)(e - p) - n >= 16) {
+        /* a digit is a byte whose distance from '0' is under 10: moved down by 0x80, a signed
+         * compare tells it */
+        __m128i v = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)(const void *)(p + n)),
+                                 _mm_set1_epi8((char)('0' + 0x80)));
+        unsigned digits = (unsigned)_mm_movemask_epi8(_mm_cmplt_epi8(v, _mm_set1_epi8(10 - 0x80)));
+
+        if (digits != 0xffff)
+            return n + (size_t)__builtin_ctz(~digits);
+        n += 16;
+    }
+    while (p + n < e && p[n] >= '0' && p[n] <= '9')
+        n++;
+    return n;
+}
+#else
+static size_t digit_run(const unsigned char *p, const unsigned char *e)
+{
+    size_t n = 0;
+
+    while (p + n < e && p[n] >= '0' && p[n] <= '9')
+        n++;
+    return n;
+}
 #endif
 
 /* Scans a JSON string at *<pp> (on the opening quote). Returns false for anything the fast path
@@ -1568,9 +1602,9 @@ static bool keep_member(struct flat_event *fe, const struct agw_schema_span *k,
 
 /* The members of a flat event from <*pp> (just past its '{', or past a ',' between members)
  * through its closing '}', *<pp> then past it: the string of each key the fast paths read into
- * <fe>, every other member but "timestamp" into fe->members (keep_member()), and whether an integer
- * "timestamp" came in *<seen_ts> (a second one is refused). */
-static bool scan_members(const char **pp, const char *end, struct flat_event *fe, bool *seen_ts)
+ * <fe>, every other member but "timestamp" into fe->members (keep_member()), and where an integer
+ * "timestamp" came in fe->ts (a second one is refused). */
+static bool scan_members(const char **pp, const char *end, struct flat_event *fe)
 {
     const char *p = *pp;
 
@@ -1618,11 +1652,11 @@ static bool scan_members(const char **pp, const char *end, struct flat_event *fe
              * exponents are left to it (a float timestamp is rewritten). */
             const char *d = p + (*p == '-');
             bool ts = key_is(&k, "timestamp");
-            if (ts && *seen_ts)
+            if (ts && fe->ts != NULL)
                 return false;
-            *seen_ts = *seen_ts || ts;
-            for (p = d; p < end && *p >= '0' && *p <= '9'; p++)
-                ;
+            if (ts)
+                fe->ts = k.p;
+            p = d + digit_run((const unsigned char *)d, (const unsigned char *)end);
             /* (a timestamp of 16 digits or more may be past the client's exact integers: the full
              * path decides) */
             if (p == d || (p - d > 1 && *d == '0') || p - d > (ts ? 15 : 18) ||
@@ -1659,11 +1693,10 @@ static bool scan_members(const char **pp, const char *end, struct flat_event *fe
 static bool scan_flat_event(const char *data, size_t len, struct flat_event *fe)
 {
     const char *p = data, *end = data + len;
-    bool seen_ts = false;
 
     memset(fe, 0, offsetof(struct flat_event, members));
     p = skip_ws(p, end);
-    if (p == end || *p++ != '{' || !scan_members(&p, end, fe, &seen_ts))
+    if (p == end || *p++ != '{' || !scan_members(&p, end, fe))
         return false;
     return skip_ws(p, end) == end && fe->type.p != NULL && !fe->type.escaped;
 }
@@ -1701,19 +1734,20 @@ static bool fast_cached(struct agw_agui *a, const char *data, size_t len,
         return false;
     if (p != end - 1) {
         /* Members after the delta (a sequence number, the time the agent sent it): read as the
-         * whole scan reads them. A key the fast paths read (a second delta, say) or a timestamp
-         * sends the event to the whole scan, which knows what came before. */
+         * whole scan reads them. A key the fast paths read (a second delta, say) sends the event
+         * to the whole scan, which knows what came before; a timestamp does not: the cached bytes
+         * hold none (fast_content()), so it is the event's only one. */
         struct flat_event tail;
-        bool ts = false;
 
         memset(&tail, 0, offsetof(struct flat_event, members));
         p = skip_ws(p, end);
-        if (p == end || *p++ != ',' || !scan_members(&p, end, &tail, &ts) || ts || p != end ||
+        if (p == end || *p++ != ',' || !scan_members(&p, end, &tail) || p != end ||
             tail.type.p != NULL || tail.message_id.p != NULL || tail.tool_call_id.p != NULL ||
             tail.step_name.p != NULL || tail.delta.p != NULL || tail.role.p != NULL ||
             tail.thread_id.p != NULL || tail.run_id.p != NULL || tail.subagent_run_id.p != NULL)
             return false;
     }
+    a->cached_reads++;
     if (delta.n == 0 && a->cached_kind != ITEM_TOOL_CALL)
         return true; /* dropped, as the full path does */
     emit_content(a, out, data, len, a->cached_kind, data + a->cached_id_at, a->cached_id_len,
@@ -1884,10 +1918,12 @@ static bool fast_content(struct agw_agui *a, const char *data, size_t len,
      * them (an agent writes its events alike), and then only its delta and what follows it is
      * read (fast_cached()). Only when they hold the type and the id (and a subagentRunId, if any):
      * bytes before a delta written first name no item, and a frame starting with them may have no
-     * type at all. */
+     * type at all. Nor when they hold a timestamp: the one after a cached delta is then the
+     * event's only one (and one before it changes from event to event). */
     before_delta = (size_t)(fe.delta.p - data);
     if (data[len - 1] == '}' && before_delta <= sizeof(a->cached) && fe.type.p < fe.delta.p &&
-        id->p < fe.delta.p && (fe.subagent_run_id.p == NULL || fe.subagent_run_id.p < fe.delta.p)) {
+        id->p < fe.delta.p && (fe.subagent_run_id.p == NULL || fe.subagent_run_id.p < fe.delta.p) &&
+        (fe.ts == NULL || fe.ts > fe.delta.p)) {
         memcpy(a->cached, data, before_delta);
         a->cached_len = before_delta;
         a->cached_kind = kind;
@@ -2107,6 +2143,11 @@ int agw_agui_feed(struct agw_agui *a, const char *data, size_t len, const struct
 void agw_agui_set_fast_paths(struct agw_agui *a, bool on)
 {
     a->slow_only = !on;
+}
+
+uint64_t agw_agui_cached_reads(const struct agw_agui *a)
+{
+    return a->cached_reads;
 }
 
 void agw_agui_end(struct agw_agui *a, const struct agw_agui_sink *out)

@@ -86,6 +86,9 @@ bool agw_agui_emitting_type(const struct agw_agui *a, const char **type, size_t 
 /* For tests: with <on> false, every frame goes through the full path (parsed by jansson), never the
  * allocation-free fast paths, whose output must be the same. On by default. */
 void agw_agui_set_fast_paths(struct agw_agui *a, bool on);
+/* For tests: the content events read from their delta on, everything before it being the bytes of
+ * the item's content event before (the cheapest of the fast paths). */
+uint64_t agw_agui_cached_reads(const struct agw_agui *a);
 
 /* The upstream's stream ended (EOF or end of body). Writes what the run still needs: RUN_STARTED if
  * nothing was sent, then the end of anything open, then RUN_FINISHED when the stream was clean, or

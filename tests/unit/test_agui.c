@@ -1330,7 +1330,7 @@ Test(agui, unchanged_events_are_passed_as_the_upstreams_bytes)
 /* A sink that records what agw_agui_emitting_content() says of each event. */
 struct hint_ctx {
     struct agw_agui *a;
-    char seen[8][160]; /* "T|A <id token> <delta token>" or "-" per event */
+    char seen[12][160]; /* "T|A <id token> <delta token>" or "-" per event */
     int n;
 };
 
@@ -1340,7 +1340,7 @@ static void hint_emit(void *arg, const char *json, size_t len, bool pass)
     struct agw_agui_content c;
 
     (void)pass;
-    cr_assert_lt(h->n, 8);
+    cr_assert_lt(h->n, 12);
     if (!agw_agui_emitting_content(h->a, &c)) {
         snprintf(h->seen[h->n++], sizeof(h->seen[0]), "-");
         return;
@@ -1349,6 +1349,14 @@ static void hint_emit(void *arg, const char *json, size_t len, bool pass)
     cr_assert(c.delta >= json && c.delta + c.delta_len <= json + len);
     snprintf(h->seen[h->n++], sizeof(h->seen[0]), "%s %.*s %.*s", c.args ? "A" : "T", (int)c.id_len,
              c.id, (int)c.delta_len, c.delta);
+}
+
+static void discard_emit(void *arg, const char *json, size_t len, bool pass)
+{
+    (void)arg;
+    (void)json;
+    (void)len;
+    (void)pass;
 }
 
 /* Feeds <frames> to a run on the fast paths, recording with <emit> what the sink is told of each
@@ -1398,17 +1406,24 @@ Test(agui, the_sink_is_told_the_id_and_delta_of_fast_content)
     expect_hints(hint_emit, frames, AGW_ARRAY_LEN(frames), want, AGW_ARRAY_LEN(want), 4);
 }
 
-/* Content events with members after the delta (a sequence number, a send time): the next one with
- * the same bytes before its delta is read from there on (the cached prefix), and one whose tail
- * holds what the whole scan would refuse (a second delta, a second timestamp) goes to the full
- * path as before: the sink is told nothing of it. */
+/* Content events with members after the delta (a sequence number, a send time, a timestamp): the
+ * next one with the same bytes before its delta is read from there on (the cached prefix), and one
+ * whose tail holds what the whole scan would refuse (a second delta, a second timestamp, a
+ * fraction) goes to the full path as before: the sink is told nothing of it. */
 Test(agui, members_after_the_delta_are_read_as_the_whole_scan_reads_them)
 {
     const char *const frames[] = {
         "{\"type\":\"RUN_STARTED\",\"threadId\":\"t1\",\"runId\":\"r1\"}",
         "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m\",\"role\":\"assistant\"}",
         "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"a\",\"sentUs\":1}",
-        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"b\",\"sentUs\":2}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"b\","
+        "\"sentUs\":1764430000123456}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"i\","
+        "\"timestamp\":1700000000123,\"seq\":12345}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"j\",\"timestamp\":3,"
+        "\"timestamp\":4}",
+        "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"k\","
+        "\"timestamp\":3.5}",
         "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"c\",\"delta\":\"d\"}",
         "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"timestamp\":1,\"messageId\":\"m\",\"delta\":\"f\"}",
         "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"timestamp\":1,\"messageId\":\"m\",\"delta\":\"g\","
@@ -1416,10 +1431,26 @@ Test(agui, members_after_the_delta_are_read_as_the_whole_scan_reads_them)
         "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"timestamp\":1,\"messageId\":\"m\",\"delta\":\"h\","
         "\"n\":2}",
     };
-    const char *const want[] = {
-        "-", "-", "T \"m\" \"a\"", "T \"m\" \"b\"", "-", "T \"m\" \"f\"", "-", "T \"m\" \"h\""};
+    const char *const want[] = {"-",
+                                "-",
+                                "T \"m\" \"a\"",
+                                "T \"m\" \"b\"",
+                                "T \"m\" \"i\"",
+                                "-",
+                                "-",
+                                "-",
+                                "T \"m\" \"f\"",
+                                "-",
+                                "T \"m\" \"h\""};
+    struct agw_agui *a = agw_agui_new(TID, RID, AGW_PROTO_AGUI);
+    const struct agw_agui_sink sink = {discard_emit, NULL};
 
     expect_hints(hint_emit, frames, AGW_ARRAY_LEN(frames), want, AGW_ARRAY_LEN(want), 4);
+    /* "b" and "i" from their delta on: a timestamp after a cached delta is the event's only one */
+    for (size_t i = 0; i < AGW_ARRAY_LEN(frames); i++)
+        agw_agui_feed(a, frames[i], strlen(frames[i]), &sink);
+    cr_assert_eq(agw_agui_cached_reads(a), 2);
+    agw_agui_free(a);
 }
 
 /* A sink that records what agw_agui_emitting_type() says of each event. */
@@ -1429,7 +1460,7 @@ static void type_emit(void *arg, const char *json, size_t len, bool pass)
     const char *type;
     size_t n;
 
-    cr_assert_lt(h->n, 8);
+    cr_assert_lt(h->n, 12);
     if (!agw_agui_emitting_type(h->a, &type, &n)) {
         snprintf(h->seen[h->n++], sizeof(h->seen[0]), "-");
         return;
