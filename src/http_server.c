@@ -614,6 +614,17 @@ static bool write_chunk_now(struct evbuffer *out, evutil_socket_t fd, struct evb
     return agw_io_write_framed(fd, out, &pre, 1, buf, &post, 1) >= 0;
 }
 
+/* The same for <n> bytes at <p>, which the socket's refusal copies into <out>. */
+static bool write_bytes_now(struct evbuffer *out, evutil_socket_t fd, const char *p, size_t n)
+{
+    static char crlf[2] = {'\r', '\n'};
+    char hdr[24];
+    struct iovec pre[2] = {{hdr, chunk_header(hdr, n)}, {(void *)(uintptr_t)p, n}};
+    struct iovec post = {crlf, sizeof(crlf)};
+
+    return agw_io_write_framed(fd, out, pre, 2, NULL, &post, 1) >= 0;
+}
+
 void agw_req_prefetch(const struct agw_req *req)
 {
     for (size_t at = 0; at < sizeof(*req); at += AGW_CACHE_LINE)
@@ -641,6 +652,29 @@ void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
         queue_reply_chunk(req, buf, false);
     /* <out> is the connection's output: all written, there is nothing to arm, and the connection's
      * objects are not touched (with thousands of streams, two cache misses an event). */
+    if (out == NULL || evbuffer_get_length(out) > 0)
+        arm_write(req->cc->bev);
+}
+
+void agw_req_stream_write_bytes(struct agw_req *req, const char *p, size_t n)
+{
+    struct evbuffer *out = req->out_direct;
+    bool head = req->head_queued;
+
+    if (n == 0)
+        return;
+    req->head_queued = false;
+    if (out == NULL || (!head && evbuffer_get_length(out) > 0) ||
+        !write_bytes_now(out, req->fd, p, n)) {
+        struct bufferevent *bev = req->cc->bev;
+        struct evbuffer *q = bufferevent_get_output(bev);
+        char hdr[24];
+
+        evbuffer_add(q, hdr, chunk_header(hdr, n));
+        evbuffer_add(q, p, n);
+        evbuffer_add(q, "\r\n", 2);
+        bufferevent_flush(bev, EV_WRITE, BEV_FLUSH);
+    }
     if (out == NULL || evbuffer_get_length(out) > 0)
         arm_write(req->cc->bev);
 }

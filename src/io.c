@@ -75,7 +75,7 @@ ssize_t agw_io_write_framed(int fd, struct evbuffer *out, const struct iovec *pr
 {
     struct evbuffer_iovec qs[AGW_IO_MAX_PIECES], bs[AGW_IO_MAX_PIECES];
     struct iovec iov[3 * AGW_IO_MAX_PIECES];
-    size_t queued = evbuffer_get_length(out), blen = evbuffer_get_length(body);
+    size_t queued = evbuffer_get_length(out), blen = body != NULL ? evbuffer_get_length(body) : 0;
     /* With an explicit length, evbuffer_peek() says how many vectors it would need, more than it
      * fills when they do not fit (with -1 it only says how many it filled). */
     int nq = queued > 0 ? evbuffer_peek(out, (ev_ssize_t)queued, NULL, qs, AGW_IO_MAX_PIECES) : 0;
@@ -105,7 +105,7 @@ ssize_t agw_io_write_framed(int fd, struct evbuffer *out, const struct iovec *pr
     }
     skip = done - sent;
     queue_pieces(out, pre, npre, &skip);
-    {
+    if (blen > 0) {
         size_t b = skip < blen ? skip : blen;
 
         skip -= b;

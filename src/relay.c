@@ -104,6 +104,9 @@ struct agw_relay {
     const char *run;
     size_t run_len;
     bool framed;
+    /* The bytes of the read being parsed, until <out> has a chain for the frames written out of it
+     * (out_reserve()); 0: none to make. */
+    size_t read_len;
     /* Timers. run_timer: from the start to the end of the run (LIVE states), when timeouts.run is
      * set. heartbeat: in STREAMING only, the heartbeat period, or a probe of a half-closed client
      * (probe set). */
@@ -230,11 +233,23 @@ static void drop_upstream(struct agw_relay *r, bool close)
 
 /* ---- writing to the client ---------------------------------------------------------------- */
 
+/* Before the first bytes a read puts in <out>: the frames written out are about as long as the
+ * bytes read, one chain for all of them rather than a small one per kilobyte. A read whose frames
+ * all pass unchanged and go to the socket from where they were read (write_run()) makes none. */
+static void out_reserve(struct agw_relay *r)
+{
+    if (r->read_len > 0) {
+        evbuffer_expand(r->out, r->read_len + 256);
+        r->read_len = 0;
+    }
+}
+
 /* Appends the run of frames passed unchanged to <out>, in one piece. */
 static void flush_run(struct agw_relay *r)
 {
     if (r->run_len == 0)
         return;
+    out_reserve(r);
     if (evbuffer_add(r->out, r->run, r->run_len) != 0)
         abort(); /* out of memory: the daemon's policy */
     r->run_len = 0;
@@ -443,6 +458,7 @@ static void relay_emit(void *arg, const char *json, size_t len, bool pass)
         return;
     }
     flush_run(r);
+    out_reserve(r);
     if (agw_sse_write_data(r->out, json, len) != 0)
         abort();
 }
@@ -676,9 +692,10 @@ static int frame_cb(void *arg, const struct agw_sse_frame *f)
     return rc == 1 ? -1 : 0;
 }
 
-/* Body bytes <p>, <n> parsed where they lie: the frames the normaliser passes unchanged are
- * appended to <out> straight from them, in one piece per run of them (see relay_emit()), so that
- * nothing of them is referred to after the call. Returns what agw_sse_parse_bytes() returned. */
+/* A segment <p>, <n> of an evbuffer parsed where it lies: the frames the normaliser passes
+ * unchanged are appended to <out> straight from it, in one piece per run of them (see
+ * relay_emit()), so that nothing of them is referred to after the call (the segment is drained
+ * then). Returns what agw_sse_parse_bytes() returned. */
 static int parse_bytes(struct agw_relay *r, const char *p, size_t n)
 {
     int rc = agw_sse_parse_bytes(r->sse, p, n, frame_cb, r);
@@ -741,12 +758,27 @@ static void up_on_body(void *arg, struct evbuffer *body)
     if (!IN(r, READING)) {
         evbuffer_drain(body, evbuffer_get_length(body));
     } else {
-        /* The frames written out are about as long as the bytes read: one chain for all of them
-         * rather than a small one per kilobyte. */
-        evbuffer_expand(r->out, evbuffer_get_length(body) + 256);
+        r->read_len = evbuffer_get_length(body);
         after_body(r, parse_body(r, body));
+        r->read_len = 0;
     }
     leave(r);
+}
+
+/* The run of frames a read passed unchanged, all it made, written to the client from where they
+ * were read: no copy into <out>, no chain made and freed (when the socket does not take them all,
+ * the server copies what is left). Only while streaming with nothing in <out> before them, the run
+ * not ended. False: nothing done. */
+static bool write_run(struct agw_relay *r)
+{
+    if (r->run_len == 0 || r->state != RL_ST_STREAMING || r->req == NULL ||
+        evbuffer_get_length(r->out) > 0 || agw_agui_finished(r->agui))
+        return false;
+    r->bytes_out += r->run_len;
+    agw_req_stream_write_bytes(r->req, r->run, r->run_len);
+    r->run_len = 0;
+    r->last_write_ms = agw_now_ms_coarse();
+    return true;
 }
 
 /* The same for bytes in one piece (a plain TCP connection's reads): parsed where they lie. */
@@ -758,8 +790,14 @@ static void up_on_bytes(void *arg, const char *p, size_t n)
     if (r->req != NULL)
         agw_req_prefetch_output(r->req);
     if (IN(r, READING)) {
-        evbuffer_expand(r->out, n + 256);
-        after_body(r, parse_bytes(r, p, n));
+        int rc;
+
+        r->read_len = n;
+        rc = agw_sse_parse_bytes(r->sse, p, n, frame_cb, r);
+        if (rc < 0 || !write_run(r))
+            flush_run(r);
+        r->read_len = 0;
+        after_body(r, rc);
     }
     leave(r);
 }

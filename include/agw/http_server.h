@@ -143,6 +143,9 @@ void agw_req_stream_start(struct agw_req *req, int status, const char *fields, s
                           agw_req_event_fn *on_drain);
 /* Moves every byte of <buf> to the client as one chunk (no-op when <buf> is empty). */
 void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf);
+/* The same for <n> bytes at <p>: written from there when the socket takes them at once (nothing
+ * queued before them), else copied into the connection's output. */
+void agw_req_stream_write_bytes(struct agw_req *req, const char *p, size_t n);
 /* Hints before a stream's next chunk, which change nothing: the CPU is asked for the request's
  * memory (agw_req_prefetch()), then, once that has arrived, for its connection's output buffer
  * (agw_req_prefetch_output()). */

@@ -39,10 +39,10 @@ ssize_t agw_io_read_into(struct evbuffer *in, int fd, size_t max);
 /* The same for a buffer of one's own (not frozen). Either reads at most 64 KiB at once. */
 ssize_t agw_io_read_append(struct evbuffer *in, int fd, size_t max);
 
-/* One writev() of, in order: what <out> holds (queued earlier), <pre> (<npre> small pieces), every
- * byte of <body>, <post> (<npost> small pieces). What the socket took leaves <out>'s front; what it
- * did not take stays queued in <out>, in order: <pre> and <post> copied, <body>'s bytes moved (no
- * copy). <body> is empty afterwards. Returns the bytes written (0 on EAGAIN or an error — errno
+/* One writev() of, in order: what <out> holds (queued earlier), <pre> (<npre> pieces), every byte
+ * of <body> (NULL: none), <post> (<npost> pieces). What the socket took leaves <out>'s front; what
+ * it did not take stays queued in <out>, in order: <pre> and <post> copied, <body>'s bytes moved
+ * (no copy). <body> is empty afterwards. Returns the bytes written (0 on EAGAIN or an error — errno
  * tells; everything is queued then, for the bufferevent to find the error), or -1, having done
  * nothing, when the pieces do not fit one writev() (AGW_IO_MAX_PIECES). */
 ssize_t agw_io_write_framed(int fd, struct evbuffer *out, const struct iovec *pre, int npre,

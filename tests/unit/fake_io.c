@@ -13,6 +13,7 @@ int fake_n_ups;
 int fake_in_upstream_cb;
 int fake_in_nested_close;
 int fake_prefetches;
+int fake_direct_writes;
 
 /* ---- the server side ---------------------------------------------------------------------- */
 
@@ -110,6 +111,14 @@ void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
 {
     cr_assert(!req->gone && req->streaming && !req->finished, "a write after the end");
     evbuffer_add_buffer(req->body, buf);
+    written(req);
+}
+
+void agw_req_stream_write_bytes(struct agw_req *req, const char *p, size_t n)
+{
+    cr_assert(!req->gone && req->streaming && !req->finished, "a write after the end");
+    evbuffer_add(req->body, p, n);
+    fake_direct_writes++;
     written(req);
 }
 
@@ -265,9 +274,11 @@ void fake_up_head(struct agw_upstream *up, int status, const char *content_type)
 
 /* Body bytes are given through on_bytes() and on_body() in turn when the callee has both, as a
  * plain TCP connection's reads and a TLS one's come. */
+unsigned fake_body_turn;
+
 void fake_up_body(struct agw_upstream *up, const char *bytes)
 {
-    static unsigned turn;
+    unsigned turn = fake_body_turn++;
     struct evbuffer *b;
 
     if (!live(up)) /* the real exchange reads no more once closed */
@@ -275,7 +286,7 @@ void fake_up_body(struct agw_upstream *up, const char *bytes)
     fake_in_upstream_cb++;
     if (up->cbs.on_readable != NULL) /* as a plain TCP connection's read does */
         up->cbs.on_readable(up->arg);
-    if (up->cbs.on_bytes != NULL && turn++ % 2 == 0) {
+    if (up->cbs.on_bytes != NULL && turn % 2 == 0) {
         size_t n = strlen(bytes);
         char *copy = malloc(n + 1); /* valid during the call only: poisoned after it */
 

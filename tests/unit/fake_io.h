@@ -49,6 +49,11 @@ extern int fake_in_upstream_cb;
 extern int fake_in_nested_close;
 /* Hints the relay gave about its request (agw_req_prefetch(), agw_req_prefetch_output()). */
 extern int fake_prefetches;
+/* Writes of bytes the relay handed from where it read them (agw_req_stream_write_bytes()). */
+extern int fake_direct_writes;
+/* fake_up_body() hands its reads by bytes (on_bytes) when this is even, else by evbuffer (on_body);
+ * each read adds one. */
+extern unsigned fake_body_turn;
 
 struct agw_req *fake_req_new(void);
 void fake_req_free(struct agw_req *req);

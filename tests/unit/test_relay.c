@@ -196,6 +196,49 @@ Test(relay, a_whole_run)
     fake_req_free(req);
 }
 
+/* A read whose frames all pass unchanged, on a plain connection (the bytes handed where they lie),
+ * goes to the client from there: no copy into the relay's output buffer. A read with a frame the
+ * normaliser rewrote, or one read through an evbuffer, goes through that buffer, in order. (The
+ * fake upstream hands its reads by bytes and by evbuffer in turn, by bytes first.) */
+Test(relay, passed_frames_go_out_from_where_they_were_read)
+{
+#define REWRITTEN                                                                                  \
+    "data: "                                                                                       \
+    "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"x\",\"rawEvent\":null}"    \
+    "\n\n"
+    static const char want[] = START TSTART TCONT TCONT TCONT
+        "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"x\"}\n\n" TCONT
+            TEND FIN;
+    struct agw_req *req = fake_req_new();
+    struct opts o = {0};
+    char *body;
+    size_t n;
+
+    start(req, &o);
+    fake_up_head(last_up(), 200, SSE);
+    fake_direct_writes = 0;
+    fake_body_turn = 0;
+    fake_up_body(last_up(), START TSTART); /* by bytes */
+    cr_assert_eq(fake_direct_writes, 1);
+    fake_up_body(last_up(), TCONT); /* by evbuffer */
+    cr_assert_eq(fake_direct_writes, 1);
+    fake_up_body(last_up(), TCONT); /* by bytes */
+    cr_assert_eq(fake_direct_writes, 2);
+    fake_up_body(last_up(), TCONT);           /* by evbuffer */
+    fake_up_body(last_up(), REWRITTEN TCONT); /* by bytes, the first rewritten */
+    cr_assert_eq(fake_direct_writes, 2, "behind a rewritten frame: through the buffer");
+    fake_up_body(last_up(), TEND FIN);
+    cr_assert(req->finished);
+    n = evbuffer_get_length(req->body);
+    body = (char *)evbuffer_pullup(req->body, (ev_ssize_t)n);
+    cr_assert_eq(n, strlen(want));
+    cr_assert(memcmp(body, want, n) == 0, "%.*s", (int)n, body);
+    fake_req_close(req);
+    cr_assert_eq(ended.events, 9);
+    fake_req_free(req);
+#undef REWRITTEN
+}
+
 /* Once a run's first event is out, its upstream reads yield to new work (AGW_PRIO_FLOWING): not
  * before (a new run's head and first event go first), and not for a head without events. */
 Test(relay, the_upstream_yields_once_events_flow)
