@@ -399,6 +399,7 @@ static void legacy_frame(void *arg, const char *data, size_t len)
 {
     struct agw_relay *r = arg;
 
+    out_reserve(r);
     if (agw_sse_write_data(r->out, data, len) != 0)
         abort();
 }
