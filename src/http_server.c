@@ -557,15 +557,25 @@ void agw_req_stream_start(struct agw_req *req, int status, const char *fields, s
 /* "<hex size>\r\n" into <hdr> (at least 19 bytes); returns its length. */
 static size_t chunk_header(char *hdr, size_t n);
 
-/* A chunk, queued in <out> (<buf> emptied), and with <last> the last chunk. */
-static void queue_chunk(struct evbuffer *out, struct evbuffer *buf, bool last)
+/* A chunk's data: the bytes of <buf> (emptied as they are written or queued), or, <buf> NULL, the
+ * <n> bytes at <p> (copied only when queued). */
+struct chunk_data {
+    struct evbuffer *buf;
+    const char *p;
+    size_t n;
+};
+
+/* A chunk, queued in <out>, and with <last> the last chunk. */
+static void queue_chunk(struct evbuffer *out, const struct chunk_data *d, bool last)
 {
     char hdr[24];
-    size_t n = evbuffer_get_length(buf);
 
-    if (n > 0) {
-        evbuffer_add(out, hdr, chunk_header(hdr, n));
-        evbuffer_add_buffer(out, buf);
+    if (d->n > 0) {
+        evbuffer_add(out, hdr, chunk_header(hdr, d->n));
+        if (d->buf != NULL)
+            evbuffer_add_buffer(out, d->buf);
+        else
+            evbuffer_add(out, d->p, d->n);
         evbuffer_add(out, "\r\n", 2);
     }
     if (last)
@@ -574,11 +584,11 @@ static void queue_chunk(struct evbuffer *out, struct evbuffer *buf, bool last)
 
 /* A chunk of a stream's body queued behind what the output holds (and with <last> the last chunk),
  * then flushed (an OpenSSL bufferevent encrypts it now). */
-static void queue_reply_chunk(struct agw_req *req, struct evbuffer *buf, bool last)
+static void queue_reply_chunk(struct agw_req *req, const struct chunk_data *d, bool last)
 {
     struct bufferevent *bev = req->cc->bev;
 
-    queue_chunk(bufferevent_get_output(bev), buf, last);
+    queue_chunk(bufferevent_get_output(bev), d, last);
     bufferevent_flush(bev, EV_WRITE, BEV_FLUSH);
 }
 
@@ -599,30 +609,19 @@ static size_t chunk_header(char *hdr, size_t n)
     return len;
 }
 
-/* One writev() of what <out> holds (the response head), the chunk's size line, <buf>'s bytes, the
- * CRLF and, with <last>, the last chunk; what the socket does not take stays queued in order.
- * Returns false, having written nothing, when the pieces do not fit one writev(). */
-static bool write_chunk_now(struct evbuffer *out, evutil_socket_t fd, struct evbuffer *buf,
-                            size_t n, bool last)
+/* One writev() of what <out> holds (the response head), the chunk's size line, its data, the CRLF
+ * and, with <last>, the last chunk; what the socket does not take stays queued in order (data at
+ * <p> copied). Returns false, having written nothing, when the pieces do not fit one writev(). */
+static bool write_chunk_now(struct evbuffer *out, evutil_socket_t fd, const struct chunk_data *d,
+                            bool last)
 {
     static char crlf[7] = {'\r', '\n', '0', '\r', '\n', '\r', '\n'};
     char hdr[24];
-    struct iovec pre = {hdr, chunk_header(hdr, n)};
+    struct iovec pre[2] = {{hdr, chunk_header(hdr, d->n)}, {(void *)(uintptr_t)d->p, d->n}};
     struct iovec post = {crlf, last ? sizeof(crlf) : 2};
 
     /* An error (the client left) is left for the bufferevent to find: everything is queued. */
-    return agw_io_write_framed(fd, out, &pre, 1, buf, &post, 1) >= 0;
-}
-
-/* The same for <n> bytes at <p>, which the socket's refusal copies into <out>. */
-static bool write_bytes_now(struct evbuffer *out, evutil_socket_t fd, const char *p, size_t n)
-{
-    static char crlf[2] = {'\r', '\n'};
-    char hdr[24];
-    struct iovec pre[2] = {{hdr, chunk_header(hdr, n)}, {(void *)(uintptr_t)p, n}};
-    struct iovec post = {crlf, sizeof(crlf)};
-
-    return agw_io_write_framed(fd, out, pre, 2, NULL, &post, 1) >= 0;
+    return agw_io_write_framed(fd, out, pre, d->buf != NULL ? 1 : 2, d->buf, &post, 1) >= 0;
 }
 
 void agw_req_prefetch(const struct agw_req *req)
@@ -636,47 +635,37 @@ void agw_req_prefetch_output(const struct agw_req *req)
     __builtin_prefetch(req->out_direct);
 }
 
-void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
+/* A chunk of the stream's body: written at once when nothing but the head is queued before it. */
+static void stream_write(struct agw_req *req, const struct chunk_data *d)
 {
     struct evbuffer *out = req->out_direct;
-    size_t n = evbuffer_get_length(buf);
-
     bool head = req->head_queued;
 
-    if (n == 0)
+    if (d->n == 0)
         return;
     req->head_queued = false;
     /* Anything queued but the head: the chunk queues behind it. */
     if (out == NULL || (!head && evbuffer_get_length(out) > 0) ||
-        !write_chunk_now(out, req->fd, buf, n, false))
-        queue_reply_chunk(req, buf, false);
+        !write_chunk_now(out, req->fd, d, false))
+        queue_reply_chunk(req, d, false);
     /* <out> is the connection's output: all written, there is nothing to arm, and the connection's
      * objects are not touched (with thousands of streams, two cache misses an event). */
     if (out == NULL || evbuffer_get_length(out) > 0)
         arm_write(req->cc->bev);
 }
 
+void agw_req_stream_write(struct agw_req *req, struct evbuffer *buf)
+{
+    const struct chunk_data d = {buf, NULL, evbuffer_get_length(buf)};
+
+    stream_write(req, &d);
+}
+
 void agw_req_stream_write_bytes(struct agw_req *req, const char *p, size_t n)
 {
-    struct evbuffer *out = req->out_direct;
-    bool head = req->head_queued;
+    const struct chunk_data d = {NULL, p, n};
 
-    if (n == 0)
-        return;
-    req->head_queued = false;
-    if (out == NULL || (!head && evbuffer_get_length(out) > 0) ||
-        !write_bytes_now(out, req->fd, p, n)) {
-        struct bufferevent *bev = req->cc->bev;
-        struct evbuffer *q = bufferevent_get_output(bev);
-        char hdr[24];
-
-        evbuffer_add(q, hdr, chunk_header(hdr, n));
-        evbuffer_add(q, p, n);
-        evbuffer_add(q, "\r\n", 2);
-        bufferevent_flush(bev, EV_WRITE, BEV_FLUSH);
-    }
-    if (out == NULL || evbuffer_get_length(out) > 0)
-        arm_write(req->cc->bev);
+    stream_write(req, &d);
 }
 
 /* The end of the body, after <buf>'s bytes (maybe none). When nothing but the response head waits
@@ -689,15 +678,15 @@ void agw_req_stream_finish(struct agw_req *req, struct evbuffer *buf)
 {
     struct evbuffer *out = req->out_direct;
     struct bufferevent *bev = req->cc->bev;
-    size_t n = evbuffer_get_length(buf);
+    const struct chunk_data d = {buf, NULL, evbuffer_get_length(buf)};
     bool head = req->head_queued;
-    bool now = n > 0 && out != NULL && (head || evbuffer_get_length(out) == 0) &&
-               write_chunk_now(out, req->fd, buf, n, true);
+    bool now = d.n > 0 && out != NULL && (head || evbuffer_get_length(out) == 0) &&
+               write_chunk_now(out, req->fd, &d, true);
 
     req->head_queued = false;
     req->finished = true;
     if (!now)
-        queue_reply_chunk(req, buf, true);
+        queue_reply_chunk(req, &d, true);
     bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
     if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) /* deferred: runs whether or not */
         bufferevent_trigger(bev, EV_WRITE,                     /* the write event is armed */
