@@ -95,6 +95,7 @@ static void serve_metrics(struct agw_worker *w, struct agw_req *req)
         }
         g.loop_turns += __atomic_load_n(&o->loop_stats.turns, __ATOMIC_RELAXED);
         g.loop_naps += __atomic_load_n(&o->loop_stats.naps, __ATOMIC_RELAXED);
+        g.loop_holds += __atomic_load_n(&o->loop_stats.holds, __ATOMIC_RELAXED);
     }
     agw_metrics_write(gw->all_metrics, gw->n_workers + 1, &g, b);
     agw_ratelimit_write_metrics(gw->ratelimit, b);

@@ -16,6 +16,10 @@ static _Thread_local struct {
     struct event_base *base;
     int64_t start;
     bool ended;
+    uint32_t window;    /* the run's batching window (0: none, or no run on this thread) */
+    unsigned n_held;    /* events in <held>, activated after the turn (agw_loop_hold()) */
+    int64_t held_until; /* when the last of them is due (agw_now_us()) */
+    struct event *held[AGW_LOOP_MAX_HELD];
 } cur;
 
 struct event_base *agw_loop_new(void)
@@ -58,6 +62,40 @@ void agw_loop_slice_check(void)
     event_base_loopbreak(cur.base);
 }
 
+uint32_t agw_loop_window_us(void)
+{
+    return cur.base != NULL ? cur.window : 0;
+}
+
+bool agw_loop_hold(struct event *ev, uint32_t wait_us)
+{
+    int64_t due;
+
+    if (cur.base == NULL || cur.window == 0 || cur.n_held == AGW_LOOP_MAX_HELD)
+        return false;
+    due = (int64_t)agw_now_us() + (wait_us < cur.window ? wait_us : cur.window);
+    if (cur.n_held == 0 || due > cur.held_until)
+        cur.held_until = due;
+    cur.held[cur.n_held++] = ev;
+    return true;
+}
+
+void agw_loop_unhold(struct event *ev)
+{
+    for (unsigned i = 0; i < cur.n_held; i++)
+        if (cur.held[i] == ev)
+            cur.held[i] = NULL;
+}
+
+/* The held events made active: their callbacks run in the next turn. */
+static void release_held(void)
+{
+    for (unsigned i = 0; i < cur.n_held; i++)
+        if (cur.held[i] != NULL)
+            event_active(cur.held[i], EV_READ, 1);
+    cur.n_held = 0;
+}
+
 int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_stats *st)
 {
     const int64_t window = window_us;
@@ -65,11 +103,14 @@ int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_st
      * busy while the mean is under half the window: paced streams (events a millisecond apart per
      * stream, in bursts) give means of about 200 µs, a saturated relay of about 20 to 50 µs. */
     int64_t mean = 16 * window;
-    uint64_t turns = 0, naps = 0;
+    uint64_t turns = 0, naps = 0, holds = 0;
     int rc;
 
+    cur.window = window_us;
+    cur.n_held = 0;
+
     for (;;) {
-        int64_t t0 = (int64_t)agw_now_us(), len;
+        int64_t t0 = (int64_t)agw_now_us(), now, len, nap;
 
         cur.base = base;
         cur.start = 0;
@@ -79,20 +120,33 @@ int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_st
          * active run in the next, after a look at the sockets and the timers. */
         if (rc != 0 || event_base_got_exit(base) || (event_base_got_break(base) && !cur.ended))
             break;
-        len = (int64_t)agw_now_us() - t0;
+        now = (int64_t)agw_now_us();
+        len = now - t0;
         mean += (len - mean) / 16;
         turns++;
-        if (window > 0 && len < window && 2 * mean < window) {
-            struct timespec d = {.tv_sec = 0, .tv_nsec = (long)(window - len) * 1000};
+        /* A busy loop naps until the window since its last look has passed; one that holds a read
+         * back (a socket in a burst), until the held reads are due. */
+        nap = window > 0 && len < window && 2 * mean < window ? window - len : 0;
+        if (cur.n_held > 0 && cur.held_until - now > nap)
+            nap = cur.held_until - now;
+        if (nap > 0) {
+            struct timespec d = {.tv_sec = 0, .tv_nsec = (long)nap * 1000};
 
             nanosleep(&d, NULL);
             naps++;
         }
+        if (cur.n_held > 0) {
+            holds += cur.n_held;
+            release_held();
+        }
         if (st != NULL) {
             __atomic_store_n(&st->turns, turns, __ATOMIC_RELAXED);
             __atomic_store_n(&st->naps, naps, __ATOMIC_RELAXED);
+            __atomic_store_n(&st->holds, holds, __ATOMIC_RELAXED);
         }
     }
+    /* Whatever is held when the run ends is let go: a run started again reads it at once. */
+    release_held();
     cur.base = NULL;
     return rc;
 }

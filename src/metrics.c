@@ -336,6 +336,9 @@ static void write_merged(struct agw_metrics *m, const struct agw_metrics_gauges 
     header(out, "agw_event_loop_naps_total", "counter",
            "Turns after which a busy loop waited for its batch window before looking again.");
     evbuffer_add_printf(out, "agw_event_loop_naps_total %" PRIu64 "\n", g->loop_naps);
+    header(out, "agw_event_loop_holds_total", "counter",
+           "Backend reads held back for a loop's nap: a response's events arriving in a burst.");
+    evbuffer_add_printf(out, "agw_event_loop_holds_total %" PRIu64 "\n", g->loop_holds);
     if (g->loop_lag_max_us >= 0) {
         header(out, "agw_event_loop_lag_seconds_max", "gauge",
                "The longest an event loop was late for its probe timer (AGW_LOOP_PROBE_MS).");

@@ -66,6 +66,7 @@ struct up_conn {
                                    connection goes to the pool) */
     bool idle;                  /* in pool->idle (owner NULL) */
     bool unconfirmed;           /* in pool->unconfirmed (owned): see confirm_cb() */
+    bool held;                  /* its read held back to the end of the turn: see burst() */
     TAILQ_ENTRY(up_conn) link;  /* in pool->idle while idle, or in pool->unconfirmed */
 };
 
@@ -133,9 +134,11 @@ struct agw_upstream {
     unsigned busy;                                         /* depth of callbacks running */
     bool closing;                                          /* agw_upstream_close() was called */
     bool paused;
-    bool reused;    /* the connection came from the pool */
-    bool got_bytes; /* at least one response byte arrived */
-    bool lingering; /* released: reading the rest of the response for the pool's sake */
+    bool reused;            /* the connection came from the pool */
+    bool got_bytes;         /* at least one response byte arrived */
+    bool lingering;         /* released: reading the rest of the response for the pool's sake */
+    uint8_t burst_reads;    /* the response's reads so far, up to BURST_READS (see burst()) */
+    uint32_t burst_read_us; /* when the last of them was */
     size_t linger_bytes;
     TAILQ_ENTRY(agw_upstream) linger_link;
 };
@@ -212,6 +215,16 @@ static void unconfirmed_del(struct up_conn *c)
     }
 }
 
+/* A read held back (burst()) is forgotten when the connection changes hands, stops reading or
+ * goes: it would run for nobody, or for the next owner. */
+static void conn_unhold(struct up_conn *c)
+{
+    if (c->held) {
+        agw_loop_unhold(c->rd);
+        c->held = false;
+    }
+}
+
 static struct up_conn *conn_new(struct agw_upstream_pool *pool, struct bufferevent *bev,
                                 struct agw_upstream *owner)
 {
@@ -233,6 +246,7 @@ static void conn_free(struct up_conn *c)
         c->pool->n_idle--;
     }
     unconfirmed_del(c);
+    conn_unhold(c);
     if (c->idle_timer != NULL)
         event_free(c->idle_timer);
     if (c->rd != NULL)
@@ -301,6 +315,7 @@ static void conn_to_pool(struct up_conn *c)
 
     c->owner = NULL;
     unconfirmed_del(c);
+    conn_unhold(c);
     if (pool->n_idle >= pool->opts.max_idle_conns) {
         conn_free(c);
         return;
@@ -720,13 +735,41 @@ static void confirm_cb(evutil_socket_t fd, short what, void *arg)
         confirm_arm(pool);
 }
 
+/* A response's first reads that come back within the loop's batching window of each other are a
+ * burst: a backend writing the events it has one write() each, as the demo agent and agents that
+ * answer at once do, microseconds apart. Each would be a wake-up, a read and a write to the client
+ * of its own; held back, the next read waits for the loop's nap (agw_loop_hold(): at most the
+ * window) and takes the rest of the burst at once. A stream whose events come further apart than
+ * the window (an agent streaming tokens) is never held, nor is any read past the body's first
+ * BURST_READS: a long stream's reads, even when two come close together, go at once. Returns true
+ * when the read is held (the callback returns; the loop runs it again). */
+#define BURST_READS 8
+
+static bool burst(struct up_conn *c, bool released)
+{
+    struct agw_upstream *up = c->owner;
+    uint32_t now = (uint32_t)agw_now_us(), window = agw_loop_window_us();
+
+    /* (microseconds modulo 2^32: a difference wraps every 71 minutes, harmlessly) */
+    if (!released && up->burst_reads > 0 && now - up->burst_read_us < window &&
+        agw_loop_hold(c->rd, window - (now - up->burst_read_us))) {
+        c->held = true;
+        return true;
+    }
+    up->burst_reads++;
+    up->burst_read_us = now;
+    return false;
+}
+
 static void rd_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct up_conn *c = arg;
     struct agw_upstream *up = c->owner;
     struct evbuffer *in;
     ssize_t got;
+    bool released = c->held; /* a read held back (burst()), whose turn came */
 
+    c->held = false;
     if (up == NULL) {
         /* An idle connection spoke (bytes nobody asked for, or its close): unusable. */
         conn_free(c);
@@ -736,6 +779,8 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
         up->cbs.on_readable(up->arg); /* before the input is looked at: one miss less to wait on */
     in = bufferevent_get_input(c->bev);
     if (up->state == UP_ST_BODY && evbuffer_get_length(in) == 0) {
+        if (up->burst_reads < BURST_READS && burst(c, released))
+            return;
         got = agw_io_read(fd, block, sizeof(block));
         if (got > 0) {
             up->last_read_ms = agw_now_ms_coarse(); /* (on every event: the cheap clock) */
@@ -748,6 +793,11 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
         got = agw_io_read_into(in, fd, READ_MAX);
         if (got > 0) {
             up->last_read_ms = agw_now_ms_coarse();
+            if (up->burst_reads ==
+                0) { /* the head's read, with the first events: a burst's start */
+                up->burst_reads = 1;
+                up->burst_read_us = (uint32_t)agw_now_us();
+            }
             if (process_input(up)) /* may free <up> */
                 after_read(c, got, what);
             agw_loop_slice_check();
@@ -810,6 +860,7 @@ static void reading(struct agw_upstream *up, bool on)
         } else {
             event_del(c->rd);
             unconfirmed_del(c);
+            conn_unhold(c); /* adding the event again has epoll look at the socket afresh */
         }
     } else if (on) {
         bufferevent_enable(c->bev, EV_READ);

@@ -10,13 +10,20 @@
  * makes fewer wake-ups and fewer reads and writes per event, and an event waits at most
  * <window_us> (plus the kernel's timer slack) longer than it would have. A loop that is idle or
  * lightly loaded (its turns block, waiting for the next event, for longer than the window on
- * average) never waits: the first event after a quiet spell is handled at once. */
+ * average) never waits: the first event after a quiet spell is handled at once.
+ *
+ * A loop that is not busy by that measure still naps after a turn in which a callback held a read
+ * back (agw_loop_hold()): a socket that became readable again within the window of its last read
+ * is in a burst (a backend writing a response's events one write() each, microseconds apart), and
+ * its next read waits until the window since the last has passed, to take the rest of the burst in
+ * one go rather than in one wake-up per write. */
 #ifndef AGW_LOOP_H
 #define AGW_LOOP_H
 
 #include "agw/common.h"
 
 struct event_base;
+struct event;
 
 /* Bounded work per loop turn: a callback's own work is bounded elsewhere (one read of at most
  * 64 KiB), so a saturated loop answers within about this plus one callback. */
@@ -43,6 +50,7 @@ void agw_loop_slice_check(void);
 struct agw_loop_stats {
     uint64_t turns; /* looks at the sockets that ran callbacks */
     uint64_t naps;  /* turns after which the loop waited for the window to pass */
+    uint64_t holds; /* reads held back to the end of their turn (agw_loop_hold()) */
 };
 
 /* Runs <base> until event_base_loopexit()/loopbreak() or until no event is left, as
@@ -53,5 +61,25 @@ struct agw_loop_stats {
  * thread in the instant a slice's own break ends a turn is taken for that turn's end; the gateway
  * stops its loops with event_base_loopexit().) */
 int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_stats *st);
+
+/* The batching window of the agw_loop_run() running on this thread; 0 when it batches nothing or
+ * no agw_loop_run() runs here. */
+uint32_t agw_loop_window_us(void);
+
+/* Reads held back per turn at most; a callback that finds the list full reads at once. */
+#define AGW_LOOP_MAX_HELD 64
+
+/* Called by a read callback instead of reading a socket in a burst: <ev> (a read event of this
+ * thread's loop) is made active with EV_READ at the end of the running turn, after a nap of at
+ * least <wait_us> (at most the window) from now, for the burst to come in. False, with nothing
+ * done, when
+ * no agw_loop_run() with a window runs on this thread or AGW_LOOP_MAX_HELD reads are held: the
+ * caller reads now. An event held must not be freed before it runs, unless agw_loop_unhold()
+ * forgets it first. */
+bool agw_loop_hold(struct event *ev, uint32_t wait_us);
+
+/* Forgets <ev> if it is held (a linear walk of at most AGW_LOOP_MAX_HELD: for the rare case of a
+ * held event freed or disabled before its turn ends). */
+void agw_loop_unhold(struct event *ev);
 
 #endif

@@ -44,7 +44,7 @@ struct agw_metrics_gauges {
     int64_t loop_lag_max_us;      /* the loop probe's longest lateness; < 0 when the probe is off */
     int64_t loop_lag_self_max_us; /* that lateness less its wait for a CPU; < 0: not known */
     int64_t loop_lag_busy_max_us; /* of that, the most the loop spent running; < 0: not known */
-    uint64_t loop_turns, loop_naps; /* summed over the loops (include/agw/loop.h) */
+    uint64_t loop_turns, loop_naps, loop_holds; /* summed over the loops (include/agw/loop.h) */
 };
 
 /* Requests are counted by agent id as given: callers pass only configured agents (NULL otherwise),

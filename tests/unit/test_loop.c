@@ -243,3 +243,97 @@ Test(loop, a_check_outside_a_run_does_nothing)
     cr_assert_not(event_base_got_break(base));
     event_base_free(base);
 }
+
+/* Holding a read back (agw_loop_hold()): a timer's callback holds <n> events; each held event's
+ * callback counts its runs and the events it was given. */
+struct holder {
+    struct event *held[AGW_LOOP_MAX_HELD + 1];
+    unsigned n, unhold; /* events to hold; how many of them to forget again at once */
+    unsigned accepted;  /* holds agw_loop_hold() took */
+    unsigned ran;       /* runs of held events' callbacks */
+    short what;         /* the events the last of them was given */
+};
+
+static void held_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct holder *h = arg;
+
+    (void)fd;
+    h->ran++;
+    h->what = what;
+}
+
+static void hold_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct holder *h = arg;
+
+    (void)fd;
+    (void)what;
+    for (unsigned i = 0; i < h->n; i++)
+        h->accepted += agw_loop_hold(h->held[i], 1000);
+    for (unsigned i = 0; i < h->unhold; i++)
+        agw_loop_unhold(h->held[i]);
+}
+
+/* A loop with a window of <window_us> that runs hold_cb() once, 5 ms in, and exits at 60 ms. */
+static void run_holder(struct holder *h, uint32_t window_us, struct agw_loop_stats *st)
+{
+    struct event_base *base = agw_loop_new();
+    const struct timeval soon = {.tv_sec = 0, .tv_usec = 5000};
+    const struct timeval end = {.tv_sec = 0, .tv_usec = 60000};
+
+    cr_assert_not_null(base);
+    for (unsigned i = 0; i < h->n; i++)
+        h->held[i] = event_new(base, -1, 0, held_cb, h);
+    event_base_once(base, -1, EV_TIMEOUT, hold_cb, h, &soon);
+    event_base_loopexit(base, &end);
+    cr_assert_eq(agw_loop_run(base, window_us, st), 0);
+    for (unsigned i = 0; i < h->n; i++)
+        event_free(h->held[i]);
+    event_base_free(base);
+}
+
+Test(loop, a_held_read_runs_after_the_nap_it_causes)
+{
+    struct holder h = {.n = 3};
+    struct agw_loop_stats st = {0};
+
+    /* An idle loop never naps by itself (an_idle_loop_never_naps): the one nap is the hold's. */
+    run_holder(&h, 2000, &st);
+    cr_assert_eq(h.accepted, 3);
+    cr_assert_eq(h.ran, 3, "each held event ran once: %u runs", h.ran);
+    cr_assert_eq(h.what, EV_READ);
+    cr_assert_eq(st.holds, 3, "holds %llu", (unsigned long long)st.holds);
+    cr_assert_eq(st.naps, 1, "naps %llu", (unsigned long long)st.naps);
+}
+
+Test(loop, an_event_forgotten_is_not_run)
+{
+    struct holder h = {.n = 3, .unhold = 2};
+    struct agw_loop_stats st = {0};
+
+    run_holder(&h, 2000, &st);
+    cr_assert_eq(h.accepted, 3);
+    cr_assert_eq(h.ran, 1, "only the event still held ran: %u runs", h.ran);
+}
+
+Test(loop, nothing_is_held_without_a_window_or_past_the_limit)
+{
+    struct holder none = {.n = 2}, many = {.n = AGW_LOOP_MAX_HELD + 1};
+    struct agw_loop_stats st = {0};
+    struct event_base *base = agw_loop_new();
+    struct event *ev = event_new(base, -1, 0, held_cb, &none);
+
+    /* outside a run, and in a run that batches nothing, the caller reads at once */
+    cr_assert_not(agw_loop_hold(ev, 1000));
+    cr_assert_eq(agw_loop_window_us(), 0);
+    event_free(ev);
+    event_base_free(base);
+    run_holder(&none, 0, &st);
+    cr_assert_eq(none.accepted, 0);
+    cr_assert_eq(none.ran, 0);
+    cr_assert_eq(st.naps, 0);
+    run_holder(&many, 2000, &st);
+    cr_assert_eq(many.accepted, AGW_LOOP_MAX_HELD);
+    cr_assert_eq(many.ran, AGW_LOOP_MAX_HELD);
+}
