@@ -430,6 +430,7 @@ static void fail(struct agw_upstream *up, enum agw_up_failure kind, const char *
         bufferevent_disable(up->conn->bev, EV_READ | EV_WRITE);
         if (up->conn->rd != NULL)
             event_del(up->conn->rd);
+        conn_unhold(up->conn);
     }
     call_begin(up);
     up->cbs.on_error(up->arg, kind, detail);
