@@ -741,8 +741,9 @@ static void confirm_cb(evutil_socket_t fd, short what, void *arg)
  * answer at once do, microseconds apart. Each would be a wake-up, a read and a write to the client
  * of its own; held back, the next read waits for the loop's nap (agw_loop_hold(): at most the
  * window) and takes the rest of the burst at once. A stream whose events come further apart than
- * the window (an agent streaming tokens) is never held, nor is any read past the body's first
- * BURST_READS: a long stream's reads, even when two come close together, go at once. Returns true
+ * the window (an agent streaming tokens) is never held, nor is any read past the response's first
+ * BURST_READS (the head's read counts), nor two in a row: a long stream's reads, even when two come
+ * close together, go at once. Returns true
  * when the read is held (the callback returns; the loop runs it again). */
 #define BURST_READS 8
 
@@ -770,7 +771,12 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
     ssize_t got;
     bool released = c->held; /* a read held back (burst()), whose turn came */
 
-    c->held = false;
+    if (released) {
+        /* Run by the loop after its nap (the list is empty then: nothing to walk), or made
+         * active by someone else first, in the turn of the hold: then the loop forgets it. */
+        agw_loop_unhold(c->rd);
+        c->held = false;
+    }
     if (up == NULL) {
         /* An idle connection spoke (bytes nobody asked for, or its close): unusable. */
         conn_free(c);
@@ -794,8 +800,8 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
         got = agw_io_read_into(in, fd, READ_MAX);
         if (got > 0) {
             up->last_read_ms = agw_now_ms_coarse();
-            if (up->burst_reads ==
-                0) { /* the head's read, with the first events: a burst's start */
+            /* The head's read, often with the first events: where a burst starts. */
+            if (up->burst_reads == 0) {
                 up->burst_reads = 1;
                 up->burst_read_us = (uint32_t)agw_now_us();
             }
