@@ -187,7 +187,7 @@ cat >"$OUT/gateway.json" <<EOF
   "store": { "kind": "embedded", "path": "$T/store" },
   "history": { "cache_threads": 500 },
   "agents": {
-    "chat":  { "upstreams": ["$U?events=8&size=16"], "forward_headers": ["X-Demo-Events", "X-Demo-Size"] },
+    "chat":  { "upstreams": ["$U?events=8&size=16&write_each=1"], "forward_headers": ["X-Demo-Events", "X-Demo-Size"] },
     "stall": { "upstreams": ["$U?stall=1"] },
     "slow":  { "upstreams": ["$U?events=1000&delay_ms=5"] },
     "fast":  { "upstreams": ["$U?events=5000&size=1024"] },
