@@ -571,6 +571,13 @@ static bool process_input(struct agw_upstream *up)
         evbuffer_free(up->request);
         agw_mem_separate_leave();
         up->request = NULL;
+        /* A head that came with events is a burst's first read (burst()); one that came alone
+         * is not: a backend that writes its first event just after its head, and then nothing for
+         * a while (an agent waiting for its model), has that event read at once. */
+        if (evbuffer_get_length(in) > 0) {
+            up->burst_reads = 1;
+            up->burst_read_us = (uint32_t)agw_now_us();
+        }
         call_begin(up);
         up->cbs.on_head(up->arg, &up->resp);
         if (!call_end(up) || up->state != UP_ST_BODY)
@@ -742,9 +749,9 @@ static void confirm_cb(evutil_socket_t fd, short what, void *arg)
  * of its own; held back, the next read waits for the loop's nap (agw_loop_hold(): at most the
  * window) and takes the rest of the burst at once. A stream whose events come further apart than
  * the window (an agent streaming tokens) is never held, nor is any read past the response's first
- * BURST_READS (the head's read counts), nor two in a row: a long stream's reads, even when two come
- * close together, go at once. Returns true
- * when the read is held (the callback returns; the loop runs it again). */
+ * BURST_READS (a head's read counts when events came with it), nor two in a row: a long stream's
+ * reads, even when two come close together, go at once. Returns true when the read is held (the
+ * callback returns; the loop runs it again). */
 #define BURST_READS 8
 
 static bool burst(struct up_conn *c, bool released)
@@ -800,11 +807,6 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
         got = agw_io_read_into(in, fd, READ_MAX);
         if (got > 0) {
             up->last_read_ms = agw_now_ms_coarse();
-            /* The head's read, often with the first events: where a burst starts. */
-            if (up->burst_reads == 0) {
-                up->burst_reads = 1;
-                up->burst_read_us = (uint32_t)agw_now_us();
-            }
             if (process_input(up)) /* may free <up> */
                 after_read(c, got, what);
             agw_loop_slice_check();
