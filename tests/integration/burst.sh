@@ -8,10 +8,18 @@
 # - only a response's first reads are: a long bursting response (3,000 events, each its own write)
 #   is held at most BURST_READS - 1 = 7 times, however its reads come;
 # - a run relayed with holds is the same bytes as without (a gateway with batch_window_us 0, which
-#   holds nothing: its counter stays 0).
+#   holds nothing: its counter stays 0);
+# - a head that comes alone does not start a burst: a backend that writes its head, then RUN_STARTED
+#   30 µs later in a write of its own, then nothing for 50 ms (hostile_upstream.py /head-alone) has
+#   RUN_STARTED read at once (no hold over 20 runs; when the two writes reach the gateway in one read,
+#   there is nothing to hold either way, so this can only fail when the rule is broken).
 . "$AGW_SRCDIR/tests/integration/lib.sh"
 
 start_demo demo || exit 1
+python3 "$AGW_SRCDIR/tests/integration/hostile_upstream.py" --port-file "$T/hostile.port" 2>"$T/hostile.log" &
+PIDS="$PIDS $!"
+wait_port_file "$T/hostile.port" || exit 1
+HOSTILE=http://127.0.0.1:$(head -n1 "$T/hostile.port")
 LOAD=$AGW_BUILDDIR/bench/agw-load
 D=http://127.0.0.1:$DEMO_PORT/agent
 config() { # config WINDOW_US
@@ -24,7 +32,8 @@ config() { # config WINDOW_US
   "batch_window_us": $1,
   "agents": { "short": { "upstreams": ["$D?events=10&size=100&write_each=1"] },
               "long": { "upstreams": ["$D?events=3000&size=100&write_each=1"] },
-              "same": { "upstreams": ["$D?events=200&size=50&write_each=1&ids=run"] } }
+              "same": { "upstreams": ["$D?events=200&size=50&write_each=1&ids=run"] },
+              "lone": { "upstreams": ["$HOSTILE/head-alone"] } }
 }
 JSON
 }
@@ -50,6 +59,14 @@ check_eq "a long burst is held only in its first reads (holds: $((h2 - h1)) over
     "$([ $((h2 - h1)) -le 70 ] && echo yes || echo no)"
 curl -sS -m 20 -N -H "$AUTH" -H 'Content-Type: application/json' -d "$BODY" \
     "http://127.0.0.1:$GW_PORT/v1/ag-ui/agents/same/runs" >"$T/held.sse"
+h3=$(holds)
+finished=0
+for i in $(seq 20); do
+    curl -sS -m 10 -N -H "$AUTH" -H 'Content-Type: application/json' -d "$BODY" \
+        "http://127.0.0.1:$GW_PORT/v1/ag-ui/agents/lone/runs" | grep -q RUN_FINISHED && finished=$((finished + 1))
+done
+check_eq "20 runs whose head came alone, each to its end" 20 "$finished"
+check_eq "an event just after a head that came alone is not held" 0 "$(($(holds) - h3))"
 stop_pid "$GW_PID" >/dev/null
 
 config 0 >"$T/gw0.json"

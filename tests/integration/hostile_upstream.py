@@ -21,6 +21,8 @@ connection reads one request (head, then a Content-Length body) and answers acco
   /frame50mb        200 + RUN_STARTED, TEXT_MESSAGE_START, then ONE TEXT_MESSAGE_CONTENT frame of 50 MB,
                     written as fast as the client reads (stops when the client goes)
   /ok               a valid short run (RUN_STARTED ... RUN_FINISHED)
+  /head-alone       the head in a write of its own, RUN_STARTED 30 µs after it in another, then 50 ms of
+                    silence and RUN_FINISHED: an agent that starts its run, then waits for its model
 
 Streams are chunked. Each answer is logged on stderr (path, bytes written, how it ended). GET
 /_stats answers JSON {"connections": N, "by_path": {...}}.
@@ -195,6 +197,15 @@ class Handler(socketserver.BaseRequestHandler):
             send(chunk(b'"}\n\n') + chunk(frame({"type": "TEXT_MESSAGE_END", "messageId": "m-big"}))
                  + chunk(frame({"type": "RUN_FINISHED", "threadId": thread, "runId": run})) + b"0\r\n\r\n")
             return "the whole 50 MB frame was taken"
+        if path == "/head-alone":
+            send(SSE_HEAD)
+            t = time.perf_counter() + 30e-6
+            while time.perf_counter() < t:
+                pass
+            send(chunk(started))
+            time.sleep(0.05)
+            send(chunk(frame({"type": "RUN_FINISHED", "threadId": thread, "runId": run})) + b"0\r\n\r\n")
+            return None
         if path == "/ok":
             send(SSE_HEAD + chunk(started)
                  + chunk(frame({"type": "RUN_FINISHED", "threadId": thread, "runId": run})) + b"0\r\n\r\n")
