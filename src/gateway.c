@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -917,83 +916,32 @@ static void admin_handler(struct agw_req *req, void *arg)
 /* Work handed to a loop by another thread (or by itself): a drain, a stop, a new configuration, a
  * cancel for a run it holds. The loops share no libevent object: each runs its base alone, without
  * libevent's locks (taken on every event and buffer operation when threading support is on: about
- * 1.5 % of two loops' CPU on short runs), and this list and its eventfd are the one way in. */
+ * 1.5 % of two loops' CPU on short runs), and its mailbox is the one way in. */
 struct posted {
+    struct agw_loop_mail mail; /* first */
     void (*fn)(void *arg);
     void *arg;
-    struct posted *next;
 };
 
-static void posted_cb(evutil_socket_t fd, short what, void *arg)
+/* Run on the loop; dropped with a loop that no longer runs (as a stopped libevent base drops its
+ * pending callbacks): only the message's own memory is freed then. */
+static void posted_cb(struct agw_loop_mail *m, bool dropped)
 {
-    struct agw_worker *w = arg;
-    struct posted *p, *next;
-    uint64_t n;
+    struct posted *p = (struct posted *)m;
 
-    (void)what;
-    if (read(fd, &n, sizeof(n)) < 0) { /* (nonblocking: EAGAIN when a run already took it) */
-    }
-    pthread_mutex_lock(&w->post_lock);
-    p = w->posted;
-    w->posted = NULL;
-    w->posted_tail = &w->posted;
-    pthread_mutex_unlock(&w->post_lock);
-    for (; p != NULL; p = next) {
-        next = p->next;
+    if (!dropped)
         p->fn(p->arg);
-        free(p);
-    }
+    free(p);
 }
 
 void agw_gw_post(struct agw_worker *w, void (*fn)(void *arg), void *arg)
 {
     struct posted *p = agw_xmalloc(sizeof(*p));
-    const uint64_t one = 1;
-    bool first;
 
+    p->mail.fn = posted_cb;
     p->fn = fn;
     p->arg = arg;
-    p->next = NULL;
-    pthread_mutex_lock(&w->post_lock);
-    first = w->posted == NULL;
-    *w->posted_tail = p;
-    w->posted_tail = &p->next;
-    pthread_mutex_unlock(&w->post_lock);
-    /* The list was empty: the loop has been told of nothing it has not taken. An eventfd write
-     * only fails when its counter would overflow, which a read of it every turn never lets be. */
-    if (first && write(w->post_fd, &one, sizeof(one)) < 0)
-        agw_log_error("worker %u: cannot wake its loop: %s", w->index, strerror(errno));
-}
-
-static int post_init(struct agw_worker *w)
-{
-    pthread_mutex_init(&w->post_lock, NULL);
-    w->posted = NULL;
-    w->posted_tail = &w->posted;
-    w->post_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (w->post_fd < 0)
-        return -1;
-    w->post_ev = event_new(w->base, w->post_fd, EV_READ | EV_PERSIST, posted_cb, w);
-    return w->post_ev != NULL && event_add(w->post_ev, NULL) == 0 ? 0 : -1;
-}
-
-/* What was handed to a loop that no longer runs is dropped (as a stopped libevent base drops its
- * pending callbacks): only the list's own memory is freed. */
-static void post_free(struct agw_worker *w)
-{
-    struct posted *p, *next;
-
-    if (w->post_ev == NULL)
-        return;
-    event_free(w->post_ev);
-    w->post_ev = NULL;
-    close(w->post_fd);
-    for (p = w->posted; p != NULL; p = next) {
-        next = p->next;
-        free(p);
-    }
-    w->posted = NULL;
-    pthread_mutex_destroy(&w->post_lock);
+    agw_loop_mailbox_post(w->inbox, &p->mail);
 }
 
 struct agw_worker *agw_gw_worker_of(struct agw_gateway *gw, const void *base)
@@ -1535,13 +1483,12 @@ static int worker_init(struct agw_worker *w, struct gconf *gc, char *err, size_t
     if (w->dns == NULL)
         w->dns = evdns_base_new(w->base, 0);
     w->relays = agw_relay_set_new(w->base);
-    if (w->gw->store != NULL)
-        w->inbox = agw_store_inbox_new(w->base);
-    w->reaper = event_new(w->base, -1, 0, reaper_cb, w);
-    if (post_init(w) != 0) {
-        snprintf(err, errlen, "cannot create the loop's wake-up eventfd: %s", strerror(errno));
+    w->inbox = agw_loop_mailbox_new(w->base);
+    if (w->inbox == NULL) {
+        snprintf(err, errlen, "cannot create the loop's mailbox (an eventfd): %s", strerror(errno));
         return -1;
     }
+    w->reaper = event_new(w->base, -1, 0, reaper_cb, w);
     w->wc = wconf_new(w, gc);
     w->srv = agw_server_new(w->base, &so, main_handler, w);
     if (w->index == 0 && gc->cfg->admin != NULL)
@@ -1581,8 +1528,7 @@ static void worker_free(struct agw_worker *w)
 /* After the store closed (it may still answer into the inboxes until then). */
 static void worker_free_loop(struct agw_worker *w)
 {
-    post_free(w);
-    agw_store_inbox_free(w->inbox);
+    agw_loop_mailbox_free(w->inbox);
     if (w->base != NULL)
         event_base_free(w->base);
 }

@@ -84,15 +84,11 @@ struct agw_worker {
     struct agw_server *srv;
     struct agw_server *admin; /* worker 0's only */
     struct agw_relay_set *relays;
-    struct agw_store_inbox *inbox; /* thread-history answers (NULL: history off) */
-    struct wconf *wconfs;          /* every wconf of this loop still alive */
-    struct event *reaper;          /* drops released wconf references */
-    /* Work other threads hand this loop (agw_gw_post()): a list under <post_lock>, and an eventfd
-     * written when the list stops being empty, read by <post_ev> on this loop. */
-    pthread_mutex_t post_lock;
-    struct posted *posted, **posted_tail;
-    int post_fd;
-    struct event *post_ev;
+    /* What other threads hand this loop (include/agw/loop.h): the store's answers, and the
+     * other loops' work (agw_gw_post()) */
+    struct agw_loop_mailbox *inbox;
+    struct wconf *wconfs; /* every wconf of this loop still alive */
+    struct event *reaper; /* drops released wconf references */
     struct event *drain_poll;
     struct agw_loop_probe *probe;     /* AGW_LOOP_PROBE_MS only */
     uint32_t batch_window_us;         /* the configuration's batch_window_us (restart only) */

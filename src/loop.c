@@ -1,11 +1,18 @@
 /* Running an event loop with wake-up batching: see include/agw/loop.h. */
 #include "config.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
+#include "agw/log.h"
 #include "agw/loop.h"
 
 /* The turn this thread's loop is running, for agw_loop_slice_check(): its loop (NULL: no
@@ -149,4 +156,82 @@ int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_st
     release_held();
     cur.base = NULL;
     return rc;
+}
+
+/* ---- mailbox -------------------------------------------------------------------------------- */
+
+struct agw_loop_mailbox {
+    pthread_mutex_t lock;
+    struct agw_loop_mail *head, **tail; /* under <lock> */
+    int fd;                             /* eventfd */
+    struct event *ev;
+};
+
+static void mailbox_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct agw_loop_mailbox *mb = arg;
+    struct agw_loop_mail *m, *next;
+    uint64_t n;
+
+    (void)what;
+    if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+        agw_log_error("event loop mailbox: %s", strerror(errno));
+    if (pthread_mutex_trylock(&mb->lock) != 0)
+        return; /* a poster holds it: its write, once it lets go, brings the loop back */
+    m = mb->head;
+    mb->head = NULL;
+    mb->tail = &mb->head;
+    pthread_mutex_unlock(&mb->lock);
+    for (; m != NULL; m = next) {
+        next = m->next;
+        m->fn(m, false);
+    }
+}
+
+struct agw_loop_mailbox *agw_loop_mailbox_new(struct event_base *base)
+{
+    struct agw_loop_mailbox *mb = agw_xcalloc(1, sizeof(*mb));
+
+    mb->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (mb->fd < 0) {
+        free(mb);
+        return NULL;
+    }
+    pthread_mutex_init(&mb->lock, NULL);
+    mb->tail = &mb->head;
+    mb->ev = event_new(base, mb->fd, EV_READ | EV_PERSIST, mailbox_cb, mb);
+    if (mb->ev == NULL || event_add(mb->ev, NULL) != 0)
+        abort(); /* out of memory: the daemon's policy */
+    return mb;
+}
+
+void agw_loop_mailbox_post(struct agw_loop_mailbox *mb, struct agw_loop_mail *m)
+{
+    const uint64_t one = 1;
+
+    m->next = NULL;
+    pthread_mutex_lock(&mb->lock);
+    *mb->tail = m;
+    mb->tail = &m->next;
+    pthread_mutex_unlock(&mb->lock);
+    /* (an eventfd write fails only when its counter would overflow: each turn of the loop reads
+     * it back to 0) */
+    if (write(mb->fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        agw_log_error("event loop mailbox: cannot wake the loop: %s", strerror(errno));
+}
+
+void agw_loop_mailbox_free(struct agw_loop_mailbox *mb)
+{
+    struct agw_loop_mail *m, *next;
+
+    if (mb == NULL)
+        return;
+    for (m = mb->head; m != NULL; m = next) {
+        next = m->next;
+        m->fn(m, true);
+    }
+    event_free(mb->ev);
+    close(mb->fd);
+    pthread_mutex_destroy(&mb->lock);
+    free(mb);
 }

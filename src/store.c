@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 
 #include "agw/capture.h"
 #include "agw/log.h"
+#include "agw/loop.h"
 #include "agw/mem.h"
 #include "agw/store.h"
 #include "store_backend.h"
@@ -78,19 +80,13 @@ struct job {
     bool in_block; /* JOB_EVENTS: <data> is in the job's block (agw_store_run_events_copy()) */
     /* JOB_READ */
     struct agw_history_query q;
-    struct agw_store_inbox *inbox;
+    struct agw_loop_mailbox *inbox; /* READ: where the answer goes */
+    struct agw_loop_mail mail;      /* READ: the answer, posted there */
     agw_store_read_fn *done;
     void *arg;
     struct agw_store_page page;
 };
 STAILQ_HEAD(job_list, job);
-
-struct agw_store_inbox {
-    struct event *ev;
-    int fd;
-    pthread_mutex_t lock;
-    struct job_list jobs;
-};
 
 /* A thread in memory. <agents>: ",a,b," (see struct agw_store_page). */
 struct thread {
@@ -637,16 +633,21 @@ static void apply_read(struct agw_store *s, struct job *j)
     json_decref(page);
 }
 
+static void job_free(struct agw_store *s, struct job *j);
+
+/* An answer, run on the asking loop (or dropped with its mailbox: then NULL). */
+static void answer_cb(struct agw_loop_mail *m, bool dropped)
+{
+    struct job *j = (struct job *)(void *)((char *)m - offsetof(struct job, mail));
+
+    j->done(j->arg, dropped ? NULL : &j->page);
+    job_free(NULL, j); /* a read: no chunk */
+}
+
 static void deliver(struct job *j)
 {
-    struct agw_store_inbox *in = j->inbox;
-    uint64_t one = 1;
-
-    pthread_mutex_lock(&in->lock);
-    STAILQ_INSERT_TAIL(&in->jobs, j, link);
-    pthread_mutex_unlock(&in->lock);
-    if (write(in->fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-        agw_log_error("thread history: cannot wake an event loop: %s", strerror(errno));
+    j->mail.fn = answer_cb;
+    agw_loop_mailbox_post(j->inbox, &j->mail);
 }
 
 /* A chunk handed back: kept for a loop's next agw_store_chunk() while fewer than CHUNKS_KEPT
@@ -1081,7 +1082,7 @@ char *agw_store_chunk(void *store)
 }
 
 void agw_store_read(struct agw_store *s, const char *thread_id, const struct agw_history_query *q,
-                    struct agw_store_inbox *inbox, agw_store_read_fn *done, void *arg)
+                    struct agw_loop_mailbox *inbox, agw_store_read_fn *done, void *arg)
 {
     struct job *j = job_new(JOB_READ, thread_id, NULL, NULL, 0, NULL);
 
@@ -1090,62 +1091,6 @@ void agw_store_read(struct agw_store *s, const char *thread_id, const struct agw
     j->done = done;
     j->arg = arg;
     submit(s, j);
-}
-
-static void inbox_cb(evutil_socket_t fd, short what, void *arg)
-{
-    struct agw_store_inbox *in = arg;
-    struct job_list got = STAILQ_HEAD_INITIALIZER(got);
-    struct job *j;
-    uint64_t n;
-
-    (void)what;
-    if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
-        agw_log_error("thread history: inbox: %s", strerror(errno));
-    /* The loop never waits for the writer: when it is in deliver(), it signals the eventfd again
-     * once it let go, and the answers are taken then. */
-    if (pthread_mutex_trylock(&in->lock) != 0)
-        return;
-    STAILQ_CONCAT(&got, &in->jobs);
-    pthread_mutex_unlock(&in->lock);
-    while ((j = STAILQ_FIRST(&got)) != NULL) {
-        STAILQ_REMOVE_HEAD(&got, link);
-        j->done(j->arg, &j->page);
-        job_free(NULL, j); /* a read: no chunk */
-    }
-}
-
-struct agw_store_inbox *agw_store_inbox_new(struct event_base *base)
-{
-    struct agw_store_inbox *in = agw_xcalloc(1, sizeof(*in));
-
-    in->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (in->fd < 0) {
-        agw_log_error("thread history: eventfd: %s", strerror(errno));
-        abort();
-    }
-    pthread_mutex_init(&in->lock, NULL);
-    STAILQ_INIT(&in->jobs);
-    in->ev = event_new(base, in->fd, EV_READ | EV_PERSIST, inbox_cb, in);
-    event_add(in->ev, NULL);
-    return in;
-}
-
-void agw_store_inbox_free(struct agw_store_inbox *in)
-{
-    struct job *j;
-
-    if (in == NULL)
-        return;
-    while ((j = STAILQ_FIRST(&in->jobs)) != NULL) {
-        STAILQ_REMOVE_HEAD(&in->jobs, link);
-        j->done(j->arg, NULL);
-        job_free(NULL, j);
-    }
-    event_free(in->ev);
-    close(in->fd);
-    pthread_mutex_destroy(&in->lock);
-    free(in);
 }
 
 /* ---- open, close, statistics -------------------------------------------------------------- */

@@ -78,6 +78,28 @@ uint32_t agw_loop_window_us(void);
  * forgets it first. */
 bool agw_loop_hold(struct event *ev, uint32_t wait_us);
 
+/* A loop's mailbox: how another thread hands work to an event loop without libevent's locks (the
+ * loops run their bases with libevent's threading support off). A message is posted from any
+ * thread; the loop runs it on its own turn, in the order posted. Messages are the caller's
+ * (intrusive: posting allocates nothing); <fn> runs once, on the loop with <dropped> false, or with
+ * <dropped> true when the mailbox is freed with the message in it. */
+struct agw_loop_mail {
+    struct agw_loop_mail *next;
+    void (*fn)(struct agw_loop_mail *m, bool dropped);
+};
+struct agw_loop_mailbox;
+
+/* A mailbox for <base>'s loop: a list under a mutex and an eventfd the loop watches. NULL when the
+ * eventfd cannot be made (errno says why). */
+struct agw_loop_mailbox *agw_loop_mailbox_new(struct event_base *base);
+/* Posts <m> (any thread): appended under the mutex, then the eventfd written. The loop only tries
+ * the mutex (it never waits for a poster that lost its CPU while holding it): the poster's write,
+ * made after it let go, brings it back. */
+void agw_loop_mailbox_post(struct agw_loop_mailbox *mb, struct agw_loop_mail *m);
+/* Frees the mailbox (on its loop's thread, once nothing posts any more): the messages still in it
+ * are dropped (their <fn> with <dropped> true). NULL is a no-op. */
+void agw_loop_mailbox_free(struct agw_loop_mailbox *mb);
+
 /* Forgets <ev> if it is held (a linear walk of at most AGW_LOOP_MAX_HELD: for the rare case of a
  * held event freed or disabled before its turn ends). */
 void agw_loop_unhold(struct event *ev);

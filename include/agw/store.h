@@ -4,18 +4,18 @@
  * Event loops hand it records and never block: the run's input (its RunAgentInput body) when a run
  * starts, what the run produced (the JSON Lines of agw_capture_take()) as it streams and when it
  * ends, and read requests (one page of a thread), whose answers come back on the asking loop
- * through that loop's inbox. The writer thread applies the records in the order they were handed
- * over (struct agw_history does the rebuilding), keeps the threads it touched last in a bounded
- * cache, and, for the embedded kind, writes the threads that changed to SQLite in one
- * transaction at most every commit interval. So a read sees every record handed over before it,
- * and a kill -9 loses at most the last interval's writes.
+ * through that loop's mailbox (include/agw/loop.h). The writer thread applies the records in the
+ * order they were handed over (struct agw_history does the rebuilding), keeps the threads it
+ * touched last in a bounded cache, and, for the embedded kind, writes the threads that changed to
+ * SQLite in one transaction at most every commit interval. So a read sees every record handed over
+ * before it, and a kill -9 loses at most the last interval's writes.
  *
  * Kinds: "embedded" (SQLite file <path>/history.db; survives restarts), "memory" (the cache is the
  * store: nothing survives a restart, and past <cache_threads> threads the least recently used are
  * forgotten). Another kind (a shared server) would stand beside them behind the same functions.
  *
  * Thread-safety: agw_store_run_input(), agw_store_run_events() and agw_store_read() may be called
- * from any thread; open and close from one. An inbox belongs to its event loop. */
+ * from any thread; open and close from one. */
 #ifndef AGW_STORE_H
 #define AGW_STORE_H
 
@@ -23,9 +23,8 @@
 #include "agw/config.h"
 #include "agw/history.h"
 
-struct event_base;
 struct agw_store;
-struct agw_store_inbox;
+struct agw_loop_mailbox;
 
 struct agw_store_options {
     enum agw_store_kind kind;
@@ -87,19 +86,14 @@ struct agw_store_page {
     char *agents;
 };
 
-/* Called once per read on the loop that owns <inbox>, with the answer; or with NULL when the
- * answer could not be made (the inbox was freed first). */
+/* Called once per read on the loop that owns the mailbox it was asked with, with the answer; or
+ * with NULL when the answer could not be made (the mailbox was freed with it still in it: free a
+ * mailbox after agw_store_close(), which answers every read still waiting). */
 typedef void agw_store_read_fn(void *arg, const struct agw_store_page *page);
-
-/* One per event loop: where that loop's answers arrive (a mutex-guarded list and an eventfd the
- * loop watches). Free it after agw_store_close(): answers still in it are given to their
- * callbacks with NULL. */
-struct agw_store_inbox *agw_store_inbox_new(struct event_base *base);
-void agw_store_inbox_free(struct agw_store_inbox *in);
 
 /* Asks for one page of thread <thread_id>; <done>(<arg>, page) runs later on <inbox>'s loop. */
 void agw_store_read(struct agw_store *s, const char *thread_id, const struct agw_history_query *q,
-                    struct agw_store_inbox *inbox, agw_store_read_fn *done, void *arg);
+                    struct agw_loop_mailbox *inbox, agw_store_read_fn *done, void *arg);
 
 /* ---- for tests and operators --------------------------------------------------------------- */
 

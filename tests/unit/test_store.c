@@ -1,11 +1,11 @@
-/* Unit tests for src/store.c: records applied in order and read back through an event loop's inbox,
- * both kinds; the embedded store across a close and a reopen (a restart); the startup errors (a
- * read-only directory, a file that is not a database, the redis kind, a newer schema); the
- * per-thread cap, the ttl, the memory kind's cache limit, the agents list, and an inbox freed with
- * an answer still in it. Schema 3 (src/store_sqlite.c), read back with SQLite: a row per message at
- * its position, a text growing across commits, an insertion mid-thread, a shrinking snapshot, the
- * cap and the ttl on the rows, an unreadable row, a text written by pieces, and the migration of
- * schema 1 and schema 2 stores. */
+/* Unit tests for src/store.c: records applied in order and read back through an event loop's
+ * mailbox, both kinds; the embedded store across a close and a reopen (a restart); the startup
+ * errors (a read-only directory, a file that is not a database, the redis kind, a newer schema);
+ * the per-thread cap, the ttl, the memory kind's cache limit, the agents list, and a mailbox freed
+ * with an answer still in it. Schema 3 (src/store_sqlite.c), read back with SQLite: a row per
+ * message at its position, a text growing across commits, an insertion mid-thread, a shrinking
+ * snapshot, the cap and the ttl on the rows, an unreadable row, a text written by pieces, and the
+ * migration of schema 1 and schema 2 stores. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 
@@ -30,6 +30,7 @@
 #include <jansson.h>
 #include <sqlite3.h>
 
+#include "agw/loop.h"
 #include "agw/store.h"
 #include "../../src/store_backend.h"
 #include "../../src/store_texts.h"
@@ -109,13 +110,13 @@ static void on_answer(void *arg, const struct agw_store_page *page)
         event_base_loopbreak(a->base);
 }
 
-/* Reads thread <id> with query <qs> through a fresh loop and inbox. */
+/* Reads thread <id> with query <qs> through a fresh loop and mailbox. */
 static struct answer read_thread(struct agw_store *s, const char *id, const char *qs)
 {
     struct answer a = {0};
     struct agw_history_query q;
     struct event_base *base = event_base_new();
-    struct agw_store_inbox *in = agw_store_inbox_new(base);
+    struct agw_loop_mailbox *in = agw_loop_mailbox_new(base);
     struct timeval tv = {5, 0};
 
     cr_assert_eq(agw_history_query_parse(qs, &q, NULL, 0), 0);
@@ -125,7 +126,7 @@ static struct answer read_thread(struct agw_store *s, const char *id, const char
     event_base_dispatch(base);
     cr_assert(a.called, "no answer within 5 s");
     a.base = NULL;
-    agw_store_inbox_free(in);
+    agw_loop_mailbox_free(in);
     event_base_free(base);
     return a;
 }
@@ -687,20 +688,20 @@ Test(store, an_idle_store_sleeps)
     agw_store_close(s);
 }
 
-Test(store, an_inbox_freed_first_gives_null)
+Test(store, a_mailbox_freed_first_gives_null)
 {
     struct agw_store *s = open_store(AGW_STORE_MEMORY, NULL, 100, 0, 10);
     struct event_base *base = event_base_new();
-    struct agw_store_inbox *in = agw_store_inbox_new(base);
+    struct agw_loop_mailbox *in = agw_loop_mailbox_new(base);
     struct agw_history_query q;
     struct answer a = {0};
 
     write_run1(s, "t1");
     cr_assert_eq(agw_history_query_parse(NULL, &q, NULL, 0), 0);
     agw_store_read(s, "t1", &q, in, on_answer, &a);
-    agw_store_close(s); /* answers the read into the inbox, which no loop runs */
+    agw_store_close(s); /* answers the read into the mailbox, which no loop runs */
     cr_assert_not(a.called);
-    agw_store_inbox_free(in);
+    agw_loop_mailbox_free(in);
     cr_assert(a.called && a.null);
     event_base_free(base);
 }
