@@ -72,10 +72,9 @@ uint32_t agw_loop_window_us(void);
 /* Called by a read callback instead of reading a socket in a burst: <ev> (a read event of this
  * thread's loop) is made active with EV_READ at the end of the running turn, after a nap of at
  * least <wait_us> (at most the window) from now, for the burst to come in. False, with nothing
- * done, when
- * no agw_loop_run() with a window runs on this thread or AGW_LOOP_MAX_HELD reads are held: the
- * caller reads now. An event held must not be freed before it runs, unless agw_loop_unhold()
- * forgets it first. */
+ * done, when no agw_loop_run() with a window runs on this thread or AGW_LOOP_MAX_HELD reads are
+ * held: the caller reads now. An event held must not be freed before it runs, unless
+ * agw_loop_unhold() forgets it first. */
 bool agw_loop_hold(struct event *ev, uint32_t wait_us);
 
 /* A loop's mailbox: how another thread hands work to an event loop without libevent's locks (the
