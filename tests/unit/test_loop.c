@@ -1,10 +1,14 @@
 /* Tests for src/loop.c: a busy loop (turns shorter than the window) naps and so turns less often,
  * an idle one never naps, a window of 0 never naps, and an exit or a break ends the run. The
  * bounds are counts with wide margins, not timings; the last tests bound the callbacks of a turn,
- * with agw_loop_slice_check() and without. */
+ * with agw_loop_slice_check() and without; then holds (a burst's read napped on); last, the
+ * mailbox: letters posted by other threads run once each, in order, and those left at its free are
+ * handed back as dropped. */
 #include <criterion/criterion.h>
 
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -338,4 +342,113 @@ Test(loop, nothing_is_held_without_a_window_or_past_the_limit)
     run_holder(&many, 2000, &st);
     cr_assert_eq(many.accepted, AGW_LOOP_MAX_HELD);
     cr_assert_eq(many.ran, AGW_LOOP_MAX_HELD);
+}
+
+/* ---- the mailbox ---------------------------------------------------------------------------- */
+
+#define POSTERS    4
+#define PER_POSTER 20000
+
+struct letter {
+    struct agw_loop_mail mail; /* first: the callback gets it back */
+    unsigned poster, seq;
+};
+
+struct post_office {
+    struct agw_loop_mailbox *mb;
+    struct letter *letters; /* POSTERS * PER_POSTER */
+    unsigned next[POSTERS]; /* the sequence number each poster's next letter must have */
+    unsigned received, out_of_order, dropped;
+    struct event_base *base;
+};
+
+static struct post_office *office; /* (one test at a time: criterion runs each in its process) */
+
+static void letter_cb(struct agw_loop_mail *m, bool dropped)
+{
+    struct letter *l = (struct letter *)m;
+
+    if (dropped)
+        office->dropped++;
+    if (l->seq != office->next[l->poster])
+        office->out_of_order++;
+    office->next[l->poster] = l->seq + 1;
+    if (++office->received == POSTERS * PER_POSTER && office->base != NULL)
+        event_base_loopbreak(office->base);
+}
+
+struct poster {
+    struct post_office *po;
+    unsigned id;
+};
+
+static void *poster_main(void *arg)
+{
+    struct poster *p = arg;
+
+    for (unsigned i = 0; i < PER_POSTER; i++) {
+        struct letter *l = &p->po->letters[p->id * PER_POSTER + i];
+
+        l->mail.fn = letter_cb;
+        l->poster = p->id;
+        l->seq = i;
+        agw_loop_mailbox_post(p->po->mb, &l->mail);
+    }
+    return NULL;
+}
+
+/* Threads post while the loop runs: every letter is handed to its callback once, on the loop's
+ * thread, each poster's in the order posted, none as dropped; the loop wakes for them by itself. */
+Test(loop, mail_from_other_threads_runs_once_each_in_order)
+{
+    struct post_office po = {0};
+    struct poster posters[POSTERS];
+    pthread_t threads[POSTERS];
+    const struct timeval limit = {.tv_sec = 20, .tv_usec = 0};
+
+    office = &po;
+    po.base = agw_loop_new();
+    cr_assert_not_null(po.base);
+    po.mb = agw_loop_mailbox_new(po.base);
+    cr_assert_not_null(po.mb);
+    po.letters = calloc(POSTERS * PER_POSTER, sizeof(*po.letters));
+    cr_assert_not_null(po.letters);
+    for (unsigned i = 0; i < POSTERS; i++) {
+        posters[i] = (struct poster){&po, i};
+        cr_assert_eq(pthread_create(&threads[i], NULL, poster_main, &posters[i]), 0);
+    }
+    event_base_loopexit(po.base, &limit); /* a bound, should a wake-up be lost */
+    agw_loop_run(po.base, 100, NULL);
+    for (unsigned i = 0; i < POSTERS; i++)
+        pthread_join(threads[i], NULL);
+    cr_assert_eq(po.received, POSTERS * PER_POSTER, "received %u of %u", po.received,
+                 POSTERS * PER_POSTER);
+    cr_assert_eq(po.out_of_order, 0);
+    cr_assert_eq(po.dropped, 0);
+    agw_loop_mailbox_free(po.mb);
+    cr_assert_eq(po.received, POSTERS * PER_POSTER, "nothing was left to drop");
+    event_base_free(po.base);
+    free(po.letters);
+}
+
+/* A mailbox freed with letters in it hands each to its callback as dropped, in the order posted
+ * (whoever posted it can free it then). */
+Test(loop, mail_left_at_the_free_is_handed_back_as_dropped)
+{
+    struct post_office po = {0};
+    struct poster p = {&po, 0};
+
+    office = &po;
+    po.base = agw_loop_new();
+    po.mb = agw_loop_mailbox_new(po.base);
+    po.letters = calloc(PER_POSTER, sizeof(*po.letters));
+    cr_assert_not_null(po.letters);
+    poster_main(&p); /* posted, never run: no turn of the loop */
+    cr_assert_eq(po.received, 0);
+    agw_loop_mailbox_free(po.mb);
+    cr_assert_eq(po.received, PER_POSTER);
+    cr_assert_eq(po.dropped, PER_POSTER);
+    cr_assert_eq(po.out_of_order, 0);
+    event_base_free(po.base);
+    free(po.letters);
 }
