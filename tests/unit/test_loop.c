@@ -1,9 +1,9 @@
 /* Tests for src/loop.c: a busy loop (turns shorter than the window) naps and so turns less often,
  * an idle one never naps, a window of 0 never naps, and an exit or a break ends the run. The
- * bounds are counts with wide margins, not timings; the last tests bound the callbacks of a turn,
- * with agw_loop_slice_check() and without; then holds (a burst's read napped on); last, the
- * mailbox: letters posted by other threads run once each, in order, and those left at its free are
- * handed back as dropped. */
+ * bounds are counts with wide margins, not timings. Then the callbacks of a turn are bounded, with
+ * agw_loop_slice_check() and without; holds (a burst's read napped on); and the mailbox: letters
+ * posted by other threads run once each, in order, and those left at its free are handed back as
+ * dropped. */
 #include <criterion/criterion.h>
 
 #include <pthread.h>
