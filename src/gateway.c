@@ -916,7 +916,7 @@ static void admin_handler(struct agw_req *req, void *arg)
 /* Work handed to a loop by another thread (or by itself): a drain, a stop, a new configuration, a
  * cancel for a run it holds. The loops share no libevent object: each runs its base alone, without
  * libevent's locks (taken on every event and buffer operation when threading support is on: about
- * 1.5 % of two loops' CPU on short runs), and its mailbox is the one way in. */
+ * 1.4 % of two loops' CPU on short runs), and its mailbox is the one way in. */
 struct posted {
     struct agw_loop_mail mail; /* first */
     void (*fn)(void *arg);

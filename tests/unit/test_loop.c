@@ -440,7 +440,9 @@ Test(loop, mail_left_at_the_free_is_handed_back_as_dropped)
 
     office = &po;
     po.base = agw_loop_new();
+    cr_assert_not_null(po.base);
     po.mb = agw_loop_mailbox_new(po.base);
+    cr_assert_not_null(po.mb);
     po.letters = calloc(PER_POSTER, sizeof(*po.letters));
     cr_assert_not_null(po.letters);
     poster_main(&p); /* posted, never run: no turn of the loop */
