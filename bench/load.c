@@ -10,7 +10,8 @@
  * understands status line + headers, Content-Length, chunked and close-delimited bodies, and SSE
  * frames (LF or CRLF line ends); it reads only what it measures: one event per dispatched frame
  * with a data line, "sentUs":<µs> inside the data for the per-event latency, and "RUN_ERROR" for
- * in-band failures.
+ * in-band failures (and, with --resend, the TEXT_MESSAGE_START and _CONTENT events it rebuilds each
+ * answer from, as a client does to send it back with the next run).
  *
  * What it measures: runs completed/failed, events, body bytes, events/s and runs/s over the wall
  * time from the first connect to the last run's end, time to first event (request written → first
@@ -162,6 +163,10 @@ struct conn {
     bool frame_data; /* the current frame had a data line */
     bool held;       /* --hold: counted in bench.held */
     uint64_t runs;   /* runs this connection slot has sent (its thread is runs / runs_per_thread) */
+    /* --resend: the conversation so far (sent whole with each run), and the answer being read */
+    json_t *conv;
+    char *answer_id;
+    json_t *answer; /* the answer's text, as a JSON string */
 };
 
 struct bench {
@@ -179,6 +184,7 @@ struct bench {
     unsigned active; /* connections not yet DONE */
     bool hold;
     bool new_conn;            /* one connection per run (Connection: close) */
+    bool resend;              /* each run sends the thread's whole conversation, as a client does */
     uint64_t runs_per_thread; /* a connection slot starts a new thread after this many runs; 0:
                                  one thread per slot for the whole load */
     double seconds;           /* start runs for this long (0 = until --runs are started) */
@@ -276,6 +282,74 @@ static bool take_run(struct bench *b)
     return true;
 }
 
+/* --resend: as @ag-ui/client does, each run sends the thread's whole conversation: the messages
+ * of the runs before (each user message, then the answer rebuilt from the run's TEXT_MESSAGE_*
+ * events), then a new user message with an id of its own. A new thread starts an empty one. */
+static void resend_next(struct conn *c)
+{
+    struct bench *b = c->b;
+    char id[64];
+    json_t *m;
+
+    if (c->conv == NULL || (b->runs_per_thread > 0 && c->runs % b->runs_per_thread == 0)) {
+        json_decref(c->conv);
+        c->conv = json_array();
+    }
+    snprintf(id, sizeof(id), "user-%u-%" PRIu64, c->id, c->runs);
+    m = json_object();
+    json_object_set_new(m, "id", json_string(id));
+    json_object_set_new(m, "role", json_string("user"));
+    json_object_set_new(m, "content", json_string("Hello"));
+    json_array_append_new(c->conv, m);
+    json_object_set(b->body_tmpl, "messages", c->conv);
+}
+
+/* --resend: reads a TEXT_MESSAGE_START or _CONTENT event's data into the answer. */
+static void resend_event(struct conn *c, const char *data, size_t len)
+{
+    json_t *ev;
+    const char *type;
+
+    if (!memmem(data, len, "\"TEXT_MESSAGE_START\"", 20) &&
+        !memmem(data, len, "\"TEXT_MESSAGE_CONTENT\"", 22))
+        return;
+    ev = json_loadb(data, len, 0, NULL);
+    type = json_string_value(json_object_get(ev, "type"));
+    if (type != NULL && strcmp(type, "TEXT_MESSAGE_START") == 0 &&
+        json_is_string(json_object_get(ev, "messageId"))) {
+        free(c->answer_id);
+        c->answer_id = agw_xstrdup(json_string_value(json_object_get(ev, "messageId")));
+        json_decref(c->answer);
+        c->answer = json_string("");
+    } else if (type != NULL && strcmp(type, "TEXT_MESSAGE_CONTENT") == 0 && c->answer != NULL) {
+        const json_t *d = json_object_get(ev, "delta");
+        size_t n = json_string_length(c->answer), k = json_string_length(d);
+        char *t = agw_xmalloc(n + k + 1);
+        memcpy(t, json_string_value(c->answer), n);
+        memcpy(t + n, json_string_value(d) != NULL ? json_string_value(d) : "", k);
+        t[n + k] = '\0';
+        json_string_setn(c->answer, t, n + k);
+        free(t);
+    }
+    json_decref(ev);
+}
+
+/* --resend: the run ended; its answer joins the conversation. */
+static void resend_end(struct conn *c, bool ok)
+{
+    if (ok && c->conv != NULL && c->answer_id != NULL && c->answer != NULL) {
+        json_t *m = json_object();
+        json_object_set_new(m, "id", json_string(c->answer_id));
+        json_object_set_new(m, "role", json_string("assistant"));
+        json_object_set(m, "content", c->answer);
+        json_array_append_new(c->conv, m);
+    }
+    free(c->answer_id);
+    c->answer_id = NULL;
+    json_decref(c->answer);
+    c->answer = NULL;
+}
+
 /* Writes the next request on an open connection. */
 static void send_request(struct conn *c)
 {
@@ -290,6 +364,8 @@ static void send_request(struct conn *c)
         snprintf(ids, sizeof(ids), "bench-thread-%u-%" PRIu64, c->id, c->runs / b->runs_per_thread);
     else
         snprintf(ids, sizeof(ids), "bench-thread-%u", c->id);
+    if (b->resend)
+        resend_next(c);
     c->runs++;
     json_object_set_new(b->body_tmpl, "threadId", json_string(ids));
     body = json_dumps(b->body_tmpl, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -320,6 +396,8 @@ static void run_end(struct conn *c, bool ok)
     struct bench *b = c->b;
 
     inflight_clear(c);
+    if (b->resend)
+        resend_end(c, ok && !c->run_error);
     if (ok && !c->run_error)
         b->runs_ok++;
     else
@@ -385,6 +463,8 @@ static void on_line(struct conn *c, const char *s, size_t len)
         } else if (memmem(s, len, "\"RUN_ERROR\"", 11)) {
             c->run_error = true;
         }
+        if (b->resend)
+            resend_event(c, s + 5, len - 5);
     }
 }
 
@@ -810,6 +890,9 @@ static void usage(FILE *f)
         "  --new-conn          a new connection per run (the request says Connection: close)\n"
         "  --runs-per-thread K a connection slot moves to a new threadId every K runs (a\n"
         "                      conversation of K turns; default: one thread per slot)\n"
+        "  --resend            each run sends its thread's whole conversation, as a client\n"
+        "                      does: every user message and answer before, then a new user\n"
+        "                      message (answers rebuilt from the TEXT_MESSAGE_* events)\n"
         "  --duration S        stop after S seconds whatever is left (default 120)\n"
         "  --header 'N: v'     extra request header (repeatable)\n"
         "  --body FILE         RunAgentInput JSON (threadId/runId are set per run)\n"
@@ -895,6 +978,7 @@ int main(int argc, char **argv)
         {"seconds", required_argument, NULL, 'S'},
         {"new-conn", no_argument, NULL, 'n'},
         {"runs-per-thread", required_argument, NULL, 't'},
+        {"resend", no_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -909,7 +993,7 @@ int main(int argc, char **argv)
     b->concurrency = 1;
     b->duration = 120;
     b->max_inflight = DEFAULT_INFLIGHT;
-    while ((ch = getopt_long(argc, argv, "u:c:r:d:H:b:os:i:l:S:nt:h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "u:c:r:d:H:b:os:i:l:S:nt:Rh", opts, NULL)) != -1) {
         switch (ch) {
         case 'u':
             url = optarg;
@@ -954,6 +1038,9 @@ int main(int argc, char **argv)
             break;
         case 't':
             b->runs_per_thread = parse_count("--runs-per-thread", optarg, 1000000000UL);
+            break;
+        case 'R':
+            b->resend = true;
             break;
         case 'h':
             usage(stdout);

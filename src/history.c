@@ -116,6 +116,7 @@ struct agw_history {
     uint64_t *multi;
     size_t n_multi, multi_cap;
     uint64_t dropped, malformed;
+    uint64_t values_parsed; /* input messages parsed (agw_history_values_parsed()) */
 };
 
 /* The out-of-memory policy (include/agw/common.h): abort. jansson's constructors fail only on
@@ -1060,10 +1061,12 @@ struct elem {
 
 /* The element's value: given, or parsed from its bytes when first asked for. The scanner read
  * them as jansson does (agw_capture_input_messages()): they parse. */
-static const json_t *elem_value(struct elem *e)
+static const json_t *elem_value(struct agw_history *h, struct elem *e)
 {
-    if (e->value == NULL && e->parsed == NULL)
+    if (e->value == NULL && e->parsed == NULL) {
         e->parsed = must(json_loadb(e->raw, e->raw_len, JSON_REJECT_DUPLICATES, NULL));
+        h->values_parsed++;
+    }
     return e->value != NULL ? e->value : e->parsed;
 }
 
@@ -1092,6 +1095,59 @@ static bool item_is_bytes(struct item *it, const char *raw, size_t len)
         n = it->json_len;
     }
     return n == len && memcmp(j, raw, len) == 0;
+}
+
+/* The end of the JSON string at <p> (its opening quote) when every escape in it is one a compact
+ * dump writes (\" \\ \b \f \n \r \t) and, if <plain>, none at all; else NULL. The bytes are a
+ * string the scanner has read (valid UTF-8, no control byte): jansson reads the same characters and
+ * writes them back as they are. A \u escape or \/ is written otherwise by a dump: not judged here.
+ */
+static const char *dumped_string_end(const char *p, const char *end, bool plain)
+{
+    if (p == end || *p++ != '"')
+        return NULL;
+    while (p < end) {
+        const char *q = memchr(p, '"', (size_t)(end - p)), *b;
+        if (q == NULL)
+            return NULL;
+        b = memchr(p, '\\', (size_t)(q - p));
+        if (b == NULL)
+            return q + 1;
+        if (plain || b + 1 == end || strchr("\"\\bfnrt", b[1]) == NULL || b[1] == '\0')
+            return NULL;
+        p = b + 2;
+    }
+    return NULL;
+}
+
+/* raw_text_item() without a value: the same item, from the bytes alone, when they are
+ * {"id":"…","role":"…","content":"…"} with no escape in the id and the role and only the escapes a
+ * compact dump writes in the content, which is then what parsing them and dumping the value gives;
+ * NULL when that is not so (raw_text_item() then judges from the value). A client's new message
+ * (its user's turn) costs no value, no dump. */
+static struct item *raw_text_item_bytes(const struct elem *e, const char *run_id)
+{
+    const char *p = e->raw, *end = e->raw + (e->raw != NULL ? e->raw_len : 0), *id, *role, *q;
+    struct item *it;
+
+    if (e->raw == NULL || e->raw_len < 7 + 8 + 11 + 2 || memcmp(p, "{\"id\":", 6) != 0)
+        return NULL;
+    id = p + 6;
+    if ((q = dumped_string_end(id, end, true)) == NULL || end - q < 8 ||
+        memcmp(q, ",\"role\":", 8) != 0)
+        return NULL;
+    role = q + 8;
+    if ((q = dumped_string_end(role, end, true)) == NULL || end - q < 11 ||
+        memcmp(q, ",\"content\":", 11) != 0)
+        return NULL;
+    if ((p = dumped_string_end(q + 11, end, false)) == NULL || end - p != 1 || *p != '}')
+        return NULL;
+    it = item_new(id + 1, (size_t)(role - 8 - id) - 2, run_id);
+    text_put(it, e->raw, e->raw_len - TEXT_CLOSE_LEN);
+    it->text_ended = true;
+    it->from_input = true;
+    it->text_role = (unsigned char)role_of(role + 1, (size_t)(q - role) - 2);
+    return it;
 }
 
 /* A new item for input message <e> (value <v>) held as text, as a text message made by events is,
@@ -1151,15 +1207,15 @@ static int put(struct agw_history *h, struct elem *e, const char *run_id, size_t
         *where = i;
         /* the bytes the thread holds are the bytes sent: no value needed to know they are equal */
         if ((e->raw != NULL && item_is_bytes(h->items[i], e->raw, e->raw_len)) ||
-            json_equal(item_msg(h, h->items[i]), (v = elem_value(e))))
+            json_equal(item_msg(h, h->items[i]), (v = elem_value(h, e))))
             return 0;
         replace_at(h, i, e->parsed != NULL ? json_incref(e->parsed) : must(json_deep_copy(v)));
         return 1;
     }
-    v = elem_value(e);
     if (at == SIZE_MAX)
         at = h->n;
-    if ((it = raw_text_item(e, v, run_id)) == NULL)
+    if ((it = raw_text_item_bytes(e, run_id)) == NULL &&
+        (it = raw_text_item(e, v = elem_value(h, e), run_id)) == NULL)
         it = msg_item(e->parsed != NULL ? json_incref(e->parsed) : must(json_deep_copy(v)), run_id);
     insert_at(h, at, it);
     *where = at;
@@ -1964,6 +2020,11 @@ uint64_t agw_history_dropped(const struct agw_history *h)
 uint64_t agw_history_malformed(const struct agw_history *h)
 {
     return h->malformed;
+}
+
+uint64_t agw_history_values_parsed(const struct agw_history *h)
+{
+    return h->values_parsed;
 }
 
 /* ---- for a store that keeps each message apart --------------------------------------------- */

@@ -806,8 +806,10 @@ Test(history, input_messages_held_as_text_when_compact)
     cr_assert_eq(merge_body(h, "r1", body), 1);
     held = agw_history_text_bytes(h);
     cr_assert_geq(held, strlen(plain) - 2, "held as its bytes");
+    cr_assert_eq(agw_history_values_parsed(h), 0, "held as text from its bytes: no value made");
     cr_assert_eq(merge_body(h, "r2", body), 0, "the same bytes again: no change");
     cr_assert_eq(agw_history_text_bytes(h), held, "and no value or dump made for it");
+    cr_assert_eq(agw_history_values_parsed(h), 0);
     /* another spacing, another member, a structured content, an escape jansson does not write:
      * values */
     cr_assert_eq(merge_body(h, "r1",
@@ -819,6 +821,7 @@ Test(history, input_messages_held_as_text_when_compact)
                             "{\"id\":\"u7\",\"content\":\"d\",\"role\":\"user\"}]}"),
                  6);
     cr_assert_eq(agw_history_text_bytes(h), held, "none of them held as text");
+    cr_assert_eq(agw_history_values_parsed(h), 6, "each read into a value");
     /* (a delta goes to the content, whatever the order of the members) */
     ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"u7\",\"delta\":\"!\"}");
     expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Caf\u00e9 \\\"x\\\"\"},"
@@ -846,6 +849,66 @@ Test(history, input_messages_held_as_text_when_compact)
               "{\"name\":\"f\",\"arguments\":\"\"}}]}]");
     cr_assert_eq(agw_history_malformed(h), 0);
     agw_history_free(h);
+}
+
+/* A new input message is held as text from its bytes alone when every escape in its content is
+ * one a compact dump writes; then, and only then, as when judged from its value (a \u escape, \/,
+ * an escape in the id or the role: judged from the value, which decides as before). Each content
+ * reads back as jansson reads it. */
+Test(history, input_message_held_as_text_from_its_bytes_as_from_its_value)
+{
+    static const struct {
+        const char *content; /* as written in the body */
+        bool from_bytes;     /* held as text without a value */
+        bool as_text;        /* held as text at all */
+    } cases[] = {
+        {"plain", true, true},
+        {"", true, true},
+        {"q \\\"x\\\" b\\\\ \\b\\f\\n\\r\\t", true, true},
+        {"caf\xc3\xa9 \xe2\x82\xac", true, true},
+        {"slash \\/", false, false},
+        {"\\u00e9", false, false},
+        {"\\u0009", false, false},
+        {"\\u001F", false, true},
+        {"\\\\u0041", true, true},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct agw_history *h = agw_history_new(10);
+        char body[256], msg[160], ref[200], *dump;
+        json_t *v;
+        size_t len;
+        const char *j;
+
+        snprintf(msg, sizeof(msg), "{\"id\":\"u1\",\"role\":\"user\",\"content\":\"%s\"}",
+                 cases[i].content);
+        snprintf(body, sizeof(body), "{\"messages\":[%s]}", msg);
+        cr_assert_eq(merge_body(h, "r1", body), 1, "case %zu", i);
+        cr_assert_eq(agw_history_values_parsed(h), cases[i].from_bytes ? 0 : 1, "case %zu", i);
+        cr_assert_eq(agw_history_text_bytes(h) > 0, cases[i].as_text, "case %zu", i);
+        v = json_loads(msg, JSON_REJECT_DUPLICATES, NULL);
+        cr_assert_not_null(v, "case %zu", i);
+        dump = json_dumps(v, JSON_COMPACT);
+        snprintf(ref, sizeof(ref), "%s", dump);
+        free(dump);
+        json_decref(v);
+        j = agw_history_message_json(h, 0, &len);
+        cr_assert_eq(len, strlen(ref), "case %zu: %.*s", i, (int)len, j);
+        cr_assert(memcmp(j, ref, len) == 0, "case %zu: %.*s, not %s", i, (int)len, j, ref);
+        cr_assert_eq(merge_body(h, "r2", body), 0, "case %zu: resent, equal", i);
+        agw_history_free(h);
+    }
+    /* an escape in the id or the role: from the value */
+    {
+        struct agw_history *h = agw_history_new(10);
+        cr_assert_eq(merge_body(h, "r1",
+                                "{\"messages\":[{\"id\":\"u1\",\"role\":\"us\\u0065r\","
+                                "\"content\":\"a\"}]}"),
+                     1);
+        cr_assert_eq(agw_history_values_parsed(h), 1);
+        expect(h, "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"a\"}]");
+        agw_history_free(h);
+    }
 }
 
 /* What the body's whole reading with JSON_REJECT_DUPLICATES makes, whatever the scanner does. */
