@@ -10,7 +10,9 @@
 #                       [--history on|off] [--history-a on|off] [--history-b on|off] [--build DIR]
 #   --a, --b: two agui-gateway binaries (e.g. a copy of the build before a change, and the build
 #   after). --scenario (throughput): short, short-new (a new client connection per run),
-#   throughput or paced, as in bench/run.sh (one event per write()). --pairs (5); --seconds (5): each run, after 1 s of warm-up. --history (on): an
+#   throughput or paced, as in bench/run.sh (one event per write()), or short-resend (short runs
+#   whose bodies carry the thread's whole conversation, as @ag-ui/client sends it: agw-load
+#   --resend). --pairs (5); --seconds (5): each run, after 1 s of warm-up. --history (on): an
 #   embedded store, fresh for each run, or none; --history-a and --history-b set it for one side
 #   (the cost of recording: the same binary twice, --history-a off --history-b on). BUILD (env)
 #   or --build: where the demo agent and agw-load are (default: <srcdir>/_build-bench).
@@ -55,9 +57,10 @@ done
 case "$SCENARIO" in
 short) QUERY="events=10&size=100" LOADARGS="--concurrency 100" ;;
 short-new) QUERY="events=10&size=100" LOADARGS="--concurrency 100 --new-conn" ;;
+short-resend) QUERY="events=10&size=100" LOADARGS="--concurrency 100 --resend" ;;
 throughput) QUERY="events=2000&size=200" LOADARGS="--concurrency 50" ;;
 paced) QUERY="events=500&size=100&delay_ms=1&ts=1" LOADARGS="--concurrency 50" ;;
-*) die "--scenario: short, short-new, throughput or paced" ;;
+*) die "--scenario: short, short-new, short-resend, throughput or paced" ;;
 esac
 QUERY="$QUERY&ids=run&write_each=1" LOADARGS="$LOADARGS --runs-per-thread 10"
 DEMO=$BUILD/src/agui-demo-agent

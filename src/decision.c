@@ -51,7 +51,7 @@ static void record_decision(struct decision *d)
 
     if (store != NULL && d->body != NULL)
         agw_store_run_input(store, d->agent->id, d->client_thread, d->client_run, d->body,
-                            d->body_len);
+                            d->body_len, NULL, 0);
 }
 
 static void decision_answer(struct decision *d, int status, const char *outcome, const char *msg)

@@ -401,8 +401,9 @@ static void start_run(struct agw_worker *w, struct agw_req *req,
     char err[AGW_INPUT_ERR_MAX], msg[AGW_INPUT_ERR_MAX + 80];
     int status;
 
-    status =
-        agw_input_parse(body_data, body_len, cfg->limits.max_json_depth, &in, err, sizeof(err));
+    /* with thread history on, the scanner's reading of the messages goes to the store's writer */
+    status = (w->gw->store != NULL ? agw_input_parse_keep : agw_input_parse)(
+        body_data, body_len, cfg->limits.max_json_depth, &in, err, sizeof(err));
     if (status != 0) {
         agw_gw_reply_error(w, req, agent->id, status, err);
         return;
@@ -505,7 +506,8 @@ static void start_run(struct agw_worker *w, struct agw_req *req,
     };
     agw_metrics_add(w->metrics, AGW_C_RUNS_STARTED, 1);
     if (w->gw->store != NULL)
-        agw_store_run_input(w->gw->store, agent->id, in.thread_id, in.run_id, body_data, body_len);
+        agw_store_run_input(w->gw->store, agent->id, in.thread_id, in.run_id, body_data, body_len,
+                            in.messages_read ? in.messages : NULL, in.n_messages);
     agw_relay_start(w->relays, &p);
     free(upstream_body); /* the relay keeps its copy */
     agw_input_clear(&in);

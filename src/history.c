@@ -1342,6 +1342,25 @@ int agw_history_merge_body(struct agw_history *h, const char *run_id, const char
     return changed < 0 ? 0 : changed;
 }
 
+int agw_history_merge_read(struct agw_history *h, const char *run_id, const char *body,
+                           const struct agw_input_message *m, size_t n)
+{
+    struct elem one[8], *elems = n <= AGW_ARRAY_LEN(one) ? one : agw_xcalloc(n, sizeof(*elems));
+    int changed;
+
+    for (size_t k = 0; k < n; k++)
+        elems[k] = (struct elem){.raw = body + m[k].off,
+                                 .raw_len = m[k].len,
+                                 .id = body + m[k].id_off,
+                                 .id_len = m[k].id_len};
+    changed = merge(h, run_id, elems, n);
+    for (size_t k = 0; k < n; k++)
+        json_decref(elems[k].parsed);
+    if (elems != one)
+        free(elems);
+    return changed;
+}
+
 /* The event's metadata merged into message <id> (none: 0), unless it is an activity message (the
  * client skips those for text and reasoning events). */
 static int meta_merge_at(struct agw_history *h, const char *id, const json_t *ev)

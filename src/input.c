@@ -434,18 +434,35 @@ static bool fast_user_content(const char *p, const char *end, bool *has_input)
 }
 
 /* check_messages() on the value at top->p, consumed. */
-static bool fast_messages(struct agw_jscan *top, struct agw_input *in)
+/* Appends to in->messages the element at <m> (up to <m_end>) of the body at <base>, whose id is
+ * <id>: false (nothing kept) when that id is not a string written without an escape. */
+static bool keep_message(struct agw_input *in, size_t *cap, const char *base, const char *m,
+                         const char *m_end, const struct val *id)
+{
+    if (id->s == NULL || id->escaped)
+        return false;
+    if (in->n_messages == *cap) {
+        *cap = *cap > 0 ? *cap * 2 : 8;
+        in->messages = agw_xrealloc(in->messages, *cap * sizeof(*in->messages));
+    }
+    in->messages[in->n_messages++] = (struct agw_input_message){
+        (size_t)(m - base), (size_t)(m_end - m), (size_t)(id->s - base), id->n};
+    return true;
+}
+
+static bool fast_messages(struct agw_jscan *top, const char *base, bool keep, struct agw_input *in)
 {
     struct agw_jscan msgs, msg;
     const char *k;
-    size_t kn;
+    size_t kn, cap = 0;
+    bool kept = keep;
     int rc;
 
     if (*top->p != '[' || !agw_jscan_enter(&msgs, top))
         return false;
     while ((rc = agw_jscan_next(&msgs, NULL, NULL)) == 1) {
         struct val role = {0}, id = {0}, tool_call = {0};
-        const char *content = NULL, *content_end = NULL;
+        const char *content = NULL, *content_end = NULL, *m = msgs.p;
         size_t r;
         if (*msgs.p != '{' || !agw_jscan_enter(&msg, &msgs))
             return false;
@@ -468,6 +485,7 @@ static bool fast_messages(struct agw_jscan *top, struct agw_input *in)
         if (rc < 0)
             return false;
         agw_jscan_leave(&msgs, &msg);
+        kept = kept && keep_message(in, &cap, base, m, msgs.p, &id);
         for (r = 0; r < AGW_ARRAY_LEN(roles); r++)
             if (val_is(&role, roles[r]))
                 break;
@@ -485,6 +503,12 @@ static bool fast_messages(struct agw_jscan *top, struct agw_input *in)
     if (rc < 0)
         return false;
     agw_jscan_leave(top, &msgs);
+    in->messages_read = kept;
+    if (!kept) {
+        free(in->messages);
+        in->messages = NULL;
+        in->n_messages = 0;
+    }
     return true;
 }
 
@@ -547,7 +571,7 @@ static bool fast_context(struct agw_jscan *top)
     return true;
 }
 
-static bool fast_read(const char *body, size_t len, struct agw_input *in)
+static bool fast_read(const char *body, size_t len, bool keep, struct agw_input *in)
 {
     const char *end = body + len, *p = agw_jscan_ws(body, end), *k;
     struct agw_jscan top;
@@ -565,7 +589,7 @@ static bool fast_read(const char *body, size_t len, struct agw_input *in)
         else if (agw_streq_n(k, kn, "runId"))
             ok = take(&top, &run);
         else if (agw_streq_n(k, kn, "messages"))
-            ok = messages = fast_messages(&top, in);
+            ok = messages = fast_messages(&top, body, keep, in);
         else if (agw_streq_n(k, kn, "tools"))
             ok = fast_tools(&top);
         else if (agw_streq_n(k, kn, "context"))
@@ -585,17 +609,23 @@ static bool fast_read(const char *body, size_t len, struct agw_input *in)
     return true;
 }
 
-bool agw_input_scan(const char *body, size_t len, struct agw_input *in)
+static bool scan(const char *body, size_t len, bool keep, struct agw_input *in)
 {
     memset(in, 0, sizeof(*in));
-    if (body != NULL && fast_read(body, len, in))
+    if (body != NULL && fast_read(body, len, keep, in))
         return true;
+    free(in->messages);
     memset(in, 0, sizeof(*in));
     return false;
 }
 
-int agw_input_parse(const char *body, size_t len, unsigned max_depth, struct agw_input *in,
-                    char *err, size_t errlen)
+bool agw_input_scan(const char *body, size_t len, struct agw_input *in)
+{
+    return scan(body, len, true, in);
+}
+
+static int parse(const char *body, size_t len, unsigned max_depth, bool keep, struct agw_input *in,
+                 char *err, size_t errlen)
 {
     assert(in != NULL);
     if (max_depth == 0)
@@ -605,12 +635,24 @@ int agw_input_parse(const char *body, size_t len, unsigned max_depth, struct agw
      * reading. */
     if (body != NULL &&
         (max_depth > FAST_MAX_DEPTH || max_nesting(body, len, max_depth) <= max_depth) &&
-        agw_input_scan(body, len, in)) {
+        scan(body, len, keep, in)) {
         if (err != NULL && errlen > 0)
             err[0] = '\0';
         return 0;
     }
     return agw_input_parse_jansson(body, len, max_depth, in, err, errlen);
+}
+
+int agw_input_parse(const char *body, size_t len, unsigned max_depth, struct agw_input *in,
+                    char *err, size_t errlen)
+{
+    return parse(body, len, max_depth, false, in, err, errlen);
+}
+
+int agw_input_parse_keep(const char *body, size_t len, unsigned max_depth, struct agw_input *in,
+                         char *err, size_t errlen)
+{
+    return parse(body, len, max_depth, true, in, err, errlen);
 }
 
 int agw_input_parse_jansson(const char *body, size_t len, unsigned max_depth, struct agw_input *in,
@@ -673,5 +715,6 @@ void agw_input_clear(struct agw_input *in)
         return;
     free(in->thread_id);
     free(in->run_id);
+    free(in->messages);
     memset(in, 0, sizeof(*in));
 }

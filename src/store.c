@@ -75,6 +75,9 @@ struct job {
     const char *thread_id, *run_id, *agent_id; /* run_id, agent_id may be NULL */
     char *data;                                /* INPUT: the body (in the block); EVENTS: owned */
     size_t len;
+    struct agw_input_message *msgs; /* INPUT: the body's messages as the loop read them (in the
+                                       block); NULL: not read, the writer reads the body */
+    size_t n_msgs;
     size_t cost;   /* bytes counted against max_queue_bytes */
     bool chunk;    /* JOB_EVENTS: <data> is a capture chunk, to be reused (agw_store_chunk()) */
     bool in_block; /* JOB_EVENTS: <data> is in the job's block (agw_store_run_events_copy()) */
@@ -591,7 +594,8 @@ static void apply_input(struct agw_store *s, struct job *j)
 
     /* validated before (agw_input_parse()): an absent list is fine, a body jansson refuses with
      * JSON_REJECT_DUPLICATES is counted */
-    if (agw_history_merge_body(t->h, j->run_id, j->data, j->len) < 0)
+    if ((j->msgs != NULL ? agw_history_merge_read(t->h, j->run_id, j->data, j->msgs, j->n_msgs)
+                         : agw_history_merge_body(t->h, j->run_id, j->data, j->len)) < 0)
         stat_add(&s->malformed, 1);
     add_agent(t, j->agent_id);
     if (!drop_if_unreliable(s, t))
@@ -1028,11 +1032,23 @@ static struct job *job_new(enum job_kind kind, const char *thread_id, const char
 }
 
 void agw_store_run_input(struct agw_store *s, const char *agent_id, const char *thread_id,
-                         const char *run_id, const char *body, size_t len)
+                         const char *run_id, const char *body, size_t len,
+                         const struct agw_input_message *msgs, size_t n_msgs)
 {
+    const size_t align = _Alignof(struct agw_input_message);
+    size_t spans = msgs != NULL ? n_msgs * sizeof(*msgs) + align - 1 : 0;
     char *at;
-    struct job *j = job_new(JOB_INPUT, thread_id, run_id, agent_id, len, &at);
+    struct job *j = job_new(JOB_INPUT, thread_id, run_id, agent_id, spans + len, &at);
 
+    if (msgs != NULL) {
+        /* the scanner's reading first (aligned), then the body */
+        at += (align - (uintptr_t)at % align) % align;
+        j->msgs = (struct agw_input_message *)(void *)at;
+        j->n_msgs = n_msgs;
+        if (n_msgs > 0)
+            memcpy(j->msgs, msgs, n_msgs * sizeof(*msgs));
+        at += n_msgs * sizeof(*msgs);
+    }
     memcpy(at, body, len);
     j->data = at;
     j->len = len;

@@ -31,6 +31,7 @@
 #include <jansson.h>
 
 #include "agw/common.h"
+#include "agw/input.h"  /* struct agw_input_message */
 #include "agw/router.h" /* AGW_ID_MAX */
 
 struct agw_history;
@@ -58,6 +59,11 @@ int agw_history_merge_input(struct agw_history *h, const char *run_id, const jso
  * malformed, as by agw_history_merge_input()), or -AGW_EINVAL when the body is not JSON (nothing
  * changes, not counted: the caller counts it). */
 int agw_history_merge_body(struct agw_history *h, const char *run_id, const char *body, size_t len);
+/* agw_history_merge_body() of a body the input's scanner has read (agw_input_parse(): its
+ * messages_read): its <n> messages at <m>, each an object with a plain string id. The same result,
+ * without reading the body again. */
+int agw_history_merge_read(struct agw_history *h, const char *run_id, const char *body,
+                           const struct agw_input_message *m, size_t n);
 
 /* Applies one relayed event (<event>, borrowed) of run <run_id> (copied when a message is made;
  * may be NULL). Returns 1 when the messages changed, 0 when the event leaves them as they are (a

@@ -48,9 +48,12 @@ struct agw_store *agw_store_open(const struct agw_store_options *o, char *err, s
 void agw_store_close(struct agw_store *s);
 
 /* A run started on thread <thread_id> (agent <agent_id>, run <run_id>): the messages of its
- * RunAgentInput <body> (<len> bytes, copied) join the thread. */
+ * RunAgentInput <body> (<len> bytes, copied) join the thread. <msgs> (<n_msgs>, copied): the
+ * input's reading of them (struct agw_input's messages, when messages_read), which spares the
+ * writer reading the body again; NULL: the writer reads it. */
 void agw_store_run_input(struct agw_store *s, const char *agent_id, const char *thread_id,
-                         const char *run_id, const char *body, size_t len);
+                         const char *run_id, const char *body, size_t len,
+                         const struct agw_input_message *msgs, size_t n_msgs);
 /* Events run <run_id> of thread <thread_id> produced: <lines> (<len> bytes of JSON Lines, one event
  * per line, from agw_capture_take()) is taken over by the store, which frees it, or keeps it for
  * reuse when <chunk> says it is a capture chunk (include/agw/capture.h). */

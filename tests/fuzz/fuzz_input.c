@@ -12,7 +12,9 @@
  * names an invalid code point as '\uD800'), never a word of the body. (A new message with new words
  * needs them in <words> below.) The verdict, message and fields are those of jansson's reading
  * alone (agw_input_parse_jansson(): the scanner changes nothing), and the scanner alone
- * (agw_input_scan()) never reads as valid a body jansson's reading refuses, but for its depth. The
+ * (agw_input_scan()) never reads as valid a body jansson's reading refuses, but for its depth; the
+ * messages it keeps for the thread history are those agw_capture_input_messages() reads, and it
+ * keeps them whenever that reading succeeds. The
  * body is also taken as a Content-Type value for agw_input_content_type_ok(): application/json, any
  * case, OWS around, parameters after ';'.
  *
@@ -31,6 +33,7 @@
 
 #include <jansson.h>
 
+#include "agw/capture.h"
 #include "agw/input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -170,6 +173,52 @@ static void same_fields(const struct agw_input *a, const struct agw_input *b)
         fatal("the fields are not jansson's reading's", NULL);
 }
 
+static bool read_none(void *arg, const char *msg, size_t msg_len, const char *id, size_t id_len)
+{
+    (void)arg, (void)msg, (void)msg_len, (void)id, (void)id_len;
+    return true;
+}
+
+/* The capture's reading of the body's messages, for check_messages(). */
+struct read_back {
+    const char *body;
+    const struct agw_input *in;
+    size_t n;
+};
+
+static bool read_one(void *arg, const char *msg, size_t msg_len, const char *id, size_t id_len)
+{
+    struct read_back *r = arg;
+    const struct agw_input_message *m = &r->in->messages[r->n];
+
+    if (r->n == r->in->n_messages || (size_t)(msg - r->body) != m->off || msg_len != m->len ||
+        (size_t)(id - r->body) != m->id_off || id_len != m->id_len)
+        fatal("the input's messages are not the capture's reading of the body", NULL);
+    r->n++;
+    return true;
+}
+
+/* A reading of the messages that the store takes instead of reading the body again
+ * (agw_history_merge_read()) is the one agw_capture_input_messages() makes: the same elements and
+ * ids, in order; and the scanner keeps one whenever that reading succeeds. */
+static void check_messages(const char *body, size_t len)
+{
+    struct agw_input in = {0};
+    struct read_back r = {body, &in, 0};
+
+    if (!agw_input_scan(body, len, &in))
+        return;
+    if (!in.messages_read) {
+        if (in.messages != NULL || in.n_messages != 0)
+            fatal("messages kept without messages_read", NULL);
+        if (agw_capture_input_messages(body, len, read_none, NULL))
+            fatal("the scanner kept no messages where the capture reads them", NULL);
+    } else if (!agw_capture_input_messages(body, len, read_one, &r) || r.n != in.n_messages) {
+        fatal("the input's messages are not the capture's reading of the body", NULL);
+    }
+    agw_input_clear(&in);
+}
+
 static bool zeroed(const struct agw_input *in)
 {
     static const struct agw_input zero;
@@ -241,6 +290,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     agw_input_clear(&in2);
     agw_input_clear(&in);
     agw_input_clear(&in);
+    check_messages(body, len);
     check_content_type(body, len);
     return 0;
 }

@@ -911,6 +911,47 @@ Test(history, input_message_held_as_text_from_its_bytes_as_from_its_value)
     }
 }
 
+/* The input's reading of a body (agw_input_parse_keep(), as the loop makes it) merges as the body
+ * does: the same thread, message for message, whichever way each message is held. */
+Test(history, merge_read_is_merge_body)
+{
+    static const char *const bodies[] = {
+        "{\"threadId\":\"t\",\"runId\":\"r\",\"messages\":[{\"id\":\"u1\",\"role\":\"user\","
+        "\"content\":\"Hi\"}]}",
+        "{\"threadId\":\"t\",\"runId\":\"r\",\"messages\":[{\"id\":\"u1\",\"role\":\"user\","
+        "\"content\":\"Hi\"},{\"id\":\"a1\",\"role\":\"assistant\",\"content\":\"Hello "
+        "\\\"you\\\"\"},"
+        "{\"id\":\"u2\", \"role\":\"user\",\"content\":\"\\u0041\"}]}",
+        "{\"threadId\":\"t\",\"runId\":\"r\",\"messages\":[{\"id\":\"u0\",\"role\":\"user\","
+        "\"content\":\"older\"},{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi!\"},"
+        "{\"id\":\"t1\",\"role\":\"tool\",\"toolCallId\":\"c1\",\"content\":\"42\"}],"
+        "\"tools\":[],\"context\":[],\"state\":{\"k\":[1,2]},\"forwardedProps\":{}}",
+        "{\"threadId\":\"t\",\"runId\":\"r\",\"messages\":[]}",
+    };
+    struct agw_history *a = agw_history_new(6), *b = agw_history_new(6);
+
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        struct agw_input in = {0};
+        char *da, *db;
+        int ra, rb;
+
+        cr_assert_eq(agw_input_parse_keep(bodies[i], strlen(bodies[i]), 0, &in, NULL, 0), 0);
+        cr_assert(in.messages_read, "body %zu", i);
+        ra = merge_body(a, "r", bodies[i]);
+        rb = agw_history_merge_read(b, "r", bodies[i], in.messages, in.n_messages);
+        cr_assert_eq(rb, ra, "body %zu: %d, the body's merge %d", i, rb, ra);
+        da = agw_history_dump(a);
+        db = agw_history_dump(b);
+        cr_assert_str_eq(db, da, "body %zu", i);
+        cr_assert_eq(agw_history_text_bytes(b), agw_history_text_bytes(a), "body %zu", i);
+        free(da);
+        free(db);
+        agw_input_clear(&in);
+    }
+    agw_history_free(a);
+    agw_history_free(b);
+}
+
 /* What the body's whole reading with JSON_REJECT_DUPLICATES makes, whatever the scanner does. */
 Test(history, merge_body_is_merge_of_the_body_read_whole)
 {

@@ -800,3 +800,52 @@ Test(input, scanner_leaves_the_rest_to_jansson)
         agw_input_clear(&in);
     }
 }
+
+/* The scanner's reading of the messages, kept for the thread history: each element's bytes and its
+ * id's, when every id is a string written without an escape; none otherwise, nor from jansson's
+ * reading. */
+Test(input, messages_read_where_each_lies)
+{
+    static const char body[] =
+        "{\"threadId\":\"t\",\"runId\":\"r\",\"messages\":[ {\"role\":\"user\","
+        "\"id\":\"u1\",\"content\":\"Hi\"} ,{\"id\":\"a-2\",\"role\":\"assistant\"}]}";
+    static const char *const unread[] = {
+        "{\"threadId\":\"t\",\"runId\":\"r\",\"messages\":[{\"id\":\"u\\u0031\",\"role\":\"user\","
+        "\"content\":\"Hi\"}]}",
+        "{\"threadId\":\"t\",\"runId\":\"r\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]"
+        "}",
+        "{\"threadId\":\"t\",\"runId\":\"r\",\"messages\":[{\"id\":null,\"role\":\"user\","
+        "\"content\":\"Hi\"}]}",
+        "{\"threadId\":\"t\\u0031\",\"runId\":\"r\",\"messages\":[{\"id\":\"u1\",\"role\":\"user\","
+        "\"content\":\"Hi\"}]}",
+    };
+    struct agw_input in;
+    const char *u1 = strstr(body, "{\"role\""), *a2 = strstr(body, "{\"id\":\"a-2\"");
+
+    cr_assert_eq(parse(body, &in, NULL, 0), 0);
+    cr_assert_not(in.messages_read, "not asked for");
+    cr_assert_null(in.messages);
+    agw_input_clear(&in);
+    cr_assert_eq(agw_input_parse_keep(body, strlen(body), DEPTH, &in, NULL, 0), 0);
+    cr_assert(in.messages_read);
+    cr_assert_eq(in.n_messages, 2);
+    cr_assert_eq(in.messages[0].off, (size_t)(u1 - body));
+    cr_assert_eq(in.messages[0].len,
+                 strlen("{\"role\":\"user\",\"id\":\"u1\",\"content\":\"Hi\"}"));
+    cr_assert_eq(in.messages[0].id_off, (size_t)(strstr(body, "u1\"") - body));
+    cr_assert_eq(in.messages[0].id_len, 2);
+    cr_assert_eq(in.messages[1].off, (size_t)(a2 - body));
+    cr_assert_eq(in.messages[1].len, strlen(a2) - 2);
+    cr_assert_eq(in.messages[1].id_off, (size_t)(a2 + 7 - body));
+    cr_assert_eq(in.messages[1].id_len, 3);
+    agw_input_clear(&in);
+    cr_assert_null(in.messages);
+    for (size_t i = 0; i < sizeof(unread) / sizeof(unread[0]); i++) {
+        cr_assert_eq(agw_input_parse_keep(unread[i], strlen(unread[i]), DEPTH, &in, NULL, 0), 0,
+                     "case %zu", i);
+        cr_assert_not(in.messages_read, "case %zu", i);
+        cr_assert_null(in.messages, "case %zu", i);
+        cr_assert_eq(in.n_messages, 0, "case %zu", i);
+        agw_input_clear(&in);
+    }
+}

@@ -31,6 +31,7 @@
 #include <sqlite3.h>
 
 #include "agw/loop.h"
+#include "agw/input.h"
 #include "agw/store.h"
 #include "../../src/store_backend.h"
 #include "../../src/store_texts.h"
@@ -136,7 +137,7 @@ static struct agw_store_stats stats_of(struct agw_store *s);
 static void input(struct agw_store *s, const char *agent, const char *thread, const char *run,
                   const char *body)
 {
-    agw_store_run_input(s, agent, thread, run, body, strlen(body));
+    agw_store_run_input(s, agent, thread, run, body, strlen(body), NULL, 0);
 }
 
 static void events(struct agw_store *s, const char *thread, const char *run, const char *lines)
@@ -180,6 +181,39 @@ static void expect_run1_in_threads(struct agw_store *s, int n)
         expect_run1(&a);
         json_decref(a.page);
     }
+}
+
+/* The loop's reading of a body (agw_input_parse_keep()) is what the writer merges: it does not read
+ * the body again. Given the reading of its first message alone, the thread has that one; given the
+ * whole reading, both. */
+Test(store, merges_the_loops_reading_of_a_body)
+{
+    static const char body[] =
+        "{\"threadId\":\"t\",\"runId\":\"r1\",\"messages\":[{\"id\":\"u1\",\"role\":\"user\","
+        "\"content\":\"Hi\"},{\"id\":\"u2\",\"role\":\"user\",\"content\":\"there\"}]}";
+    struct agw_store *s = open_store(AGW_STORE_MEMORY, NULL, 100, 0, 100);
+    struct agw_input in = {0};
+    struct answer a;
+    json_t *m;
+
+    cr_assert_eq(agw_input_parse_keep(body, strlen(body), 0, &in, NULL, 0), 0);
+    cr_assert(in.messages_read);
+    cr_assert_eq(in.n_messages, 2);
+    agw_store_run_input(s, "demo", "t1", "r1", body, strlen(body), in.messages, 1);
+    a = read_thread(s, "t1", NULL);
+    m = json_object_get(a.page, "messages");
+    cr_assert_eq(json_array_size(m), 1, "the reading given, not the body's");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(m, 0), "id")), "u1");
+    json_decref(a.page);
+    agw_store_run_input(s, "demo", "t1", "r2", body, strlen(body), in.messages, in.n_messages);
+    a = read_thread(s, "t1", NULL);
+    m = json_object_get(a.page, "messages");
+    cr_assert_eq(json_array_size(m), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(m, 1), "content")), "there");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(m, 1), "id")), "u2");
+    json_decref(a.page);
+    agw_input_clear(&in);
+    agw_store_close(s);
 }
 
 Test(store, memory_records_are_read_back_in_order)
@@ -332,7 +366,7 @@ static void *push_runs(void *arg)
                  "{\"threadId\":\"%s\",\"runId\":\"%s\",\"messages\":[{\"id\":\"m%d\",\"role\":"
                  "\"user\",\"content\":\"%d\"}]}",
                  thread, run, i, i);
-        agw_store_run_input(p->s, "demo", thread, run, body, strlen(body));
+        agw_store_run_input(p->s, "demo", thread, run, body, strlen(body), NULL, 0);
     }
     return NULL;
 }
