@@ -108,8 +108,11 @@ struct agw_history {
     size_t max;            /* >= 1: at most this many items */
     struct item **buckets; /* items by id (each in one chain), once past LINEAR_MAX items */
     size_t n_buckets;      /* 0 (no table), or a power of two >= the number of items */
-    size_t first_changed;  /* no item below this index is changed */
-    size_t shed_from;      /* no item below this index changed since agw_history_shed() looked */
+    /* While there is no table: items[i]->hash for each item, so that a scan for an id reads one
+     * cache line rather than every item (a new message's id is looked for in them all). */
+    uint32_t lin[LINEAR_MAX];
+    size_t first_changed; /* no item below this index is changed */
+    size_t shed_from;     /* no item below this index changed since agw_history_shed() looked */
     /* The positions a store holds in more than one piece (a text that grew across commits),
      * ascending: a message written whole at one of them drops the other pieces there, whichever
      * message they were of (messages move). As of the last agw_history_mark_saved(). */
@@ -664,7 +667,7 @@ static size_t find_msgn(const struct agw_history *h, const char *id, size_t len)
     hash = hash_bytes(id, len);
     if (h->n_buckets == 0) {
         for (size_t i = 0; i < h->n; i++)
-            if (item_has_id(h->items[i], hash, id, len))
+            if (h->lin[i] == hash && item_has_id(h->items[i], hash, id, len))
                 return i;
         return SIZE_MAX;
     }
@@ -720,6 +723,10 @@ static void place(struct agw_history *h, size_t at, struct item *it)
     }
     memmove(&h->items[at + 1], &h->items[at], (h->n - at) * sizeof(*h->items));
     h->items[at] = it;
+    if (h->n_buckets == 0) { /* (index_add() made none: the items fit in <lin>) */
+        memmove(&h->lin[at + 1], &h->lin[at], (h->n - at) * sizeof(*h->lin));
+        h->lin[at] = it->hash;
+    }
     h->n++;
     for (size_t i = at; i < h->n; i++)
         h->items[i]->pos = h->dropped + i;
@@ -821,6 +828,8 @@ static void trim(struct agw_history *h)
         item_free(h->items[i]);
     }
     memmove(&h->items[0], &h->items[k], h->max * sizeof(*h->items));
+    if (h->n_buckets == 0)
+        memmove(&h->lin[0], &h->lin[k], h->max * sizeof(*h->lin));
     h->n = h->max;
     h->dropped += k;
     h->first_changed = h->first_changed > k ? h->first_changed - k : 0;
@@ -1702,6 +1711,8 @@ static int on_snapshot(struct agw_history *h, const char *run_id, const json_t *
         if (text_whole(h, it) != 0)
             text_lost(it);
         h->items[kept] = it;
+        if (h->n_buckets == 0)
+            h->lin[kept] = it->hash;
         if (kept != i) {
             it->pos = h->dropped + kept;
             touch_moved(h, kept);
@@ -2039,6 +2050,30 @@ uint64_t agw_history_dropped(const struct agw_history *h)
 uint64_t agw_history_malformed(const struct agw_history *h)
 {
     return h->malformed;
+}
+
+bool agw_history_index_ok(const struct agw_history *h)
+{
+    size_t chained = 0;
+
+    for (size_t i = 0; i < h->n; i++) {
+        const struct item *it = h->items[i], *x;
+        if (it->pos != h->dropped + i || it->hash != hash_bytes(item_id(it), it->id_len))
+            return false;
+        if (h->n_buckets == 0) {
+            if (i >= LINEAR_MAX || h->lin[i] != it->hash)
+                return false;
+            continue;
+        }
+        for (x = *bucket_of(h, it->hash); x != NULL && x != it; x = x->next)
+            ;
+        if (x == NULL)
+            return false;
+    }
+    for (size_t b = 0; b < h->n_buckets; b++)
+        for (const struct item *x = h->buckets[b]; x != NULL; x = x->next)
+            chained++;
+    return h->n_buckets == 0 || chained == h->n;
 }
 
 uint64_t agw_history_values_parsed(const struct agw_history *h)

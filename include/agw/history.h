@@ -107,6 +107,9 @@ uint64_t agw_history_malformed(const struct agw_history *h);
 /* Input messages read from a body's bytes that were parsed into a value so far: a resent copy
  * equal to the stored message, or a new one held as text, needs none (for tests). */
 uint64_t agw_history_values_parsed(const struct agw_history *h);
+/* The thread's index by id agrees with its messages (each at its position, found where the index
+ * says): for tests. */
+bool agw_history_index_ok(const struct agw_history *h);
 
 /* The thread as one compact JSON text, NUL-terminated (schema 1 of the store kept it; now the
  * migration of such a store reads it, and tests compare threads with it):

@@ -370,6 +370,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             a = agw_history_dump(h);
             b = agw_history_dump(h2);
             check(strcmp(a, b) == 0, "the twin (merge_body, apply_line) is the same thread");
+            check(agw_history_index_ok(h) && agw_history_index_ok(h2),
+                  "the index by id agrees with the messages");
             check(agw_history_malformed(h) == agw_history_malformed(h2), "the twin counts alike");
             free(a);
             free(b);

@@ -41,6 +41,7 @@ static void expect(struct agw_history *h, const char *expected)
     json_t *want = parse(expected), *got = json_array();
     char *g;
 
+    cr_assert(agw_history_index_ok(h), "the index by id agrees with the messages");
     for (size_t i = 0; i < agw_history_count(h); i++)
         json_array_append_new(got, json_deep_copy(agw_history_message(h, i)));
     g = json_dumps(got, JSON_COMPACT);
