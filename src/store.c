@@ -102,8 +102,9 @@ struct thread {
     struct agw_history *h;
     int64_t updated_s; /* wall clock, seconds */
     bool dirty;
-    /* The database holds no message row of it outside [db_first, db_end): empty for a thread it
-     * never held, [0, UINT64_MAX) when unknown; exact after each commit of it. */
+    /* The database holds no message of it outside [db_first, db_end) (but in a row that several
+     * messages share, which a load reads no further than the thread's positions): empty for a
+     * thread it never held, [0, UINT64_MAX) when unknown; exact after each commit of it. */
     uint64_t db_first, db_end;
     /* From its last commit: its number in the database (0: not known), and what its row then said
      * (<db_agents_len>: the length of <agents>, which only grows); valid while the store's
@@ -459,6 +460,7 @@ static size_t changes(const struct agw_store *s, struct thread *t, struct agw_st
         .n_msgs = k - at,
         .drop_before = t->db_first < first && t->db_end > t->db_first,
         .drop_after = t->db_end > first + n,
+        .fresh_from = t->db_end,
         .key = key,
         .row_same = key > 0 && t->db_first == first && t->db_end == first + n &&
                     t->db_updated_s == t->updated_s && t->db_agents_len == strlen(t->agents)};

@@ -39,6 +39,10 @@ struct agw_store_row {
      * rows in a range it still covers), so that a commit of a thread that only grew deletes
      * nothing. */
     bool drop_before, drop_after;
+    /* save: no row holds a message at this position or after it (the thread never had one there,
+     * or its rows were deleted): the messages written there may share a row. UINT64_MAX: not
+     * known. */
+    uint64_t fresh_from;
     /* save: the thread's number in the database when the store knows it from an earlier commit (0:
      * looked up), and set to it by a save that succeeds. <row_same>: its row (agents, updated_s,
      * first, count) is as that commit wrote it: only its messages are written. */

@@ -22,7 +22,7 @@
 #include "store_texts.h"
 #include "store_vfs.h"
 
-#define SCHEMA_VERSION 4
+#define SCHEMA_VERSION 5
 /* Pages of 64 KiB, SQLite's largest (its default is 4 KiB): a commit appends a few hundred
  * kilobytes of new messages, a streamed answer is hundreds of kilobytes in a chain of overflow
  * pages; fewer, bigger pages are fewer to write. Measured with the benchmark's records: the
@@ -37,13 +37,19 @@
  * it changes: the writer's CPU under the streaming benchmark fell by a quarter. synchronous=FULL:
  * each commit is on disk when it returns, and the database survives a power loss too. */
 #define PAGE_SIZE_PRAGMA "PRAGMA page_size=65536"
+/* A thread's messages new to the database that a commit writes side by side (positions where no row
+ * holds a message) share one row, up to this many: one insert rather than one each (see
+ * save_shared()). A load looks this far back for the shared row that holds its first position. */
+#define SHARED_MAX     64
+#define SHARED_MAX_STR "64"
 
 struct db {
     sqlite3 *db;
     sqlite3_stmt *st_thread, *st_messages, *st_message, *st_thread_key, *st_update_thread,
         *st_insert_thread, *st_drop_before, *st_drop_from, *st_save_message, *st_drop_parts,
         *st_expire, *st_max_key, *st_scan_ids, *st_segments, *st_segment_size, *st_gc_next,
-        *st_gc_count, *st_gc_drop, *st_gc_rows, *st_gc_move, *st_gc_forget, *st_piece;
+        *st_gc_count, *st_gc_drop, *st_gc_rows, *st_gc_move, *st_gc_forget, *st_piece,
+        *st_save_shared, *st_shared_before, *st_shared_at;
     /* Pieces of AGW_TEXTS_MIN bytes or more: in the segments (src/store_texts.h). */
     struct agw_texts *texts;
     size_t texts_min;
@@ -58,6 +64,8 @@ struct db {
     sqlite3_int64 scan_key; /* the scan has added the ids of the keys up to this one */
     char *buf;              /* a message's pieces put together, read back */
     size_t buf_len, buf_cap;
+    unsigned char *shared; /* a shared row being written, or read back (its own copy) */
+    size_t shared_len, shared_cap;
     int lock_fd; /* <dir>/history.lock, flock()ed while open; -1 = none */
     /* history.db again, read-only, for posix_fadvise() alone (db_shed()); -1 = none. Closed only
      * after SQLite's handle: closing a descriptor of the file drops the process's POSIX locks on
@@ -112,6 +120,7 @@ static const char SCHEMA[] = "CREATE TABLE IF NOT EXISTS threads ("
                              " text INTEGER NOT NULL,"
                              " data TEXT NOT NULL,"
                              " seg INTEGER, off INTEGER, len INTEGER,"
+                             " n INTEGER,"
                              " PRIMARY KEY (thread, pos, part));" SCHEMA_TEXTS
                              "CREATE TRIGGER IF NOT EXISTS threads_delete AFTER DELETE ON threads"
                              " BEGIN DELETE FROM messages WHERE thread = old.key; END;";
@@ -193,14 +202,155 @@ static void give(struct db *d, agw_store_msg_fn *fn, void *arg, struct agw_store
     fn(arg, m);
 }
 
+/* ---- rows that several messages share ------------------------------------------------------
+ * Part -1 at the position of the first, <n> messages; its data is, for each, a head of 7 bytes
+ * (the data's length, 4 bytes little-endian; flags: 1 a text, 2 a run id; the run id's length, 2
+ * bytes) then the run id and the data. A message written later at one of those positions (edited,
+ * moved, or grown by a piece) has its own row there, which comes first; of two shared rows that
+ * hold a position, the one that begins later is the newer (a shared row begins where the thread
+ * then ended, and a thread that shrinks deletes the rows that begin past its end). A shared row's
+ * positions below the thread's first (the cap dropped them) or past its end are not read. */
+#define SHARED_HEAD 7
+#define SHARED_TEXT 1u
+#define SHARED_RUN  2u
+
+struct shared_entry {
+    const char *data, *run; /* <run> NULL: none */
+    size_t len, run_len;
+    bool text;
+};
+
+static void put_le(unsigned char *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_le(const unsigned char *p, int bytes)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < bytes; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* The entry at <pos> of the shared row that begins at <start>, holds <n> messages and whose data
+ * is <b> (<len> bytes): false when it holds none there, or its data is not well formed. */
+static bool shared_entry_at(const unsigned char *b, size_t len, sqlite3_int64 start,
+                            sqlite3_int64 n, uint64_t pos, struct shared_entry *e)
+{
+    size_t at = 0;
+
+    if (b == NULL || n < 2 || n > SHARED_MAX || start < 0 || pos < (uint64_t)start ||
+        pos >= (uint64_t)start + (uint64_t)n)
+        return false;
+    for (uint64_t i = (uint64_t)start;; i++) {
+        size_t dl, rl;
+        if (len - at < SHARED_HEAD)
+            return false;
+        dl = (size_t)get_le(b + at, 4);
+        rl = (size_t)get_le(b + at + 5, 2);
+        if (len - at - SHARED_HEAD < rl || len - at - SHARED_HEAD - rl < dl)
+            return false;
+        if (i == pos) {
+            e->text = (b[at + 4] & SHARED_TEXT) != 0;
+            e->run = (b[at + 4] & SHARED_RUN) != 0 ? (const char *)b + at + SHARED_HEAD : NULL;
+            e->run_len = rl;
+            e->data = (const char *)b + at + SHARED_HEAD + rl;
+            e->len = dl;
+            return true;
+        }
+        at += SHARED_HEAD + rl + dl;
+    }
+}
+
+/* Whether <b> (<len> bytes) is the data of a shared row of <n> messages, each well formed. */
+static bool shared_valid(const unsigned char *b, size_t len, sqlite3_int64 n)
+{
+    size_t at = 0;
+
+    if (b == NULL || n < 2 || n > SHARED_MAX)
+        return false;
+    for (sqlite3_int64 i = 0; i < n; i++) {
+        size_t dl, rl;
+        if (len - at < SHARED_HEAD)
+            return false;
+        dl = (size_t)get_le(b + at, 4);
+        rl = (size_t)get_le(b + at + 5, 2);
+        if ((b[at + 4] & ~(SHARED_TEXT | SHARED_RUN)) != 0 || len - at - SHARED_HEAD < rl ||
+            len - at - SHARED_HEAD - rl < dl)
+            return false;
+        at += SHARED_HEAD + rl + dl;
+    }
+    return at == len;
+}
+
+/* The shared row <st> is on (columns: its position, data, count) copied into <d->shared>, its
+ * start and count in *<start> and *<n>; false when it cannot be read. */
+static bool take_shared(struct db *d, sqlite3_stmt *st, sqlite3_int64 *start, sqlite3_int64 *n)
+{
+    const void *b = sqlite3_column_blob(st, 1);
+    size_t len = (size_t)sqlite3_column_bytes(st, 1);
+
+    if (!shared_valid(b, len, sqlite3_column_int64(st, 2)))
+        return false;
+    if (len > d->shared_cap) {
+        d->shared_cap = len * 2;
+        free(d->shared);
+        d->shared = agw_xmalloc(d->shared_cap);
+    }
+    if (len > 0)
+        memcpy(d->shared, b, len);
+    d->shared_len = len;
+    *start = sqlite3_column_int64(st, 0);
+    *n = sqlite3_column_int64(st, 2);
+    return true;
+}
+
+/* Starts message <m> at <pos> from entry <e> of a shared row: its first piece in <d->buf>. */
+static void start_from_entry(struct db *d, struct agw_store_msg *m, char **run, uint64_t pos,
+                             const struct shared_entry *e)
+{
+    if (d->buf_cap < e->len + 1) {
+        d->buf_cap = (e->len + 1) * 2;
+        d->buf = agw_xrealloc(d->buf, d->buf_cap);
+    }
+    memcpy(d->buf, e->data, e->len);
+    d->buf_len = e->len;
+    m->pos = pos;
+    m->text = e->text;
+    m->part = 1;
+    *run = e->run != NULL ? agw_xstrndup(e->run, e->run_len) : NULL;
+}
+
+/* Gives <fn> the messages at positions [*<next>, <upto>) the shared row in <d->shared> (beginning
+ * at <start>, <n> messages) holds, and moves *<next> to <upto>. A position it does not hold has no
+ * message (as one no row holds). */
+static void give_shared(struct db *d, sqlite3_int64 start, sqlite3_int64 n, uint64_t *next,
+                        uint64_t upto, agw_store_msg_fn *fn, void *arg)
+{
+    for (; *next < upto; (*next)++) {
+        struct agw_store_msg m = {.part = 0};
+        struct shared_entry e;
+        char *run;
+        if (!shared_entry_at(d->shared, d->shared_len, start, n, *next, &e))
+            continue;
+        start_from_entry(d, &m, &run, *next, &e);
+        give(d, fn, arg, &m, run);
+        free(run);
+    }
+}
+
 static int db_load(void *self, const char *id, size_t max, struct agw_store_row *row,
                    agw_store_msg_fn *fn, void *arg)
 {
     struct db *d = self;
     struct agw_store_msg m = {.part = 0};
     char *run = NULL;
-    sqlite3_int64 from;
-    bool ok = true;
+    sqlite3_int64 from, key, sh_start = 0, sh_n = 0;
+    uint64_t next, end;
+    bool ok = true, past = false;
     int rc;
 
     sqlite3_reset(d->st_thread); /* the last row's strings go now */
@@ -224,17 +374,62 @@ static int db_load(void *self, const char *id, size_t max, struct agw_store_row 
     from = (sqlite3_int64)row->first;
     if (row->count > max)
         from += (sqlite3_int64)(row->count - max);
-    sqlite3_bind_int64(d->st_messages, 1, sqlite3_column_int64(d->st_thread, 0));
+    next = (uint64_t)from;
+    end = row->first + row->count;
+    key = sqlite3_column_int64(d->st_thread, 0);
+    /* a shared row that begins before <from> may hold it */
+    sqlite3_bind_int64(d->st_shared_before, 1, key);
+    sqlite3_bind_int64(d->st_shared_before, 2, from);
+    rc = sqlite3_step(d->st_shared_before);
+    if (rc == SQLITE_ROW && sqlite3_column_int64(d->st_shared_before, 0) +
+                                    sqlite3_column_int64(d->st_shared_before, 2) >
+                                from)
+        ok = take_shared(d, d->st_shared_before, &sh_start, &sh_n);
+    sqlite3_reset(d->st_shared_before);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        goto fail;
+    sqlite3_bind_int64(d->st_messages, 1, key);
     sqlite3_bind_int64(d->st_messages, 2, from);
-    /* a message's pieces come in order, and are put together in <buf> */
+    /* A message's pieces come in order, and are put together in <buf>; the positions between the
+     * rows of their own are those the last shared row holds. */
     while (ok && (rc = sqlite3_step(d->st_messages)) == SQLITE_ROW) {
         uint64_t pos = (uint64_t)sqlite3_column_int64(d->st_messages, 0);
         sqlite3_int64 part = sqlite3_column_int64(d->st_messages, 1);
+        if (pos >= end) { /* (no row begins past the thread's end: its commit deleted them) */
+            past = true;
+            break;
+        }
         if (m.part > 0 && pos != m.pos) {
             give(d, fn, arg, &m, run);
             free(run);
             run = NULL;
             m.part = 0;
+        }
+        if (m.part == 0)
+            give_shared(d, sh_start, sh_n, &next, pos, fn, arg);
+        if (part < 0) {
+            sqlite3_int64 n = sqlite3_column_int64(d->st_messages, 8);
+            const void *b = sqlite3_column_blob(d->st_messages, 4);
+            size_t len = (size_t)sqlite3_column_bytes(d->st_messages, 4);
+            if (!(ok = part == -1 && shared_valid(b, len, n)))
+                break; /* a shared row that cannot be read: nor can its messages */
+            if (len > d->shared_cap) {
+                d->shared_cap = len * 2;
+                free(d->shared);
+                d->shared = agw_xmalloc(d->shared_cap);
+            }
+            memcpy(d->shared, b, len);
+            d->shared_len = len;
+            sh_start = (sqlite3_int64)pos;
+            sh_n = n;
+            continue;
+        }
+        if (m.part == 0 && part > 0) {
+            /* pieces added to a message whose first piece a shared row holds */
+            struct shared_entry e;
+            if (!(ok = shared_entry_at(d->shared, d->shared_len, sh_start, sh_n, pos, &e)))
+                break;
+            start_from_entry(d, &m, &run, pos, &e);
         }
         ok = part == (sqlite3_int64)m.part;
         if (!ok)
@@ -249,9 +444,14 @@ static int db_load(void *self, const char *id, size_t max, struct agw_store_row 
         if (!(ok = add_piece(d, d->st_messages, 4, &d->buf, &d->buf_len, &d->buf_cap)))
             break; /* a piece that cannot be read: nor can the message */
         m.part++;
+        next = pos + 1;
     }
-    if (ok && rc == SQLITE_DONE && m.part > 0)
-        give(d, fn, arg, &m, run);
+    if (ok && (rc == SQLITE_DONE || past)) {
+        rc = SQLITE_DONE;
+        if (m.part > 0)
+            give(d, fn, arg, &m, run);
+        give_shared(d, sh_start, sh_n, &next, end, fn, arg);
+    }
     agw_texts_reads_done(d->texts);
     free(run);
     sqlite3_reset(d->st_messages);
@@ -271,6 +471,32 @@ fail:
     return -1;
 }
 
+/* The first piece of message <pos> of thread <id> from the shared row that holds it, in a new
+ * block (*<b>, *<n> bytes, *<cap> allocated): false when none does. */
+static bool shared_first_piece(struct db *d, const char *id, uint64_t pos, char **b, size_t *n,
+                               size_t *cap)
+{
+    struct shared_entry e;
+    bool found = false;
+
+    sqlite3_bind_text(d->st_shared_at, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(d->st_shared_at, 2, (sqlite3_int64)pos);
+    if (sqlite3_step(d->st_shared_at) == SQLITE_ROW &&
+        shared_entry_at(sqlite3_column_blob(d->st_shared_at, 1),
+                        (size_t)sqlite3_column_bytes(d->st_shared_at, 1),
+                        sqlite3_column_int64(d->st_shared_at, 0),
+                        sqlite3_column_int64(d->st_shared_at, 2), pos, &e)) {
+        *cap = e.len + 1;
+        *b = agw_xmalloc(*cap);
+        memcpy(*b, e.data, e.len);
+        *n = e.len;
+        found = true;
+    }
+    sqlite3_reset(d->st_shared_at);
+    sqlite3_clear_bindings(d->st_shared_at);
+    return found;
+}
+
 static int db_load_message(void *self, const char *id, uint64_t pos, char **data, size_t *len)
 {
     struct db *d = self;
@@ -281,10 +507,17 @@ static int db_load_message(void *self, const char *id, uint64_t pos, char **data
 
     sqlite3_bind_text(d->st_message, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(d->st_message, 2, (sqlite3_int64)pos);
-    while ((rc = sqlite3_step(d->st_message)) == SQLITE_ROW)
+    while ((rc = sqlite3_step(d->st_message)) == SQLITE_ROW) {
+        /* no row of its own for its first piece: a shared row holds it */
+        if (want == 0 && sqlite3_column_int64(d->st_message, 0) != 0 &&
+            shared_first_piece(d, id, pos, &b, &n, &cap))
+            want = 1;
         if (sqlite3_column_int64(d->st_message, 0) != want++ ||
             !add_piece(d, d->st_message, 1, &b, &n, &cap))
             break; /* a piece missing, or that cannot be read */
+    }
+    if (rc == SQLITE_DONE && want == 0 && shared_first_piece(d, id, pos, &b, &n, &cap))
+        want = 1;
     sqlite3_reset(d->st_message);
     sqlite3_clear_bindings(d->st_message);
     agw_texts_reads_done(d->texts);
@@ -461,6 +694,57 @@ static bool add_piece_entry(struct db *d, sqlite3_int64 seg, sqlite3_int64 off, 
     return step_done(d->st_piece);
 }
 
+/* Whether message <m> of row <r> may share a row: a whole message (no piece) at a position no row
+ * holds, not a long text (those are apart, in the segments). */
+static bool shareable(const struct db *d, const struct agw_store_row *r,
+                      const struct agw_store_msg *m)
+{
+    return m->part == 0 && !m->drop_parts && m->pos >= r->fresh_from &&
+           !(m->data != NULL && m->len >= d->texts_min) &&
+           (m->run_id == NULL || strlen(m->run_id) <= UINT16_MAX);
+}
+
+/* How many of <r>'s messages from <i> on share a row: 0, or 2 to SHARED_MAX side by side. */
+static size_t shared_run(const struct db *d, const struct agw_store_row *r, size_t i)
+{
+    size_t k = 0;
+
+    while (i + k < r->n_msgs && k < SHARED_MAX && shareable(d, r, &r->msgs[i + k]) &&
+           (k == 0 || r->msgs[i + k].pos == r->msgs[i + k - 1].pos + 1))
+        k++;
+    return k >= 2 ? k : 0;
+}
+
+/* Writes messages <m>[0, <k>) of thread <key> as one shared row. */
+static bool save_shared(struct db *d, sqlite3_int64 key, const struct agw_store_msg *m, size_t k)
+{
+    size_t need = 0, at = 0;
+
+    for (size_t i = 0; i < k; i++)
+        need += SHARED_HEAD + (m[i].run_id != NULL ? strlen(m[i].run_id) : 0) + m[i].len;
+    if (need > d->shared_cap) {
+        d->shared_cap = need * 2;
+        free(d->shared);
+        d->shared = agw_xmalloc(d->shared_cap);
+    }
+    for (size_t i = 0; i < k; i++) {
+        size_t rl = m[i].run_id != NULL ? strlen(m[i].run_id) : 0;
+        unsigned char *p = d->shared + at;
+        put_le(p, m[i].len, 4);
+        p[4] = (unsigned char)((m[i].text ? SHARED_TEXT : 0) | (m[i].run_id ? SHARED_RUN : 0));
+        put_le(p + 5, rl, 2);
+        memcpy(p + SHARED_HEAD, m[i].run_id != NULL ? m[i].run_id : "", rl);
+        if (m[i].len > 0)
+            memcpy(p + SHARED_HEAD + rl, m[i].data, m[i].len);
+        at += SHARED_HEAD + rl + m[i].len;
+    }
+    sqlite3_bind_int64(d->st_save_shared, 1, key);
+    sqlite3_bind_int64(d->st_save_shared, 2, (sqlite3_int64)m[0].pos);
+    sqlite3_bind_blob(d->st_save_shared, 3, d->shared, (int)at, SQLITE_STATIC);
+    sqlite3_bind_int64(d->st_save_shared, 4, (sqlite3_int64)k);
+    return step_done(d->st_save_shared);
+}
+
 /* Writes one thread's row (unless it is as the database holds it), deletes its messages outside
  * [first, first + count), writes <msgs>; sets <r->key>. */
 static bool save_thread(struct db *d, struct agw_store_row *r)
@@ -489,6 +773,12 @@ static bool save_thread(struct db *d, struct agw_store_row *r)
     }
     for (size_t i = 0; ok && i < r->n_msgs; i++) {
         const struct agw_store_msg *m = &r->msgs[i];
+        size_t k = shared_run(d, r, i);
+        if (k > 0) {
+            ok = save_shared(d, key, m, k);
+            i += k - 1;
+            continue;
+        }
         sqlite3_bind_int64(d->st_save_message, 1, key);
         sqlite3_bind_int64(d->st_save_message, 2, (sqlite3_int64)m->pos);
         sqlite3_bind_int64(d->st_save_message, 3, (sqlite3_int64)m->part);
@@ -781,11 +1071,11 @@ static const struct {
     {offsetof(struct db, st_thread), "SELECT key, agents, updated, dropped, n_messages FROM threads"
                                      " WHERE id = ?1"},
     {offsetof(struct db, st_messages),
-     "SELECT pos, part, run_id, text, data, seg, off, len FROM messages"
+     "SELECT pos, part, run_id, text, data, seg, off, len, n FROM messages"
      " WHERE thread = ?1 AND pos >= ?2 ORDER BY pos, part"},
     {offsetof(struct db, st_message),
      "SELECT part, data, seg, off, len FROM messages"
-     " WHERE thread = (SELECT key FROM threads WHERE id = ?1) AND pos = ?2"
+     " WHERE thread = (SELECT key FROM threads WHERE id = ?1) AND pos = ?2 AND part >= 0"
      " ORDER BY part"},
     {offsetof(struct db, st_thread_key), "SELECT key FROM threads WHERE id = ?1"},
     {offsetof(struct db, st_update_thread),
@@ -794,7 +1084,8 @@ static const struct {
     {offsetof(struct db, st_insert_thread),
      "INSERT INTO threads (id, agents, updated, dropped, n_messages)"
      " VALUES (?1, ?2, ?3, ?4, ?5)"},
-    {offsetof(struct db, st_drop_before), "DELETE FROM messages WHERE thread = ?1 AND pos < ?2"},
+    {offsetof(struct db, st_drop_before), "DELETE FROM messages WHERE thread = ?1 AND pos < ?2"
+                                          " AND (part >= 0 OR pos + n <= ?2)"},
     {offsetof(struct db, st_drop_from), "DELETE FROM messages WHERE thread = ?1 AND pos >= ?2"},
     {offsetof(struct db, st_save_message),
      "INSERT INTO messages (thread, pos, part, run_id, text, data, seg, off, len)"
@@ -829,6 +1120,15 @@ static const struct {
     {offsetof(struct db, st_piece),
      "INSERT OR REPLACE INTO pieces (seg, off, len, thread, pos, part)"
      " VALUES (?1, ?2, ?3, ?4, ?5, ?6)"},
+    {offsetof(struct db, st_save_shared),
+     "INSERT INTO messages (thread, pos, part, text, data, n) VALUES (?1, ?2, -1, 0, ?3, ?4)"
+     " ON CONFLICT(thread, pos, part) DO UPDATE SET data = excluded.data, n = excluded.n"},
+    {offsetof(struct db, st_shared_before),
+     "SELECT pos, data, n FROM messages WHERE thread = ?1 AND pos < ?2 AND pos >= ?2 "
+     "- " SHARED_MAX_STR " AND part = -1 ORDER BY pos DESC LIMIT 1"},
+    {offsetof(struct db, st_shared_at),
+     "SELECT pos, data, n FROM messages WHERE thread = (SELECT key FROM threads WHERE id = ?1)"
+     " AND pos <= ?2 AND pos > ?2 - " SHARED_MAX_STR " AND part = -1 ORDER BY pos DESC LIMIT 1"},
 };
 
 static sqlite3_stmt **statement(struct db *d, size_t i)
@@ -852,6 +1152,7 @@ static void db_close(void *self)
     if (d->lock_fd >= 0)
         close(d->lock_fd);
     free(d->buf);
+    free(d->shared);
     free(d);
 }
 
@@ -1004,11 +1305,18 @@ static int db_schema(struct db *d, const char *file, char *err, size_t errlen)
     case 3: /* long pieces apart: the rows made so far keep theirs */
         if (!exec_ok(d, "ALTER TABLE messages ADD COLUMN seg INTEGER;"
                         "ALTER TABLE messages ADD COLUMN off INTEGER;"
-                        "ALTER TABLE messages ADD COLUMN len INTEGER;" SCHEMA_TEXTS))
+                        "ALTER TABLE messages ADD COLUMN len INTEGER;"
+                        "ALTER TABLE messages ADD COLUMN n INTEGER;" SCHEMA_TEXTS))
             return db_fail(d, file, "cannot migrate it from schema version 3", err, errlen);
         agw_log_info("thread history: %s: migrated from schema version 3 to %d (long texts "
                      "in history.texts from now on)",
                      file, SCHEMA_VERSION);
+        break;
+    case 4: /* rows that several messages share: the rows made so far are one message each */
+        if (!exec_ok(d, "ALTER TABLE messages ADD COLUMN n INTEGER;"))
+            return db_fail(d, file, "cannot migrate it from schema version 4", err, errlen);
+        agw_log_info("thread history: %s: migrated from schema version 4 to %d", file,
+                     SCHEMA_VERSION);
         break;
     case SCHEMA_VERSION:
         return 0;

@@ -752,18 +752,99 @@ static sqlite3 *db_file(void)
     return db;
 }
 
-/* db_file() with, for this connection only, the view thread_messages: the messages rows with the
- * thread's id in place of its number. */
+static void exec_sql(sqlite3 *db, const char *sql);
+
+static uint32_t le_at(const unsigned char *p, int bytes)
+{
+    uint32_t v = 0;
+
+    for (int i = 0; i < bytes; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+/* db_file() with, for this connection only, the table thread_messages: the thread's id in place of
+ * its number, a row per message piece; the messages of a row several share (part -1: for each, 4
+ * bytes of data length, a flags byte, 2 bytes of run id length, the run id, the data) as rows of
+ * their own, <shared> 1, as the store reads them (decoded here apart from src/store_sqlite.c): a
+ * message's own row first, of two shared rows that hold a position the later one, only the
+ * thread's positions [dropped, dropped + n_messages). */
 static sqlite3 *db_rows(void)
 {
     sqlite3 *db = db_file();
+    sqlite3_stmt *rd, *ins, *own, *del;
 
-    cr_assert_eq(sqlite3_exec(db,
-                              "CREATE TEMP VIEW thread_messages AS SELECT t.id AS thread, m.pos,"
-                              " m.part, m.run_id, m.text, m.data FROM messages m"
-                              " JOIN threads t ON t.key = m.thread",
-                              NULL, NULL, NULL),
+    exec_sql(db, "CREATE TEMP TABLE thread_messages (thread TEXT, pos INTEGER, part INTEGER,"
+                 " run_id TEXT, text INTEGER, data TEXT, shared INTEGER);"
+                 "INSERT INTO thread_messages SELECT t.id, m.pos, m.part, m.run_id, m.text, m.data,"
+                 " 0 FROM messages m JOIN threads t ON t.key = m.thread WHERE m.part >= 0");
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT t.id, t.dropped, t.n_messages, m.pos, m.data, m.n"
+                                    " FROM messages m JOIN threads t ON t.key = m.thread"
+                                    " WHERE m.part = -1 ORDER BY t.id, m.pos",
+                                    -1, &rd, NULL),
                  SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "INSERT INTO thread_messages VALUES (?1, ?2, 0, ?3, ?4, ?5, 1)",
+                                    -1, &ins, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT count(*) FROM thread_messages WHERE thread = ?1 AND"
+                                    " pos = ?2 AND part = 0 AND shared = 0",
+                                    -1, &own, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "DELETE FROM thread_messages WHERE thread = ?1 AND pos = ?2 AND"
+                                    " shared = 1",
+                                    -1, &del, NULL),
+                 SQLITE_OK);
+    while (sqlite3_step(rd) == SQLITE_ROW) {
+        const char *id = (const char *)sqlite3_column_text(rd, 0);
+        int64_t first = sqlite3_column_int64(rd, 1), end = first + sqlite3_column_int64(rd, 2);
+        int64_t pos = sqlite3_column_int64(rd, 3), n = sqlite3_column_int64(rd, 5);
+        const unsigned char *b = sqlite3_column_blob(rd, 4);
+        size_t len = (size_t)sqlite3_column_bytes(rd, 4), at = 0;
+
+        for (int64_t p = pos; p < pos + n; p++) {
+            uint32_t dl, rl;
+            int mine;
+            cr_assert_geq(len - at, 7, "a shared row of %s at %" PRId64 " is cut", id, pos);
+            dl = le_at(b + at, 4);
+            rl = le_at(b + at + 5, 2);
+            cr_assert_geq(len - at - 7, (size_t)rl + dl);
+            if (p >= first && p < end) {
+                sqlite3_bind_text(own, 1, id, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(own, 2, p);
+                cr_assert_eq(sqlite3_step(own), SQLITE_ROW);
+                mine = sqlite3_column_int(own, 0);
+                sqlite3_reset(own);
+                sqlite3_bind_text(del, 1, id, -1, SQLITE_STATIC);
+                sqlite3_bind_int64(del, 2, p);
+                cr_assert_eq(sqlite3_step(del), SQLITE_DONE);
+                sqlite3_reset(del);
+                if (mine == 0) {
+                    sqlite3_bind_text(ins, 1, id, -1, SQLITE_STATIC);
+                    sqlite3_bind_int64(ins, 2, p);
+                    if (b[at + 4] & 2)
+                        sqlite3_bind_text(ins, 3, (const char *)b + at + 7, (int)rl, SQLITE_STATIC);
+                    else
+                        sqlite3_bind_null(ins, 3);
+                    sqlite3_bind_int(ins, 4, (b[at + 4] & 1) != 0);
+                    sqlite3_bind_text(ins, 5, (const char *)b + at + 7 + rl, (int)dl,
+                                      SQLITE_STATIC);
+                    cr_assert_eq(sqlite3_step(ins), SQLITE_DONE);
+                    sqlite3_reset(ins);
+                }
+            }
+            at += 7 + rl + dl;
+        }
+        cr_assert_eq(at, len, "a shared row of %s at %" PRId64 " is longer than its messages", id,
+                     pos);
+    }
+    sqlite3_finalize(rd);
+    sqlite3_finalize(ins);
+    sqlite3_finalize(own);
+    sqlite3_finalize(del);
     return db;
 }
 
@@ -826,7 +907,9 @@ static void committed(void)
     nanosleep(&(struct timespec){0, 150 * 1000 * 1000}, NULL);
 }
 
-Test(store, embedded_writes_a_row_per_message_at_its_position)
+/* A message at its position: its run, its text without the closing, one piece (the two messages
+ * of one commit, new to the database, share a row). */
+Test(store, embedded_writes_each_message_at_its_position)
 {
     struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
     sqlite3 *db;
@@ -836,8 +919,9 @@ Test(store, embedded_writes_a_row_per_message_at_its_position)
     write_run1(s, "t1");
     agw_store_close(s);
     db = db_rows();
-    cr_assert_eq(q1(db, "PRAGMA user_version"), 4);
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 5);
     cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't1'"), 2);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages"), 1, "one row the two share");
     cr_assert_eq(q1(db, "SELECT n_messages FROM threads WHERE id = 't1'"), 2);
     cr_assert_eq(q1(db, "SELECT dropped FROM threads WHERE id = 't1'"), 0);
     cr_assert_eq(sqlite3_prepare_v2(db,
@@ -855,6 +939,67 @@ Test(store, embedded_writes_a_row_per_message_at_its_position)
     json_decref(m);
     sqlite3_finalize(st);
     sqlite3_close(db);
+}
+
+/* Messages new to the database that one commit writes side by side share a row; read back (after
+ * a restart) as they were written. A thread that shrank keeps the shared row that begins before
+ * its end (its positions past the end are not read), and the messages written where those were
+ * are read from the newer row; a message edited later is read from its own row. */
+Test(store, messages_new_in_a_commit_share_a_row_and_read_back_as_written)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    char ids[256];
+    struct answer a;
+    sqlite3 *db;
+
+    input(s, "demo", "t1", "r1",
+          "{\"messages\":[{\"id\":\"m1\",\"role\":\"user\",\"content\":\"1\"},"
+          "{\"id\":\"m2\",\"role\":\"user\",\"content\":\"2\"},"
+          "{\"id\":\"m3\",\"role\":\"user\",\"content\":\"3\"},"
+          "{\"id\":\"m4\",\"role\":\"user\",\"content\":\"4\"}]}");
+    committed();
+    events(s, "t1", "r2",
+           "{\"type\":\"MESSAGES_SNAPSHOT\",\"messages\":[{\"id\":\"m1\",\"role\":\"user\","
+           "\"content\":\"1\"},{\"id\":\"m2\",\"role\":\"user\",\"content\":\"2\"}]}\n");
+    committed();
+    input(s, "demo", "t1", "r3",
+          "{\"messages\":[{\"id\":\"m1\",\"role\":\"user\",\"content\":\"1\"},"
+          "{\"id\":\"m2\",\"role\":\"user\",\"content\":\"2\"},"
+          "{\"id\":\"n3\",\"role\":\"user\",\"content\":\"x\"},"
+          "{\"id\":\"n4\",\"role\":\"user\",\"content\":\"y\"}]}");
+    cr_assert_str_eq(ids_of(s, "t1", ids, sizeof(ids)), "m1 m2 n3 n4");
+    agw_store_close(s);
+
+    db = db_rows();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE part = -1 AND pos = 0 AND n = 4"), 1,
+                 "the first commit's four messages in one row, kept: it begins before the end");
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE part = -1 AND pos = 2 AND n = 2"), 1);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE part >= 0"), 0, "no row of its own");
+    cr_assert_eq(q1(db, "SELECT count(*) FROM thread_messages WHERE thread = 't1' AND pos = 2 AND"
+                        " data LIKE '%\"content\":\"x%' AND run_id = 'r3'"),
+                 1);
+    sqlite3_close(db);
+    assert_ids_after_restart("t1", "m1 m2 n3 n4");
+
+    /* edited: its own row, read before the shared one */
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    input(s, "demo", "t1", "r4",
+          "{\"messages\":[{\"id\":\"n3\",\"role\":\"user\",\"content\":\"z\"}]}");
+    agw_store_close(s);
+    db = db_rows();
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE part = 0 AND pos = 2"), 1);
+    sqlite3_close(db);
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    a = read_thread(s, "t1", NULL);
+    cr_assert_eq(a.status, 200);
+    cr_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(a.page, "messages"), 2), "content")),
+                     "z");
+    cr_assert_str_eq(json_string_value(json_object_get(
+                         json_array_get(json_object_get(a.page, "messages"), 3), "content")),
+                     "y");
+    json_decref(a.page);
+    agw_store_close(s);
 }
 
 /* A text streamed over several records, committed in between: each commit adds what it grew by as
@@ -1089,8 +1234,10 @@ Test(store, a_stored_message_that_cannot_be_read_is_a_404_counted)
     write_run1(s, "t2");
     agw_store_close(s);
     db = db_rows();
+    /* the row that holds message 1: its own, or the one it shares */
     exec_sql(db, "UPDATE messages SET data = '{not json'"
-                 " WHERE thread = (SELECT key FROM threads WHERE id = 't1') AND pos = 1");
+                 " WHERE thread = (SELECT key FROM threads WHERE id = 't1') AND pos <= 1"
+                 " AND (pos = 1 OR part = -1)");
     sqlite3_close(db);
     s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
     a = read_thread(s, "t1", NULL);
@@ -1196,7 +1343,7 @@ Test(store, a_version_1_store_is_migrated)
     agw_store_close(s);
 
     db = db_rows();
-    cr_assert_eq(q1(db, "PRAGMA user_version"), 4);
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 5);
     cr_assert_eq(q1(db, "SELECT count(*) FROM sqlite_master WHERE name = 'threads_v1'"), 0);
     cr_assert_eq(q1(db, "SELECT count(*) FROM threads"), 2);
     cr_assert_eq(q1(db, "SELECT min(pos) FROM thread_messages WHERE thread = 't1'"), 2);
@@ -1251,7 +1398,7 @@ Test(store, a_version_2_store_is_migrated)
     agw_store_close(s);
 
     db = db_rows();
-    cr_assert_eq(q1(db, "PRAGMA user_version"), 4);
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 5);
     cr_assert_eq(q1(db, "SELECT count(*) FROM sqlite_master WHERE name LIKE '%_v2'"), 0);
     cr_assert_eq(q1(db, "SELECT key FROM threads WHERE id = 't2'"), 1, "numbered by first write");
     cr_assert_eq(q1(db, "SELECT key FROM threads WHERE id = 't1'"), 2);
@@ -1274,10 +1421,10 @@ Test(store, a_newer_schema_is_a_clear_error)
 
     cr_assert_eq(mkdir(db_dir(), 0700), 0);
     db = db_file();
-    exec_sql(db, "CREATE TABLE x (a); PRAGMA user_version=5;");
+    exec_sql(db, "CREATE TABLE x (a); PRAGMA user_version=6;");
     sqlite3_close(db);
     cr_assert_null(agw_store_open(&o, err, sizeof(err)));
-    cr_assert(strstr(err, "schema version 5") != NULL, "%s", err);
+    cr_assert(strstr(err, "schema version 6") != NULL, "%s", err);
     cr_assert(strstr(err, "history.db") != NULL, "%s", err);
 }
 
@@ -1753,7 +1900,7 @@ Test(store, a_version_3_store_is_migrated)
     long_answer(s, "t1", "r2", "a2", 12000, 'm', 2);
     agw_store_close(s);
     db = db_file();
-    cr_assert_eq(q1(db, "PRAGMA user_version"), 4);
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 5);
     cr_assert_geq(q1(db, "SELECT count(*) FROM messages WHERE seg IS NOT NULL"), 2);
     sqlite3_close(db);
     s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
@@ -2012,4 +2159,168 @@ Test(store, a_full_disk_with_texts_apart_keeps_the_cache_bounded_and_commits_res
 {
     agw_store_texts_tune(1, 0, false, false);
     full_disk();
+}
+
+/* ---- random changes, read back after each restart ---------------------------------------- */
+
+static uint64_t rnd_next(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* The messages of thread <id> as a page reads them (NULL: none). */
+static json_t *page_of(struct agw_store *s, const char *id)
+{
+    struct answer a = read_thread(s, id, "limit=200");
+
+    cr_assert(a.status == 200 || a.status == 404, "thread %s: %d", id, a.status);
+    return a.page;
+}
+
+/* A MESSAGES_SNAPSHOT of the thread's messages, some left out and the last two swapped. */
+static char *snapshot_of(struct agw_store *s, const char *id, uint64_t *x)
+{
+    json_t *page = page_of(s, id), *keep = json_array(), *ev, *m;
+    size_t i, n;
+    char *line;
+
+    json_array_foreach(page != NULL ? json_object_get(page, "messages") : NULL, i, m)
+    {
+        if (rnd_next(x) % 4 != 0)
+            json_array_append(keep, m);
+    }
+    n = json_array_size(keep);
+    if (n >= 2 && rnd_next(x) % 2 == 0) {
+        json_t *last = json_incref(json_array_get(keep, n - 1));
+        json_array_set(keep, n - 1, json_array_get(keep, n - 2));
+        json_array_set_new(keep, n - 2, last);
+    }
+    ev = json_pack("{s:s, s:o}", "type", "MESSAGES_SNAPSHOT", "messages", keep);
+    line = json_dumps(ev, JSON_COMPACT);
+    json_decref(ev);
+    json_decref(page);
+    return line;
+}
+
+/* Random changes to three threads under a cap of 7 messages: new user messages, answers streamed
+ * over commits (some long enough to be kept apart), tool results placed after their owner,
+ * edits, snapshots that drop and reorder; a commit between some of them. After each restart every
+ * thread reads back as it read before it. The rows that several messages share, the pieces of a
+ * text grown across commits, and the rows deleted by the cap and by snapshots all meet here. */
+Test(store, random_changes_read_back_the_same_after_each_restart)
+{
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 7, 0, 100);
+        uint64_t x = seed * 0x9E3779B97F4A7C15ULL;
+        char open_text[3][32] = {"", "", ""}, last_answer[3][32] = {"", "", ""};
+        char buf[8192], run[32];
+        int next = 0;
+
+        for (int step = 0; step < 80; step++) {
+            int t = (int)(rnd_next(&x) % 3);
+            char th[8];
+            snprintf(th, sizeof(th), "t%d", t);
+            snprintf(run, sizeof(run), "r%d", step);
+            switch (rnd_next(&x) % 6) {
+            case 0: { /* one to three new user messages */
+                int k = 1 + (int)(rnd_next(&x) % 3), at;
+                at = snprintf(buf, sizeof(buf), "{\"messages\":[");
+                for (int i = 0; i < k; i++)
+                    at += snprintf(buf + at, sizeof(buf) - (size_t)at,
+                                   "%s{\"id\":\"u%d\",\"role\":\"user\",\"content\":\"q%d\"}",
+                                   i > 0 ? "," : "", next, next),
+                        next++;
+                snprintf(buf + at, sizeof(buf) - (size_t)at, "]}");
+                input(s, "demo", th, run, buf);
+                break;
+            }
+            case 1:
+            case 2: { /* an answer streamed: started, grown, sometimes ended */
+                size_t len = rnd_next(&x) % 8 == 0 ? 5000 : 1 + rnd_next(&x) % 40;
+                char delta[5001];
+                int at = 0;
+                memset(delta, 'a' + (int)(rnd_next(&x) % 26), len);
+                delta[len] = '\0';
+                if (open_text[t][0] == '\0') {
+                    snprintf(open_text[t], sizeof(open_text[t]), "a%d", next++);
+                    at = snprintf(buf, sizeof(buf),
+                                  "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"%s\","
+                                  "\"role\":\"assistant\"}\n",
+                                  open_text[t]);
+                }
+                at += snprintf(buf + at, sizeof(buf) - (size_t)at,
+                               "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"%s\","
+                               "\"delta\":\"%s\"}\n",
+                               open_text[t], delta);
+                if (rnd_next(&x) % 3 == 0) {
+                    snprintf(buf + at, sizeof(buf) - (size_t)at,
+                             "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"%s\"}\n",
+                             open_text[t]);
+                    snprintf(last_answer[t], sizeof(last_answer[t]), "%s", open_text[t]);
+                    open_text[t][0] = '\0';
+                }
+                events(s, th, run, buf);
+                break;
+            }
+            case 3: /* a tool call on the last answer, and its result after it */
+                if (last_answer[t][0] == '\0')
+                    break;
+                snprintf(buf, sizeof(buf),
+                         "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c%d\",\"toolCallName\":"
+                         "\"f\",\"parentMessageId\":\"%s\"}\n"
+                         "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c%d\"}\n"
+                         "{\"type\":\"TOOL_CALL_RESULT\",\"messageId\":\"tr%d\",\"toolCallId\":"
+                         "\"c%d\",\"content\":\"%d\"}\n",
+                         next, last_answer[t], next, next, next, next);
+                next++;
+                events(s, th, run, buf);
+                break;
+            case 4: { /* a snapshot */
+                char *line = snapshot_of(s, th, &x);
+                snprintf(buf, sizeof(buf), "%s\n", line);
+                free(line);
+                events(s, th, run, buf);
+                open_text[t][0] = '\0';
+                break;
+            }
+            default: /* an edit of a user message the thread may hold */
+                snprintf(buf, sizeof(buf),
+                         "{\"messages\":[{\"id\":\"u%d\",\"role\":\"user\",\"content\":\"e%d\"}]}",
+                         next > 0 ? (int)(rnd_next(&x) % (uint64_t)next) : 0, step);
+                input(s, "demo", th, run, buf);
+            }
+            if (rnd_next(&x) % 3 == 0)
+                nanosleep(&(struct timespec){0, 40 * 1000 * 1000}, NULL); /* a commit */
+            if (rnd_next(&x) % 6 == 0 || step == 79) {
+                json_t *before[3];
+                for (int i = 0; i < 3; i++) {
+                    snprintf(th, sizeof(th), "t%d", i);
+                    before[i] = page_of(s, th);
+                }
+                agw_store_close(s);
+                s = open_store(AGW_STORE_EMBEDDED, db_dir(), 7, 0, 100);
+                for (int i = 0; i < 3; i++) {
+                    json_t *after;
+                    char *b, *a;
+                    snprintf(th, sizeof(th), "t%d", i);
+                    after = page_of(s, th);
+                    b = before[i] != NULL ? json_dumps(before[i], JSON_COMPACT) : NULL;
+                    a = after != NULL ? json_dumps(after, JSON_COMPACT) : NULL;
+                    cr_assert((a == NULL) == (b == NULL) && (a == NULL || strcmp(a, b) == 0),
+                              "seed %" PRIu64 ", step %d, thread %s:\n  before %s\n  after  %s",
+                              seed, step, th, b ? b : "(none)", a ? a : "(none)");
+                    free(a);
+                    free(b);
+                    json_decref(before[i]);
+                    json_decref(after);
+                }
+            }
+        }
+        agw_store_close(s);
+        snprintf(buf, sizeof(buf), "rm -rf %s", db_dir());
+        cr_assert_eq(system(buf), 0); /* the next seed starts empty */
+    }
 }
