@@ -1136,11 +1136,12 @@ static const char *dumped_string_end(const char *p, const char *end, bool plain)
  * (its user's turn) costs no value, no dump. */
 static struct item *raw_text_item_bytes(const struct elem *e, const char *run_id)
 {
-    const char *p = e->raw, *end = e->raw + (e->raw != NULL ? e->raw_len : 0), *id, *role, *q;
+    const char *p = e->raw, *end, *id, *role, *q;
     struct item *it;
 
     if (e->raw == NULL || e->raw_len < 7 + 8 + 11 + 2 || memcmp(p, "{\"id\":", 6) != 0)
         return NULL;
+    end = e->raw + e->raw_len;
     id = p + 6;
     if ((q = dumped_string_end(id, end, true)) == NULL || end - q < 8 ||
         memcmp(q, ",\"role\":", 8) != 0)
