@@ -104,7 +104,8 @@ struct thread {
     bool dirty;
     /* The database holds no message of it outside [db_first, db_end) (but in a row that several
      * messages share, which a load reads no further than the thread's positions): empty for a
-     * thread it never held, [0, UINT64_MAX) when unknown; exact after each commit of it. */
+     * thread it never held, [0, UINT64_MAX) when unknown; exact after each commit of it, and
+     * when it is read from the database. */
     uint64_t db_first, db_end;
     /* From its last commit: its number in the database (0: not known), and what its row then said
      * (<db_agents_len>: the length of <agents>, which only grows); valid while the store's
@@ -377,7 +378,12 @@ static struct thread *lookup_ex(struct agw_store *s, const char *id, bool *absen
     if (rc == 1 && !r.bad) {
         if (r.h == NULL) /* a thread row with no message */
             r.h = agw_history_restore(s->o.max_messages, row.first);
-        return cache_add(s, id, hash, r.h, row.agents, row.updated_s);
+        t = cache_add(s, id, hash, r.h, row.agents, row.updated_s);
+        /* its rows are its positions, as its last commit left them: the messages it gains next
+         * may share rows */
+        t->db_first = row.first;
+        t->db_end = row.first + row.count;
+        return t;
     }
     agw_history_free(r.h);
     if (rc != 0) {

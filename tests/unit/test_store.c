@@ -2161,6 +2161,34 @@ Test(store, a_full_disk_with_texts_apart_keeps_the_cache_bounded_and_commits_res
     full_disk();
 }
 
+/* Schema 4 had no rows that several messages share: migrated, its rows read as they were, and new
+ * messages share rows from then on. */
+Test(store, a_version_4_store_is_migrated)
+{
+    struct agw_store *s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    sqlite3 *db;
+
+    input(s, "demo", "t1", "r1",
+          "{\"messages\":[{\"id\":\"m1\",\"role\":\"user\",\"content\":\"1\"}]}");
+    agw_store_close(s);
+    db = db_file();
+    exec_sql(db, "ALTER TABLE messages DROP COLUMN n; PRAGMA user_version=4;");
+    sqlite3_close(db);
+
+    s = open_store(AGW_STORE_EMBEDDED, db_dir(), 100, 0, 100);
+    input(s, "demo", "t1", "r2",
+          "{\"messages\":[{\"id\":\"m1\",\"role\":\"user\",\"content\":\"1\"},"
+          "{\"id\":\"m2\",\"role\":\"user\",\"content\":\"2\"},"
+          "{\"id\":\"m3\",\"role\":\"user\",\"content\":\"3\"}]}");
+    agw_store_close(s);
+    db = db_file();
+    cr_assert_eq(q1(db, "PRAGMA user_version"), 5);
+    cr_assert_eq(q1(db, "SELECT count(*) FROM messages WHERE part = 0 AND pos = 0"), 1);
+    cr_assert_eq(q1(db, "SELECT n FROM messages WHERE part = -1 AND pos = 1"), 2);
+    sqlite3_close(db);
+    assert_ids_after_restart("t1", "m1 m2 m3");
+}
+
 /* ---- random changes, read back after each restart ---------------------------------------- */
 
 static uint64_t rnd_next(uint64_t *x)
