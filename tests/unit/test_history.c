@@ -912,6 +912,16 @@ Test(history, input_message_held_as_text_from_its_bytes_as_from_its_value)
     }
 }
 
+/* Threads <a> and <b> dump the same (body <i> merged into each). */
+static void assert_same_thread(struct agw_history *a, struct agw_history *b, size_t i)
+{
+    char *da = agw_history_dump(a), *db = agw_history_dump(b);
+
+    cr_assert_str_eq(db, da, "body %zu", i);
+    free(da);
+    free(db);
+}
+
 /* The input's reading of a body (agw_input_parse_keep(), as the loop makes it) merges as the body
  * does: the same thread, message for message, whichever way each message is held. */
 Test(history, merge_read_is_merge_body)
@@ -933,7 +943,6 @@ Test(history, merge_read_is_merge_body)
 
     for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
         struct agw_input in = {0};
-        char *da, *db;
         int ra, rb;
 
         cr_assert_eq(agw_input_parse_keep(bodies[i], strlen(bodies[i]), 0, &in, NULL, 0), 0);
@@ -941,12 +950,8 @@ Test(history, merge_read_is_merge_body)
         ra = merge_body(a, "r", bodies[i]);
         rb = agw_history_merge_read(b, "r", bodies[i], in.messages, in.n_messages);
         cr_assert_eq(rb, ra, "body %zu: %d, the body's merge %d", i, rb, ra);
-        da = agw_history_dump(a);
-        db = agw_history_dump(b);
-        cr_assert_str_eq(db, da, "body %zu", i);
+        assert_same_thread(a, b, i);
         cr_assert_eq(agw_history_text_bytes(b), agw_history_text_bytes(a), "body %zu", i);
-        free(da);
-        free(db);
         agw_input_clear(&in);
     }
     agw_history_free(a);
@@ -982,7 +987,6 @@ Test(history, merge_body_is_merge_of_the_body_read_whole)
     for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
         json_t *root = json_loadb(bodies[i], strlen(bodies[i]), JSON_REJECT_DUPLICATES, NULL);
         int ra = root == NULL ? -AGW_EINVAL : 0, rb;
-        char *da, *db;
 
         if (root != NULL && json_object_get(root, "messages") != NULL)
             ra = agw_history_merge_input(a, "r", json_object_get(root, "messages"));
@@ -991,12 +995,8 @@ Test(history, merge_body_is_merge_of_the_body_read_whole)
         json_decref(root);
         rb = merge_body(b, "r", bodies[i]);
         cr_assert_eq(rb, ra, "body %zu: %d, read whole %d", i, rb, ra);
-        da = agw_history_dump(a);
-        db = agw_history_dump(b);
-        cr_assert_str_eq(db, da, "body %zu", i);
+        assert_same_thread(a, b, i);
         cr_assert_eq(agw_history_malformed(b), agw_history_malformed(a), "body %zu", i);
-        free(da);
-        free(db);
     }
     agw_history_free(a);
     agw_history_free(b);
