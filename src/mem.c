@@ -354,9 +354,19 @@ void agw_mem_separate_resume(unsigned saved)
     (void)saved;
 }
 
+/* Built with AddressSanitizer, the C library's heap is not the one in use: its malloc_trim() walks
+ * arenas ASan never set up (it crashed so in a sanitized run of tests/integration/workers.sh). */
+#if defined(__SANITIZE_ADDRESS__)
+#define AGW_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define AGW_ASAN 1
+#endif
+#endif
+
 void agw_mem_release(void)
 {
-#ifdef HAVE_MALLOC_TRIM
+#if defined(HAVE_MALLOC_TRIM) && !defined(AGW_ASAN)
     malloc_trim(0);
 #endif
 }
