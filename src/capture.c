@@ -231,7 +231,8 @@ static void close_open(struct agw_capture *c)
     c->open = KIND_DROP;
 }
 
-/* Copies an event as it is, any raw CR or LF made a tab (see the header), and a '\n'. */
+/* Copies an event as it is, any raw CR or LF made a tab and a first byte that is the coalesced
+ * lines' mark made AGW_CAPTURE_NOT_MARK (see the header), and a '\n'. */
 static void keep(struct agw_capture *c, const char *json, size_t len)
 {
     char *d;
@@ -239,6 +240,8 @@ static void keep(struct agw_capture *c, const char *json, size_t len)
     close_open(c);
     d = room(c, len + 1);
     memcpy(d, json, len);
+    if (len > 0 && d[0] == AGW_CAPTURE_MARK)
+        d[0] = AGW_CAPTURE_NOT_MARK;
     if (memchr(d, '\n', len) != NULL || memchr(d, '\r', len) != NULL) /* (rare: memchr is quick) */
         for (size_t i = 0; i < len; i++)
             if (d[i] == '\n' || d[i] == '\r')
@@ -252,8 +255,9 @@ static void keep(struct agw_capture *c, const char *json, size_t len)
 static void coalesce(struct agw_capture *c, enum kind kind, const struct member *id,
                      const struct member *delta)
 {
-    static const char text[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":";
-    static const char args[] = "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":";
+    static const char text[] = "\x1e{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":";
+    static const char args[] = "\x1e{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":";
+    _Static_assert(AGW_CAPTURE_MARK == '\x1e', "the mark begins the coalesced lines");
 
     if (c->open != kind || c->id_len != id->n ||
         memcmp(id->n <= sizeof(c->id) ? c->id : c->buf + c->id_at, id->p, id->n) != 0) {
@@ -445,13 +449,16 @@ static bool line_delta(const char *line, size_t len, bool whole, struct agw_capt
     static const char args[] = "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":";
     static const char delta[] = ",\"delta\":";
     const char *p, *q, *end = line + len;
+    const bool marked = len > 0 && line[0] == AGW_CAPTURE_MARK;
+    const size_t n = len - marked;
 
-    if (len > sizeof(text) - 1 && memcmp(line, text, sizeof(text) - 1) == 0) {
+    p = line + marked;
+    if (n > sizeof(text) - 1 && memcmp(p, text, sizeof(text) - 1) == 0) {
         d->args = false;
-        p = line + sizeof(text) - 1;
-    } else if (len > sizeof(args) - 1 && memcmp(line, args, sizeof(args) - 1) == 0) {
+        p += sizeof(text) - 1;
+    } else if (n > sizeof(args) - 1 && memcmp(p, args, sizeof(args) - 1) == 0) {
         d->args = true;
-        p = line + sizeof(args) - 1;
+        p += sizeof(args) - 1;
     } else {
         return false;
     }
@@ -462,9 +469,22 @@ static bool line_delta(const char *line, size_t len, bool whole, struct agw_capt
     if ((size_t)(end - q) < sizeof(delta) - 1 || memcmp(q, delta, sizeof(delta) - 1) != 0)
         return false;
     p = q + sizeof(delta) - 1;
-    if (p == end || *p != '"' || (q = agw_jscan_string(p, end, NULL)) == NULL || q == end ||
-        *q != '}' || (whole && q + 1 != end))
+    if (p == end || *p != '"')
         return false;
+    if (marked) {
+        /* coalesce() wrote it from strings read whole (no raw line break in them): the delta ends
+         * where the line does, with its '"}' */
+        const char *e = whole ? end : memchr(p, '\n', (size_t)(end - p));
+
+        if (e == NULL)
+            e = end;
+        if (e - p < 3 || e[-1] != '}' || e[-2] != '"')
+            return false;
+        q = e - 1;
+    } else if ((q = agw_jscan_string(p, end, NULL)) == NULL || q == end || *q != '}' ||
+               (whole && q + 1 != end)) {
+        return false;
+    }
     d->delta = p + 1;
     d->delta_len = (size_t)(q - p) - 2;
     *line_len = (size_t)(q + 1 - line);

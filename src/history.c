@@ -1957,6 +1957,10 @@ static int apply_other_line(struct agw_history *h, const char *run_id, const cha
     json_t *ev;
     int rc;
 
+    if (len > 0 && line[0] == AGW_CAPTURE_MARK) { /* a coalesced line: its JSON follows */
+        line++;
+        len--;
+    }
     /* a text's boundaries need no JSON value either: its start and end */
     if (agw_capture_line_fields(line, len, &f) && f.message_id != NULL && !f.more) {
         if (agw_streq_n(f.type, f.type_len, "TEXT_MESSAGE_START"))

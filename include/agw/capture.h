@@ -25,6 +25,10 @@
  * thread the kept lines rebuild is the one the events would have rebuilt, whatever the bytes.
  * Events are one line each (the data of one SSE event): a raw CR or LF in a kept event becomes a
  * tab, which JSON reads as whitespace between tokens and refuses inside a string, as it does CR/LF.
+ * A coalesced event's line begins with AGW_CAPTURE_MARK, before its JSON: it was written here from
+ * strings read whole, so its reader takes the delta's end from the line's end instead of scanning
+ * the delta again (agw_capture_line_delta()). A kept event never begins with the mark: a first
+ * byte that is the mark is written as AGW_CAPTURE_NOT_MARK (the event was not JSON, and is not).
  *
  * Ownership: one struct agw_capture per run, owned by the relay; not thread-safe (one thread at a
  * time). It holds what it kept until agw_capture_take() hands it over; it sets no ceiling itself:
@@ -35,6 +39,11 @@
 #include "agw/common.h"
 
 struct agw_capture;
+
+/* The first byte of a coalesced event's line (0x1e, the record separator; see above), and what a
+ * kept event's first byte becomes when it is that byte. Neither begins a JSON text. */
+#define AGW_CAPTURE_MARK     '\x1e'
+#define AGW_CAPTURE_NOT_MARK '\x1f'
 
 /* A new, empty capture. */
 struct agw_capture *agw_capture_new(void);
@@ -112,8 +121,11 @@ struct agw_capture_delta {
  * writes, {"type":"TEXT_MESSAGE_CONTENT","messageId":"<id>","delta":"<delta>"} (or its
  * TOOL_CALL_ARGS twin with "toolCallId"), both strings valid as the scanner checks them (as jansson
  * reads them); then <d> points into <line> at its parts. Any other line (a kept event, even one of
- * these types written otherwise) gives false: parse it. For the store's thread, so that a content
- * line is applied without building a JSON value of its delta. */
+ * these types written otherwise) gives false: parse it (its JSON after the mark, when it has one).
+ * A line that begins with AGW_CAPTURE_MARK is taken to be one this module wrote: its id is read,
+ * its delta is what lies between '"delta":"' and the '"}' that end the line, unscanned. Without
+ * the mark the delta is scanned. For the store's thread, so that a content line is applied without
+ * building a JSON value of its delta. */
 bool agw_capture_line_delta(const char *line, size_t len, struct agw_capture_delta *d);
 /* The same for the line at the start of <buf> (<avail> bytes of JSON Lines), whose end is not known
  * yet: true when it is such a line, followed by a '\n' or by the end of <buf>; its length (without

@@ -75,8 +75,10 @@ int agw_history_apply(struct agw_history *h, const char *run_id, const json_t *e
 /* Applies one line of a run's capture (agw_capture_take()): a text's coalesced deltas
  * (agw_capture_line_delta()) are appended as they are to a message held as text
  * (agw_history_append_text()); any other line is parsed and applied (agw_history_apply()). The
- * thread is the one agw_history_apply() of the parsed line would make. Returns what
- * agw_history_apply() returns; -AGW_EINVAL (counted) for a line that is not JSON. */
+ * thread is the one agw_history_apply() of the parsed line would make. A line that begins with
+ * AGW_CAPTURE_MARK must be a coalesced line as the capture wrote it (its delta is not scanned);
+ * its JSON follows the mark. Returns what agw_history_apply() returns; -AGW_EINVAL (counted) for
+ * a line that is not JSON. */
 int agw_history_apply_line(struct agw_history *h, const char *run_id, const char *line, size_t len);
 /* agw_history_apply_line() of each line of <lines> (<len> bytes of JSON Lines, as
  * agw_capture_take() hands them over; empty lines skipped). Returns how many were refused. */

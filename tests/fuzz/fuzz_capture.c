@@ -10,9 +10,10 @@
  * - the capture holds what it says (agw_capture_size() before a take is the taken length, or that
  * plus the 3 bytes that close a coalesced event); the output is JSON Lines with no more lines than
  * events;
- * - every line is an input event as it was (raw CR and LF made tabs), or a coalesced content event
- * ({"type":"TEXT_MESSAGE_CONTENT","messageId":…,"delta":…} or its TOOL_CALL_ARGS twin) that jansson
- * parses into exactly those three string members;
+ * - every line is an input event as it was (raw CR and LF made tabs, a first byte 0x1e made
+ * 0x1f), or a coalesced content event (the mark 0x1e, then {"type":"TEXT_MESSAGE_CONTENT",
+ * "messageId":…,"delta":…} or its TOOL_CALL_ARGS twin) that jansson parses into exactly those
+ * three string members;
  * - the thread rebuilt from the kept lines (applied as the store does, agw_history_apply_lines():
  * coalesced text deltas appended raw to a message held as text) dumps to the same bytes as the
  * thread rebuilt from the events themselves, whatever the bytes.
@@ -56,13 +57,16 @@ static bool starts_with(const char *p, size_t n, const char *prefix)
     return n >= k && memcmp(p, prefix, k) == 0;
 }
 
-/* <line> is event <e> with CR and LF made tabs. */
+/* <line> is event <e> with CR and LF made tabs, and a first byte that is the coalesced lines' mark
+ * made AGW_CAPTURE_NOT_MARK. */
 static bool is_event(const char *line, size_t n, const struct span *e)
 {
     if (n != e->n)
         return false;
     for (size_t i = 0; i < n; i++) {
         char c = e->p[i] == '\n' || e->p[i] == '\r' ? '\t' : e->p[i];
+        if (i == 0 && c == AGW_CAPTURE_MARK)
+            c = AGW_CAPTURE_NOT_MARK;
         if (line[i] != c)
             return false;
     }
@@ -71,10 +75,22 @@ static bool is_event(const char *line, size_t n, const struct span *e)
 
 static bool is_coalesced(const char *line, size_t n)
 {
+    struct agw_capture_delta marked, scanned;
     const char *id_key;
     json_t *v;
     bool ok;
 
+    if (n == 0 || line[0] != AGW_CAPTURE_MARK)
+        return false;
+    /* read from the line's end (marked) or scanned (without the mark), its parts are the same */
+    check(agw_capture_line_delta(line, n, &marked), "a marked line reads as a coalesced one");
+    check(agw_capture_line_delta(line + 1, n - 1, &scanned), "its JSON is one, scanned");
+    check(marked.args == scanned.args && marked.id == scanned.id &&
+              marked.id_len == scanned.id_len && marked.id_escaped == scanned.id_escaped &&
+              marked.delta == scanned.delta && marked.delta_len == scanned.delta_len,
+          "the mark's reading is the scanner's");
+    line++;
+    n--;
     if (starts_with(line, n, "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\""))
         id_key = "messageId";
     else if (starts_with(line, n, "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\""))

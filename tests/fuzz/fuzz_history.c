@@ -13,11 +13,12 @@
  * messages written at theirs, agw_history_mark_saved()): the rows are then exactly the thread's
  * messages, and agw_history_restore*() reads them back as the same thread, with nothing changed.
  * A twin thread gets the same lines through the store's fast paths, agw_history_apply_line() for
- * events and agw_history_merge_body() for inputs (a merge line as a body's "messages", merged on
- * both as read whole with JSON_REJECT_DUPLICATES): it must stay the same thread, return the same
- * and count the same malformed input. The twin also sheds its saved texts after each commit
- * (agw_history_shed(), as the store does), reading them back from its rows when it needs them: it
- * must never fail to, and every check holds on it all the same.
+ * events (with the capture's mark before those in its coalesced form, AGW_CAPTURE_MARK: their delta
+ * is then taken unscanned) and agw_history_merge_body() for inputs (a merge line as a body's
+ * "messages", merged on both as read whole with JSON_REJECT_DUPLICATES): it must stay the same
+ * thread, return the same and count the same malformed input. The twin also sheds its saved texts
+ * after each commit (agw_history_shed(), as the store does), reading them back from its rows when
+ * it needs them: it must never fail to, and every check holds on it all the same.
  *
  *   tests/fuzz/build.sh _build-fuzz history
  *   ./_build-fuzz/fuzz_history tests/fuzz/corpus/history */
@@ -28,6 +29,7 @@
 
 #include <jansson.h>
 
+#include "agw/capture.h"
 #include "agw/history.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -301,6 +303,26 @@ static void merge_both(struct agw_history *h, struct agw_history *h2, const char
     free(body);
 }
 
+/* agw_history_apply_line() of <doc>, marked as the capture marks its coalesced lines when it is
+ * one in that form (as the scanner reads it): the mark's reading must be the scanner's. */
+static int apply_line_as_captured(struct agw_history *h, const char *run_id, const char *doc,
+                                  size_t n)
+{
+    struct agw_capture_delta d;
+    char *marked;
+    int rc;
+
+    if (!agw_capture_line_delta(doc, n, &d))
+        return agw_history_apply_line(h, run_id, doc, n);
+    marked = malloc(n + 1);
+    check(marked != NULL, "malloc");
+    marked[0] = AGW_CAPTURE_MARK;
+    memcpy(marked + 1, doc, n);
+    rc = agw_history_apply_line(h, run_id, marked, n + 1);
+    free(marked);
+    return rc;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct agw_history *h, *h2, *loaded, *back, *back2;
@@ -344,7 +366,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 merge_both(h, h2, run_id, doc, (size_t)(stop - doc));
             } else {
                 int rc = agw_history_apply(h, run_id, v);
-                int rc2 = agw_history_apply_line(h2, run_id, doc, (size_t)(stop - doc));
+                int rc2 = apply_line_as_captured(h2, run_id, doc, (size_t)(stop - doc));
                 check(rc == -AGW_EINVAL || rc == 0 || rc == 1, "apply result");
                 check((rc < 0) == (agw_history_malformed(h) == before + 1) &&
                           agw_history_malformed(h) <= before + 1,

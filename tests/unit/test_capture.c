@@ -82,6 +82,21 @@ static void expect_out(struct agw_capture *c, const char *want)
     free(got);
 }
 
+/* A line of what take() handed over, parsed: a coalesced event's line begins with the capture's
+ * mark, which is not JSON; the JSON after it is. */
+static json_t *load_line(const char *p, size_t n)
+{
+    json_t *v;
+
+    if (n > 0 && p[0] == AGW_CAPTURE_MARK) {
+        p++;
+        n--;
+    }
+    v = json_loadb(p, n, 0, NULL);
+    cr_assert_not_null(v, "%.*s", (int)n, p);
+    return v;
+}
+
 /* Feeds each event of <events> to a new capture and expects <want>. */
 static void expect_capture(const char *const *events, size_t n, const char *want)
 {
@@ -172,7 +187,7 @@ Test(capture, nothing_held_gives_null)
 Test(capture, text_deltas_of_one_message_become_one_event)
 {
     EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_START','messageId':'m1'}\n"
-                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'Hello, world'}\n"
+                   "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'Hello, world'}\n"
                    "{'type':'TEXT_MESSAGE_END','messageId':'m1'}\n",
                    "{'type':'TEXT_MESSAGE_START','messageId':'m1'}",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'Hel'}",
@@ -184,7 +199,7 @@ Test(capture, text_deltas_of_one_message_become_one_event)
 Test(capture, tool_call_args_of_one_call_become_one_event)
 {
     EXPECT_CAPTURE(
-        "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'{\\'city\\':\\'Paris\\'}'}\n"
+        "\x1e{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'{\\'city\\':\\'Paris\\'}'}\n"
         "{'type':'TOOL_CALL_END','toolCallId':'t1'}\n",
         "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'{\\'ci'}",
         "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'ty\\':'}",
@@ -194,11 +209,11 @@ Test(capture, tool_call_args_of_one_call_become_one_event)
 
 Test(capture, interleaved_ids_break_coalescing)
 {
-    EXPECT_CAPTURE("{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'ab'}\n"
-                   "{'type':'TOOL_CALL_ARGS','toolCallId':'t2','delta':'c'}\n"
-                   "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'d'}\n"
-                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'t1','delta':'e'}\n"
-                   "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'f'}\n",
+    EXPECT_CAPTURE("\x1e{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'ab'}\n"
+                   "\x1e{'type':'TOOL_CALL_ARGS','toolCallId':'t2','delta':'c'}\n"
+                   "\x1e{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'d'}\n"
+                   "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'t1','delta':'e'}\n"
+                   "\x1e{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'f'}\n",
                    "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'a'}",
                    "{'type':'TOOL_CALL_ARGS','toolCallId':'t1','delta':'b'}",
                    "{'type':'TOOL_CALL_ARGS','toolCallId':'t2','delta':'c'}",
@@ -210,9 +225,9 @@ Test(capture, interleaved_ids_break_coalescing)
 
 Test(capture, a_kept_event_in_between_breaks_coalescing_a_dropped_one_does_not)
 {
-    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n"
+    EXPECT_CAPTURE("\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n"
                    "{'type':'TOOL_CALL_START','toolCallId':'t1','toolCallName':'f'}\n"
-                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'cd'}\n",
+                   "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'cd'}\n",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}",
                    "{'type':'STATE_DELTA','delta':[]}", "{'type':'CUSTOM','name':'x'}",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'b'}",
@@ -227,11 +242,11 @@ Test(capture, reasoning_messages_are_kept_and_their_deltas_coalesced_as_a_texts)
     /* a reasoning message's deltas append to the content of the message of their id, as a text's
      * do: one coalesced line, whichever kind of content event came */
     EXPECT_CAPTURE("{'type':'REASONING_MESSAGE_START','messageId':'r1','role':'reasoning'}\n"
-                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'r1','delta':'abc'}\n"
+                   "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'r1','delta':'abc'}\n"
                    "{'type':'REASONING_MESSAGE_END','messageId':'r1'}\n"
                    "{'type':'REASONING_ENCRYPTED_VALUE','subtype':'message','entityId':'r1',"
                    "'encryptedValue':'e'}\n"
-                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'r1','delta':'d'}\n",
+                   "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'r1','delta':'d'}\n",
                    "{'type':'REASONING_START','messageId':'s'}",
                    "{'type':'REASONING_MESSAGE_START','messageId':'r1','role':'reasoning'}",
                    "{'type':'REASONING_MESSAGE_CONTENT','messageId':'r1','delta':'a'}",
@@ -247,9 +262,9 @@ Test(capture, reasoning_messages_are_kept_and_their_deltas_coalesced_as_a_texts)
 Test(capture, ids_are_compared_by_their_bytes)
 {
     /* "m\u0031" is "m1" once decoded: not coalesced, which is harmless (two events) */
-    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}\n"
-                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m\\u0031','delta':'bc'}\n"
-                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'d'}\n",
+    EXPECT_CAPTURE("\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}\n"
+                   "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m\\u0031','delta':'bc'}\n"
+                   "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'d'}\n",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m\\u0031','delta':'b'}",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m\\u0031','delta':'c'}",
@@ -297,7 +312,7 @@ Test(capture, ids_at_the_length_of_the_kept_copy_are_compared_whole)
                 if (last != NULL)
                     w += (size_t)snprintf(want + w, sizeof(want) - w, "\"}\n");
                 w += (size_t)snprintf(want + w, sizeof(want) - w,
-                                      "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"%s\","
+                                      "\x1e{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"%s\","
                                       "\"delta\":\"",
                                       seq[i]);
             }
@@ -364,9 +379,9 @@ Test(capture, keeps_type_says_what_a_capture_does)
 
 Test(capture, empty_deltas_coalesce_too)
 {
-    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':''}\n"
+    EXPECT_CAPTURE("\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':''}\n"
                    "{'type':'TEXT_MESSAGE_END','messageId':'m1'}\n"
-                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x'}\n",
+                   "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'x'}\n",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':''}",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':''}",
                    "{'type':'TEXT_MESSAGE_END','messageId':'m1'}",
@@ -378,17 +393,17 @@ Test(capture, empty_deltas_coalesce_too)
 Test(capture, take_closes_the_open_event_and_the_capture_goes_on)
 {
     struct agw_capture *c = agw_capture_new();
-    static const char open_text[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\","
+    static const char open_text[] = "\x1e{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\","
                                     "\"delta\":\"ab";
 
     feed(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}");
     feed(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'b'}");
     cr_assert_eq(agw_capture_size(c), strlen(open_text), "the open event, without its end");
-    expect_out(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n");
+    expect_out(c, "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n");
     feed(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}");
     feed(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'d'}");
     feed(c, "{'type':'TEXT_MESSAGE_END','messageId':'m1'}");
-    expect_out(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'cd'}\n"
+    expect_out(c, "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'cd'}\n"
                   "{'type':'TEXT_MESSAGE_END','messageId':'m1'}\n");
     expect_out(c, "");
     agw_capture_free(c);
@@ -397,7 +412,7 @@ Test(capture, take_closes_the_open_event_and_the_capture_goes_on)
 Test(capture, lines_left_in_place_then_cleared_keep_the_buffer)
 {
     struct agw_capture *c = agw_capture_new();
-    static const char want[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\","
+    static const char want[] = "\x1e{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\","
                                "\"delta\":\"ab\"}\n";
     const char *lines, *again;
     size_t len = 12345;
@@ -417,7 +432,7 @@ Test(capture, lines_left_in_place_then_cleared_keep_the_buffer)
     feed(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}");
     again = agw_capture_lines(c, &len);
     cr_assert_eq(again, lines, "the buffer is kept");
-    expect_out(c, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}\n");
+    expect_out(c, "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}\n");
     agw_capture_free(c);
 }
 
@@ -443,8 +458,7 @@ Test(capture, grows_past_its_first_buffer)
     for (const char *p = lines; p < lines + len; n++) {
         const char *nl = memchr(p, '\n', (size_t)(lines + len - p));
         cr_assert_not_null(nl);
-        v = json_loadb(p, (size_t)(nl - p), 0, NULL);
-        cr_assert_not_null(v);
+        v = load_line(p, (size_t)(nl - p));
         if (n % 2 == 0)
             cr_assert_str_eq(json_string_value(json_object_get(v, "delta")), want);
         else
@@ -492,8 +506,7 @@ static void expect_concatenation(const char *const *deltas, size_t n)
     lines = agw_capture_take(c, &len, NULL);
     cr_assert_not_null(lines);
     cr_assert_eq(memchr(lines, '\n', len), lines + len - 1, "one line");
-    got = json_loadb(lines, len - 1, 0, NULL);
-    cr_assert_not_null(got, "%.*s", (int)len, lines);
+    got = load_line(lines, len - 1);
     want_s = json_stringn(want, want_len);
     cr_assert(json_equal(json_object_get(got, "delta"), want_s), "%.*s", (int)len, lines);
     cr_assert_eq(json_object_size(got), 3);
@@ -604,8 +617,7 @@ Test(capture, content_given_by_its_tokens_is_the_event)
         {false, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'He'}", "'m1'", "'He'"},
         {false, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'llo \\\\u00e9'}", "'m1'",
          "'llo \\\\u00e9'"},
-        {true, "{'type':'TOOL_CALL_ARGS','toolCallId':'c1','delta':'{\\\\'a'}", "'c1'",
-         "'{\\\\'a'"},
+        {true, "{'type':'TOOL_CALL_ARGS','toolCallId':'c1','delta':'{\\'a'}", "'c1'", "'{\\'a'"},
         {true, "{'type':'TOOL_CALL_ARGS','toolCallId':'c1','delta':''}", "'c1'", "''"},
         {false, "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m2','delta':'x'}", "'m2'", "'x'"},
     };
@@ -669,10 +681,10 @@ Test(capture, an_event_given_with_its_type_is_the_event)
     cr_assert_str_eq(y, x);
     cr_assert_str_eq(
         y, "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"m1\",\"role\":\"assistant\"}\n"
-           "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"Hello\"}\n"
+           "\x1e{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"Hello\"}\n"
            "{\"messageId\":\"m1\",\"type\":\"TEXT_MESSAGE_END\",\"timestamp\":12}\n"
            "{\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"f\"}\n"
-           "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{}\"}\n"
+           "\x1e{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{}\"}\n"
            "{\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c1\"}\n");
     free(x);
     free(y);
@@ -698,7 +710,7 @@ Test(capture, escaped_deltas_concatenate_to_the_concatenated_text)
 
 Test(capture, whitespace_between_tokens)
 {
-    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'abc'}\n"
+    EXPECT_CAPTURE("\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'abc'}\n"
                    "{ 'type' : 'TEXT_MESSAGE_END' , 'messageId' : 'm1' }\n",
                    " {'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}",
                    "{ 'type' : 'TEXT_MESSAGE_CONTENT' , 'messageId' :'m1','delta': 'b' } ",
@@ -709,7 +721,7 @@ Test(capture, whitespace_between_tokens)
 Test(capture, extra_members_of_content_events_are_left_out)
 {
     EXPECT_CAPTURE(
-        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n",
+        "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n",
         "{'type':'TEXT_MESSAGE_CONTENT','timestamp':1700000000000,'messageId':'m1','delta':'a'}",
         "{'rawEvent':{'a':[1,2.5,-3e+2,true,false,null,'x']},'type':'TEXT_MESSAGE_CONTENT',"
         "'messageId':'m1','delta':'b','toolCallId':7}");
@@ -718,7 +730,7 @@ Test(capture, extra_members_of_content_events_are_left_out)
 Test(capture, nested_keys_are_not_the_events_own)
 {
     EXPECT_CAPTURE(
-        "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n"
+        "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n"
         "{'value':['type','TEXT_MESSAGE_START'],'type':'TOOL_CALL_END','toolCallId':'t'}\n",
         "{'type':'TEXT_MESSAGE_CONTENT','rawEvent':{'type':'RUN_STARTED','delta':5,"
         "'messageId':'x','nested':{'delta':'no'}},'messageId':'m1','delta':'a'}",
@@ -744,9 +756,9 @@ Test(capture, escaped_keys_and_escaped_types_are_kept_as_they_are)
 
 Test(capture, a_verbatim_event_breaks_coalescing)
 {
-    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}\n"
+    EXPECT_CAPTURE("\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}\n"
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','\\u0064elta':'b'}\n"
-                   "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}\n",
+                   "\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}\n",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a'}",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','\\u0064elta':'b'}",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'c'}");
@@ -836,7 +848,7 @@ Test(capture, events_the_scanner_cannot_judge_are_kept_as_they_are)
 
 Test(capture, numbers_and_literals_within_the_limits_are_read)
 {
-    EXPECT_CAPTURE("{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n",
+    EXPECT_CAPTURE("\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'ab'}\n",
                    "{'type':'TEXT_MESSAGE_CONTENT','messageId':'m1','delta':'a','n':[0,-0,"
                    "123456789012345678,-123456789012345678,0.5,-1.25e-10,1E+99,2e0,true,false,"
                    "null,{},[],{'a':[{}]}]}",
@@ -862,7 +874,7 @@ Test(capture, raw_line_breaks_become_tabs)
     got = take_str(c);
     cr_assert_str_eq(got, "{\"type\":\"TEXT_MESSAGE_END\",\t\t\"messageId\":\"m1\"}\n"
                           "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a\tb\"}\n"
-                          "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\","
+                          "\x1e{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\","
                           "\"delta\":\"x\"}\n"
                           "{\"type\":\"TOOL_CALL_END\",\t\"toolCallId\":\"c\"}\n");
     /* between tokens a tab is whitespace as CR LF was; inside a string it is refused as LF was */
@@ -923,29 +935,101 @@ static bool line_delta(const char *text, struct agw_capture_delta *d)
     return ok;
 }
 
-/* A coalesced line at the start of a buffer of lines: found with its length when a line break or
- * the end follows it, not otherwise. */
+/* A coalesced line at the start of a buffer of lines, with the capture's mark or without: found
+ * with its length when a line break or the end follows it, not otherwise. */
 Test(capture, a_coalesced_line_is_found_at_the_start_of_lines)
 {
     struct agw_capture_delta d;
     size_t n, len, want = strlen("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x'}");
     char *b;
 
-    b = dq("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x'}\n{'type':'X'}\n", &len);
+    for (int marked = 0; marked < 2; marked++) {
+        const char *m = marked ? "\x1e" : "";
+        char text[128];
+
+        snprintf(text, sizeof(text),
+                 "%s{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x'}\n{'type':'X'}\n",
+                 m);
+        b = dq(text, &len);
+        cr_assert(agw_capture_line_delta_at(b, len, &d, &n));
+        cr_assert_eq(n, want + (size_t)marked);
+        cr_assert_eq(d.delta_len, 1);
+        cr_assert_eq(d.delta[0], 'x');
+        free(b);
+        snprintf(text, sizeof(text),
+                 "%s{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x'}", m);
+        b = dq(text, &len);
+        cr_assert(agw_capture_line_delta_at(b, len, &d, &n), "the end of the buffer ends it too");
+        cr_assert_eq(n, want + (size_t)marked);
+        free(b);
+        snprintf(text, sizeof(text),
+                 "%s{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x'} \n", m);
+        b = dq(text, &len);
+        cr_assert_not(agw_capture_line_delta_at(b, len, &d, &n), "anything else after it");
+        free(b);
+        snprintf(text, sizeof(text), "%s{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x",
+                 m);
+        b = dq(text, &len);
+        cr_assert_not(agw_capture_line_delta_at(b, len, &d, &n), "cut");
+        free(b);
+    }
+}
+
+/* A marked line's delta is not scanned: it ends where the line does (the capture writes the mark
+ * only before strings it read whole); an unmarked one's is, and its end must end the line. */
+Test(capture, a_marked_line_delta_ends_with_the_line)
+{
+    struct agw_capture_delta d;
+    size_t n, len;
+    char *b;
+
+    /* a quote inside: marked, it is the delta's (the capture never writes this); unmarked, the
+     * delta's string ends there and the line is not in the coalesced form */
+    b = dq("\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'a','b'}\n", &len);
     cr_assert(agw_capture_line_delta_at(b, len, &d, &n));
-    cr_assert_eq(n, want);
-    cr_assert_eq(d.delta_len, 1);
+    cr_assert_eq(d.delta_len, strlen("a\",\"b"));
+    cr_assert_eq(n, len - 1);
     free(b);
-    b = dq("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x'}", &len);
-    cr_assert(agw_capture_line_delta_at(b, len, &d, &n), "the end of the buffer ends it too");
-    cr_assert_eq(n, want);
+    b = dq("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'a','b'}\n", &len);
+    cr_assert_not(agw_capture_line_delta_at(b, len, &d, &n));
     free(b);
-    b = dq("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x'} \n", &len);
-    cr_assert_not(agw_capture_line_delta_at(b, len, &d, &n), "anything else after it");
+    /* a marked line still needs its '"}' at the end, and its id is read as a string */
+    b = dq("\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'a'\n", &len);
+    cr_assert_not(agw_capture_line_delta_at(b, len, &d, &n));
     free(b);
-    b = dq("{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'x", &len);
-    cr_assert_not(agw_capture_line_delta_at(b, len, &d, &n), "cut");
+    b = dq("\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':'a1','delta':'}\n", &len);
+    cr_assert_not(agw_capture_line_delta_at(b, len, &d, &n), "no room for a delta");
     free(b);
+    b = dq("\x1e{'type':'TEXT_MESSAGE_CONTENT','messageId':a1,'delta':'x'}\n", &len);
+    cr_assert_not(agw_capture_line_delta_at(b, len, &d, &n));
+    free(b);
+    b = dq("\x1e{'type':'TOOL_CALL_ARGS','toolCallId':'c\\u0031','delta':''}", &len);
+    cr_assert(agw_capture_line_delta_at(b, len, &d, &n));
+    cr_assert(d.args);
+    cr_assert(d.id_escaped);
+    cr_assert_eq(d.delta_len, 0);
+    free(b);
+}
+
+/* A kept event never begins with the mark: a first byte that is the mark (not JSON) is written as
+ * AGW_CAPTURE_NOT_MARK (not JSON either), so no reader takes it for a coalesced line. */
+Test(capture, a_kept_event_never_begins_with_the_mark)
+{
+    static const char ev[] = "\x1e{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\","
+                             "\"delta\":\"a\",\"x\":\"b\"}";
+    struct agw_capture *c = agw_capture_new();
+    struct agw_capture_delta d;
+    char *got;
+    size_t n;
+
+    feed_raw(c, ev, strlen(ev));
+    got = take_str(c);
+    cr_assert_eq(got[0], AGW_CAPTURE_NOT_MARK);
+    cr_assert_eq(strlen(got), strlen(ev) + 1);
+    cr_assert(memcmp(got + 1, ev + 1, strlen(ev) - 1) == 0 && got[strlen(ev)] == '\n');
+    cr_assert_not(agw_capture_line_delta_at(got, strlen(got), &d, &n));
+    free(got);
+    agw_capture_free(c);
 }
 
 Test(capture, a_coalesced_line_is_read_back_in_parts)
