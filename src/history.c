@@ -59,9 +59,8 @@ struct item {
     size_t text_cap;  /* >= text_len - text_base + TEXT_CLOSE_LEN + 1, or 0 with <text> NULL */
     /* The hash of the first <text_base> bytes: of a shed value, <value_hash>; of a shed text, the
      * hash going on in <text_hs> (owned; NULL while nothing is shed), out of the item since only
-     * the texts shed need one; but an ended text shed whole at once (a run's input message, an
-     * answer ended before its commit) has its final hash in <value_hash> and no <text_hs>
-     * (shed_text()) */
+     * the texts shed need one; but a run's input message held as text, shed whole at once, has
+     * its final hash in <value_hash> and no <text_hs> (shed_text()) */
     uint64_t value_hash;
     struct hs *text_hs;
     char *json; /* owned: <msg> as compact JSON (agw_history_message_json(), comparisons with
@@ -2275,10 +2274,11 @@ static size_t shed_value(struct agw_history *h, size_t i)
 #define TEXT_FIT_SLACK 32
 
 /* agw_history_shed() of text <it> (as saved): its bytes the store holds go when they are at least
- * <min_bytes>, or when it is an ended input message. Returns the bytes let go. An ended text shed
- * whole at once (an input message, or an answer whose end came before its commit: most of them)
- * keeps its final hash alone, with no hash state to go on (an ended message seldom grows: when one
- * does, its bytes are read back first, and it goes on as any text). */
+ * <min_bytes>, or when it is an ended input message. Returns the bytes let go. An input message
+ * shed whole at once keeps its final hash alone (a user's message does not grow: when one does, its
+ * bytes are read back first, and it goes on as any text). Not an ended answer: an agent may extend
+ * it with its next run (the demo agent's default ids do), and each commit would then read it back
+ * whole (doc/benchmarks.md: tried and not taken twice). */
 static size_t shed_text(struct agw_history *h, struct item *it, size_t min_bytes)
 {
     size_t saved, freed = 0, need;
@@ -2289,8 +2289,8 @@ static size_t shed_text(struct agw_history *h, struct item *it, size_t min_bytes
         return 0;
     }
     saved = it->saved_len - it->text_base; /* bytes in memory the store holds */
-    if (saved > 0 && it->text_ended && it->text_base == 0 && saved == it->text_len &&
-        (it->from_input || saved >= min_bytes)) {
+    if (saved > 0 && it->from_input && it->text_ended && it->text_base == 0 &&
+        saved == it->text_len) {
         it->value_hash = hs_of(it->text, saved);
         it->text_base = saved;
         freed = saved;

@@ -1313,6 +1313,36 @@ Test(history, a_shed_text_s_hash_goes_on_as_it_grows_even_after_its_end)
     agw_history_free(h);
     mini_free(&st);
 
+    /* an answer ended before its first commit, shed then, extended by the next runs (an agent
+     * that reuses the message's id for each run's answer): never read back, whatever it grows by */
+    memset(&st, 0, sizeof(st));
+    h = agw_history_new(10);
+    agw_history_set_loader(h, mini_load, &st);
+    merge(h, "r1", "[{\"id\":\"u1\",\"role\":\"user\",\"content\":\"Hi\"}]");
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+    cr_assert_eq(agw_history_append_text(h, "a1", 2, "Hello, world", 12), 1);
+    ev(h, "r1", "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\"}");
+    save(h, &st);
+    cr_assert_gt(agw_history_shed(h, 0), 0, "the ended text, saved whole, is forgotten");
+    strcpy(want, "Hello, world");
+    for (int k = 0; k < 4; k++) {
+        ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_START\",\"messageId\":\"a1\"}");
+        cr_assert_eq(agw_history_append_text(h, "a1", 2, " more", 5), 1);
+        strcat(want, " more");
+        ev(h, "r2", "{\"type\":\"TEXT_MESSAGE_END\",\"messageId\":\"a1\"}");
+        save(h, &st);
+        agw_history_shed(h, 0);
+        cr_assert_eq(st.loads, 0, "an ended answer's hash goes on: no read back (commit %d)", k);
+    }
+    b = resend_a1(want);
+    cr_assert_eq(merge_body(h, "r3", b), 0, "the same text, told by length and hash");
+    free(b);
+    cr_assert_eq(st.loads, 0);
+    expect_page_content(h, 1, want);
+    cr_assert_eq(agw_history_load_errors(h), 0);
+    agw_history_free(h);
+    mini_free(&st);
+
     /* an input message shed whole keeps a final hash: grown by deltas, it is read back once */
     memset(&st, 0, sizeof(st));
     h = agw_history_new(10);
