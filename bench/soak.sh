@@ -11,8 +11,9 @@
 #   BUILD (env) or --build: a configured and built tree with --enable-sanitizers (default
 #   <srcdir>/_build-san); the script builds nothing and refuses an unsanitized gateway unless
 #   --allow-unsanitized. --runs (default 100000) are played in --phases (default 5) of equal size,
-#   --concurrency (default 64) at once, after --warmup runs (default 3000, 20000 with --no-pin; not
-#   counted).
+#   --concurrency (default 64) at once, after --warmup runs (default 20000; not counted: the
+#   baseline is taken once the gateway's pools and the history store's caches have filled, which
+#   takes about 20,000 of these runs, doc/benchmarks.md "Soak").
 #   --pool-wait S: after the last phase, wait up to S seconds (default 70; 0 = do not wait) for the
 #   gateway's idle pooled upstream connections to reach their keep-alive timeout (60 s) and close.
 #   With 2+ CPUs and taskset, the gateway runs on CPU 1, the demo agent and the client on CPU 0.
@@ -61,7 +62,7 @@ while [ $# -gt 0 ]; do
 done
 # With --no-pin the gateway runs a loop per CPU: each loop's arena and pool fill on its share of the
 # runs, so the baseline needs a longer warm-up to be taken from the steady state.
-WARMUP=${WARMUP:-$([ "$PIN" = 1 ] && echo 3000 || echo 20000)}
+WARMUP=${WARMUP:-20000}
 for v in RUNS CONC PHASES SEED WARMUP POOL_WAIT; do
     case "${!v}" in '' | *[!0-9]*) echo "bench/soak.sh: ${v,,} expects a number, got '${!v}'" >&2; exit 2 ;; esac
 done
