@@ -299,7 +299,9 @@ def history_cost(run, out, workers):
         loop_off = run.med(s, "gateway-nohist", "main thread CPU s / M events")
         writer = run.med(s, "gateway", "other threads CPU s / M events")
         evs_on, evs_off = run.med(s, "gateway", "events/s"), run.med(s, "gateway-nohist", "events/s")
-        rows.append(f"| {s} | {on:,.2f} | {off:,.2f} | {cost:+.1f} % | {'MET' if ok else 'MISSED'} | {rr} | "
+        per_cpu = (off / on - 1) * 100  # events per CPU-second, the issue's own terms
+        rows.append(f"| {s} | {on:,.2f} | {off:,.2f} | {cost:+.1f} % | {per_cpu:+.1f} % | "
+                    f"{'MET' if ok else 'MISSED'} | {rr} | "
                     f"{fmt(loop_on, 2)} / {fmt(loop_off, 2)} | {fmt(writer, 2)} | "
                     f"{fmt(evs_on)} / {fmt(evs_off)} |")
     if not rows:
@@ -307,11 +309,12 @@ def history_cost(run, out, workers):
     split = (" with one worker loop, the main thread is the loop and the other thread the store's writer"
              if workers == "1" else " with several worker loops, the other threads are loops and the writer")
     out.append(f"\nHistory cost (proxy CPU s / M events, medians; cost = with / without − 1, goal <= "
-               f"{HISTORY_COST_GOAL:.0f} %;{split}):\n")
-    out.append("| scenario | history on | history off | cost | goal <= "
+               f"{HISTORY_COST_GOAL:.0f} % of CPU per event, the stricter reading of issue 14's \"at most "
+               f"10 % of events per CPU-second\", whose own figure is the next column;{split}):\n")
+    out.append("| scenario | history on | history off | cost | events per CPU-second | goal <= "
                f"{HISTORY_COST_GOAL:.0f} % | per round (%) | main thread, on / off | other threads, on | "
                "events/s, on / off |")
-    out.append("|---|---|---|---|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
     out.extend(rows)
 
 
