@@ -81,9 +81,9 @@ size_t agw_capture_size(const struct agw_capture *c);
  * event, then '\n'), the open coalesced event closed first; *<len> gets their length, and *<chunk>
  * (when not NULL) whether the buffer is a chunk (below). The caller frees them with
  * agw_mem_separate_free() (they are on the separate heap, include/agw/mem.h; free() works too,
- * through the thread's default cache), or gives a chunk back to where chunks come from. NULL (and *<len> 0) when nothing is held. The
- * capture is empty then and goes on: a later delta of the same message starts a new coalesced
- * event. */
+ * through the thread's default cache), or gives a chunk back to where chunks come from. NULL (and
+ * *<len> 0) when nothing is held. The capture is empty then and goes on: a later delta of the same
+ * message starts a new coalesced event. */
 char *agw_capture_take(struct agw_capture *c, size_t *len, bool *chunk);
 
 /* What agw_capture_take() would hand over, left in place for the caller to copy: the open
