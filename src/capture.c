@@ -250,14 +250,19 @@ static void keep(struct agw_capture *c, const char *json, size_t len)
     c->len += len + 1;
 }
 
+/* The start of a coalesced line, up to its id: the mark, then the event's JSON. Written by
+ * coalesce(), read by line_delta() (the JSON part: from the second byte). */
+#define TEXT_LINE "\x1e{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":"
+#define ARGS_LINE "\x1e{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":"
+_Static_assert(AGW_CAPTURE_MARK == '\x1e', "TEXT_LINE and ARGS_LINE begin with the mark");
+
 /* Appends a content event's delta to the open coalesced event, opening one first unless the open
  * one is of the same kind and id. <id> and <delta> are scanned strings: no raw line break. */
 static void coalesce(struct agw_capture *c, enum kind kind, const struct member *id,
                      const struct member *delta)
 {
-    static const char text[] = "\x1e{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":";
-    static const char args[] = "\x1e{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":";
-    _Static_assert(AGW_CAPTURE_MARK == '\x1e', "the mark begins the coalesced lines");
+    static const char text[] = TEXT_LINE;
+    static const char args[] = ARGS_LINE;
 
     if (c->open != kind || c->id_len != id->n ||
         memcmp(id->n <= sizeof(c->id) ? c->id : c->buf + c->id_at, id->p, id->n) != 0) {
@@ -445,20 +450,19 @@ void agw_capture_content(struct agw_capture *c, bool args, const char *id, size_
 static bool line_delta(const char *line, size_t len, bool whole, struct agw_capture_delta *d,
                        size_t *line_len)
 {
-    static const char text[] = "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":";
-    static const char args[] = "{\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":";
+    static const char text[] = TEXT_LINE, args[] = ARGS_LINE; /* (compared from the second byte) */
     static const char delta[] = ",\"delta\":";
     const char *p, *q, *end = line + len;
     const bool marked = len > 0 && line[0] == AGW_CAPTURE_MARK;
     const size_t n = len - marked;
 
     p = line + marked;
-    if (n > sizeof(text) - 1 && memcmp(p, text, sizeof(text) - 1) == 0) {
+    if (n > sizeof(text) - 2 && memcmp(p, text + 1, sizeof(text) - 2) == 0) {
         d->args = false;
-        p += sizeof(text) - 1;
-    } else if (n > sizeof(args) - 1 && memcmp(p, args, sizeof(args) - 1) == 0) {
+        p += sizeof(text) - 2;
+    } else if (n > sizeof(args) - 2 && memcmp(p, args + 1, sizeof(args) - 2) == 0) {
         d->args = true;
-        p += sizeof(args) - 1;
+        p += sizeof(args) - 2;
     } else {
         return false;
     }
