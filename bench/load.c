@@ -202,6 +202,7 @@ struct bench {
     struct conn *conns;
     struct event *deadline, *hold_timer, *drain_timer, *sig_term, *sig_int;
     const char *label;
+    const char *id_prefix; /* threadId, runId and user message ids begin with it */
 };
 
 static uint64_t mono_us(void)
@@ -295,7 +296,7 @@ static void resend_next(struct conn *c)
         json_decref(c->conv);
         c->conv = json_array();
     }
-    snprintf(id, sizeof(id), "user-%u-%" PRIu64, c->id, c->runs);
+    snprintf(id, sizeof(id), "%s-user-%u-%" PRIu64, b->id_prefix, c->id, c->runs);
     m = json_object();
     json_object_set_new(m, "id", json_string(id));
     json_object_set_new(m, "role", json_string("user"));
@@ -358,12 +359,13 @@ static void send_request(struct conn *c)
     char ids[64];
     char *body;
 
-    snprintf(ids, sizeof(ids), "bench-%u-%" PRIu64, c->id, b->runs_started);
+    snprintf(ids, sizeof(ids), "%s-%u-%" PRIu64, b->id_prefix, c->id, b->runs_started);
     json_object_set_new(b->body_tmpl, "runId", json_string(ids));
     if (b->runs_per_thread > 0)
-        snprintf(ids, sizeof(ids), "bench-thread-%u-%" PRIu64, c->id, c->runs / b->runs_per_thread);
+        snprintf(ids, sizeof(ids), "%s-thread-%u-%" PRIu64, b->id_prefix, c->id,
+                 c->runs / b->runs_per_thread);
     else
-        snprintf(ids, sizeof(ids), "bench-thread-%u", c->id);
+        snprintf(ids, sizeof(ids), "%s-thread-%u", b->id_prefix, c->id);
     if (b->resend)
         resend_next(c);
     c->runs++;
@@ -901,6 +903,9 @@ static void usage(FILE *f)
         "  --hold-seconds S    end a --hold after S seconds of readiness (default: signal)\n"
         "  --max-inflight N    connections connecting or waiting for a head at once (%d)\n"
         "  --label TEXT        copied into the JSON result\n"
+        "  --id-prefix TEXT    threadId, runId and message ids begin with TEXT (default\n"
+        "                      bench): a warm-up with another prefix leaves the timed load's\n"
+        "                      threads new\n"
         "Prints one JSON object on stdout.\n",
         DEFAULT_INFLIGHT);
 }
@@ -975,6 +980,7 @@ int main(int argc, char **argv)
         {"hold-seconds", required_argument, NULL, 's'},
         {"max-inflight", required_argument, NULL, 'i'},
         {"label", required_argument, NULL, 'l'},
+        {"id-prefix", required_argument, NULL, 'p'},
         {"seconds", required_argument, NULL, 'S'},
         {"new-conn", no_argument, NULL, 'n'},
         {"runs-per-thread", required_argument, NULL, 't'},
@@ -993,7 +999,8 @@ int main(int argc, char **argv)
     b->concurrency = 1;
     b->duration = 120;
     b->max_inflight = DEFAULT_INFLIGHT;
-    while ((ch = getopt_long(argc, argv, "u:c:r:d:H:b:os:i:l:S:nt:Rh", opts, NULL)) != -1) {
+    b->id_prefix = "bench";
+    while ((ch = getopt_long(argc, argv, "u:c:r:d:H:b:os:i:l:p:S:nt:Rh", opts, NULL)) != -1) {
         switch (ch) {
         case 'u':
             url = optarg;
@@ -1029,6 +1036,14 @@ int main(int argc, char **argv)
             break;
         case 'l':
             b->label = optarg;
+            break;
+        case 'p':
+            if (strlen(optarg) == 0 || strlen(optarg) > 16 ||
+                strspn(optarg, "abcdefghijklmnopqrstuvwxyz0123456789-") != strlen(optarg)) {
+                fprintf(stderr, "agw-load: --id-prefix: 1 to 16 of a-z, 0-9 and '-'\n");
+                return 2;
+            }
+            b->id_prefix = optarg;
             break;
         case 'S':
             b->seconds = parse_seconds("--seconds", optarg);

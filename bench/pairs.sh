@@ -12,7 +12,8 @@
 #   after). --scenario (throughput): short, short-new (a new client connection per run),
 #   throughput or paced, as in bench/run.sh (one event per write()), or short-resend (short runs
 #   whose bodies carry the thread's whole conversation, as @ag-ui/client sends it: agw-load
-#   --resend). --pairs (5); --seconds (5): each run, after 1 s of warm-up. --history (on): an
+#   --resend). --pairs (5); --seconds (5): each run, after 1 s of warm-up (its thread and run ids
+#   apart: the timed load's threads are new to the store, as in bench/run.sh). --history (on): an
 #   embedded store, fresh for each run, or none; --history-a and --history-b set it for one side
 #   (the cost of recording: the same binary twice, --history-a off --history-b on). BUILD (env)
 #   or --build: where the demo agent and agw-load are (default: <srcdir>/_build-bench).
@@ -115,7 +116,7 @@ EOF
     url=http://127.0.0.1:$port/v1/ag-ui/agents/a/runs
     # shellcheck disable=SC2086 # LOADARGS is a list of options
     "${LOAD_CPU[@]}" "$LOAD" --url "$url" --header "Authorization: Bearer $TOKEN" $LOADARGS \
-        --seconds 1 --duration 60 >/dev/null || die "the warm-up load failed"
+        --seconds 1 --duration 60 --id-prefix warm >/dev/null || die "the warm-up load failed"
     history_settle "$port"
     c0=$(awk '{print $14 + $15}' "/proc/$gp/stat")
     w0=$(writer_ticks "$gp")

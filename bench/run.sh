@@ -6,7 +6,7 @@
 #
 # usage: bench/run.sh [--quick] [--rounds K] [--seconds S] [--build DIR] [--only SCENARIOS]
 #                     [--targets TARGETS] [--streams-10k N] [--batched] [--no-pin] [--workers N]
-#                     [--stall] [--writer-apart] [--runs-per-thread K]
+#                     [--stall] [--writer-apart] [--runs-per-thread K] [--warm-seconds W]
 #   BUILD (env) or --build: a configured and built tree (default: <srcdir>/_build-bench); the script
 #   builds nothing. NGINX, HAPROXY (env): the binaries (default /usr/sbin/nginx, /usr/sbin/haproxy).
 #   --only "short short-new throughput paced paced2k idle2k idle10k" (or "": none) and
@@ -34,6 +34,12 @@
 #   --runs-per-thread K (10): each load connection moves to a new threadId every K runs, as a
 #   conversation of K turns does (a thread then holds K runs of messages); 0: one thread per
 #   connection for the whole run (a thread that grows by a message per run, the store's worst case).
+#   --warm-seconds W (2): before each timed round of short, short-new, throughput and paced, every
+#   proxy takes W seconds of that scenario's load, not recorded (paced2k: of the short load), with
+#   ids of its own (agw-load --id-prefix): the gateway, restarted for each round so that its store
+#   starts empty, is measured as nginx and HAProxy are, which run on from round to round: warm, not
+#   in the first seconds of its caches, its store's pages and its writer's memory. 0: the runs of
+#   2026-11-30 and before (200 short runs into a restarted gateway, nothing into the others).
 # Needs bash, python3 (the table), curl, nginx and HAProxy for those targets. Everything runs on
 # 127.0.0.1 with ephemeral ports, in a temporary directory; every process started here is stopped on
 # exit, and every load run is bounded in time.
@@ -61,6 +67,7 @@ WORKERS=1
 STALL=0
 WRITER_APART=0
 RUNS_PER_THREAD=10
+WARM=2
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -77,11 +84,13 @@ while [ $# -gt 0 ]; do
     --stall) STALL=1 ;;
     --writer-apart) WRITER_APART=1 ;;
     --runs-per-thread) RUNS_PER_THREAD=$2; shift ;;
-    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
+    --warm-seconds) WARM=$2; shift ;;
+    -h | --help) sed -n '2,43p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
+case "$WARM" in '' | *[!0-9]*) echo "bench/run.sh: --warm-seconds takes a whole number" >&2; exit 2 ;; esac
 for s in $ONLY; do
     case " $ALL_SCENARIOS " in *" $s "*) ;; *) echo "bench/run.sh: unknown scenario '$s'" >&2; exit 2 ;; esac
 done
@@ -445,8 +454,10 @@ run_one() {
         # a fresh gateway, so that every round starts with an empty store (the load generator
         # reuses a thread per connection: left running, threads would grow round after round)
         restart_target "$tgt"
-        warm_up "$tgt"
+        warm_up "$tgt" "$s"
         history_settle "$(target_port "$tgt")"
+    elif [ "$tgt" != direct ]; then
+        warm_up "$tgt" "$s"
     fi
     url=$(target_url "$tgt" "$s")
     pids=$(proxy_pids "$tgt")
@@ -520,9 +531,23 @@ print("runs %s ok/%s failed, %s events, %.0f ev/s, lat p99 %s us, ttfe p50 %s us
     fi
 }
 
-warm_up() { # TARGET: short runs, not recorded
-    timeout 30 "${PEERS_CPU[@]}" "$LOAD" --url "$(target_url "$1" short)" "${AUTH[@]}" --concurrency 10 \
-        --runs 200 --duration 20 >/dev/null 2>&1 || echo "bench/run.sh: warm-up against $1 failed" >&2
+# warm_up TARGET [SCENARIO]: load not recorded. Without SCENARIO (every target once, at the start),
+# or with --warm-seconds 0 (a restarted gateway alone), 200 short runs; else W seconds of the
+# scenario's own load (paced2k: the short one), its ids apart from the timed load's.
+warm_up() {
+    local s=${2:-} args
+    if [ -z "$s" ] || [ "$WARM" = 0 ]; then
+        [ -z "$s" ] || is_gateway "$1" || return 0
+        timeout 30 "${PEERS_CPU[@]}" "$LOAD" --url "$(target_url "$1" short)" "${AUTH[@]}" --concurrency 10 \
+            --runs 200 --duration 20 >/dev/null 2>&1 || echo "bench/run.sh: warm-up against $1 failed" >&2
+        return 0
+    fi
+    [ "$s" = paced2k ] && s=short
+    args=$(scenario_args "$s" | sed "s/--seconds [0-9]*/--seconds $WARM/")
+    # shellcheck disable=SC2086 # args is a list of options
+    timeout $((WARM + 90)) "${PEERS_CPU[@]}" "$LOAD" --url "$(target_url "$1" "$s")" $args "${AUTH[@]}" \
+        --id-prefix warm --duration $((WARM + 60)) >/dev/null 2>&1 ||
+        echo "bench/run.sh: warm-up ($s, ${WARM} s) against $1 failed" >&2
 }
 
 # ---- the loop-stall pass (--stall) ---------------------------------------------------------------
