@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two builds of the gateway, alternated: the same load through build A, then B, then B, then A, and
 # so on, for N pairs; prints each run's proxy CPU per million events (and apart the part of the
-# store's writer thread, and the p99 per-event latency for paced loads) and the medians. For a change whose effect is a few per cent: on a shared machine
+# store's writer thread, and the p99 per-event latency for paced loads), the medians and the median
+# of the pairs' own ratios. For a change whose effect is a few per cent: on a shared machine
 # the figures of one run drift from the next by more than that, and alternating pairs put the two
 # builds side by side within each spell. bench/run.sh is the benchmark against nginx and HAProxy;
 # this is the check of one change. See doc/benchmarks.md ("How to reproduce").
@@ -163,6 +164,12 @@ pairs = ", ".join("%.2f/%.2f" % ab for ab in zip(cpu["A"], cpu["B"]))
 print("proxy CPU s per million events, A/B per pair: %s" % pairs)
 print("medians: A %.3f, B %.3f (B/A %+.1f %%); B lower in %d of %d pairs"
       % (ma, mb, (mb / ma - 1) * 100, sum(b < a for a, b in zip(cpu["A"], cpu["B"])), len(cpu["A"])))
+# Each pair's own ratio, taken in one spell: when the machine moves between spells (totals in two
+# groups), the ratio of the medians compares runs of different spells; the median ratio does not.
+ratios = sorted(b / a for a, b in zip(cpu["A"], cpu["B"]) if a > 0)
+if ratios:
+    print("B/A per pair: median %+.1f %% (from %+.1f to %+.1f %%)"
+          % ((statistics.median(ratios) - 1) * 100, (ratios[0] - 1) * 100, (ratios[-1] - 1) * 100))
 if any(wr["A"] + wr["B"]):
     print("the store's writer alone, medians: A %.3f, B %.3f; A/B per pair: %s"
           % (statistics.median(wr["A"]), statistics.median(wr["B"]),
