@@ -85,7 +85,7 @@ while [ $# -gt 0 ]; do
     --writer-apart) WRITER_APART=1 ;;
     --runs-per-thread) RUNS_PER_THREAD=$2; shift ;;
     --warm-seconds) WARM=$2; shift ;;
-    -h | --help) sed -n '2,43p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
