@@ -456,7 +456,7 @@ run_one() {
         restart_target "$tgt"
         warm_up "$tgt" "$s"
         history_settle "$(target_port "$tgt")"
-    elif [ "$tgt" != direct ]; then
+    elif [ "$tgt" != direct ]; then # nginx, HAProxy: warmed as the gateway is (the agent needs none)
         warm_up "$tgt" "$s"
     fi
     url=$(target_url "$tgt" "$s")
@@ -531,23 +531,24 @@ print("runs %s ok/%s failed, %s events, %.0f ev/s, lat p99 %s us, ttfe p50 %s us
     fi
 }
 
-# warm_up TARGET [SCENARIO]: load not recorded. Without SCENARIO (every target once, at the start),
-# or with --warm-seconds 0 (a restarted gateway alone), 200 short runs; else W seconds of the
-# scenario's own load (paced2k: the short one), its ids apart from the timed load's.
+# warm_up TARGET [SCENARIO]: load not recorded. With SCENARIO (before a timed round) and
+# --warm-seconds W > 0: W seconds of the scenario's own load (paced2k: the short one), its ids apart
+# from the timed load's. Otherwise the old warm-up, 200 short runs: every target once at the start,
+# and before a timed round a restarted gateway alone.
 warm_up() {
     local s=${2:-} args
-    if [ -z "$s" ] || [ "$WARM" = 0 ]; then
-        [ -z "$s" ] || is_gateway "$1" || return 0
-        timeout 30 "${PEERS_CPU[@]}" "$LOAD" --url "$(target_url "$1" short)" "${AUTH[@]}" --concurrency 10 \
-            --runs 200 --duration 20 >/dev/null 2>&1 || echo "bench/run.sh: warm-up against $1 failed" >&2
+    if [ -n "$s" ] && [ "$WARM" != 0 ]; then
+        [ "$s" = paced2k ] && s=short
+        args=$(scenario_args "$s" | sed "s/--seconds [0-9]*/--seconds $WARM/")
+        # shellcheck disable=SC2086 # args is a list of options
+        timeout $((WARM + 90)) "${PEERS_CPU[@]}" "$LOAD" --url "$(target_url "$1" "$s")" $args "${AUTH[@]}" \
+            --id-prefix warm --duration $((WARM + 60)) >/dev/null 2>&1 ||
+            echo "bench/run.sh: warm-up ($s, ${WARM} s) against $1 failed" >&2
         return 0
     fi
-    [ "$s" = paced2k ] && s=short
-    args=$(scenario_args "$s" | sed "s/--seconds [0-9]*/--seconds $WARM/")
-    # shellcheck disable=SC2086 # args is a list of options
-    timeout $((WARM + 90)) "${PEERS_CPU[@]}" "$LOAD" --url "$(target_url "$1" "$s")" $args "${AUTH[@]}" \
-        --id-prefix warm --duration $((WARM + 60)) >/dev/null 2>&1 ||
-        echo "bench/run.sh: warm-up ($s, ${WARM} s) against $1 failed" >&2
+    [ -n "$s" ] && ! is_gateway "$1" && return 0
+    timeout 30 "${PEERS_CPU[@]}" "$LOAD" --url "$(target_url "$1" short)" "${AUTH[@]}" --concurrency 10 \
+        --runs 200 --duration 20 >/dev/null 2>&1 || echo "bench/run.sh: warm-up against $1 failed" >&2
 }
 
 # ---- the loop-stall pass (--stall) ---------------------------------------------------------------
@@ -688,7 +689,7 @@ mono() { python3 -c 'import time; print("%.6f" % time.monotonic())'; }
 
 # ---- the run -------------------------------------------------------------------------------------
 STORE_FS=$(df -PT "$T" 2>/dev/null | awk 'NR == 2 {print $2 " (" $1 ")"}')
-echo "bench: build $BUILD, rounds $ROUNDS, ${SECS} s per timed run, quick $QUICK, writes $([ "$BATCHED" = 1 ] && echo batched || echo 'one event each'), threads of $([ "$RUNS_PER_THREAD" = 0 ] && echo 'one per connection' || echo "$RUNS_PER_THREAD runs"), idle10k $N_10K streams, tmp $T on $STORE_FS" >&2
+echo "bench: build $BUILD, rounds $ROUNDS, ${SECS} s per timed run, quick $QUICK, writes $([ "$BATCHED" = 1 ] && echo batched || echo 'one event each'), threads of $([ "$RUNS_PER_THREAD" = 0 ] && echo 'one per connection' || echo "$RUNS_PER_THREAD runs"), idle10k $N_10K streams, warm-up $([ "$WARM" = 0 ] && echo "200 short runs (gateways)" || echo "${WARM} s of each round's load"), tmp $T on $STORE_FS" >&2
 start_demo
 has_target nginx && start_nginx
 has_target haproxy && start_haproxy
