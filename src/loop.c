@@ -27,6 +27,7 @@ static _Thread_local struct {
     unsigned n_held;    /* events in <held>, activated after the turn (agw_loop_hold()) */
     int64_t held_until; /* when the last of them is due (agw_now_us()) */
     struct event *held[AGW_LOOP_MAX_HELD];
+    uint64_t turn; /* agw_loop_turn(): the turns begun by this thread's runs, this one counted */
 } cur;
 
 struct event_base *agw_loop_new(void)
@@ -72,6 +73,11 @@ void agw_loop_slice_check(void)
 uint32_t agw_loop_window_us(void)
 {
     return cur.base != NULL ? cur.window : 0;
+}
+
+uint64_t agw_loop_turn(void)
+{
+    return cur.base != NULL ? cur.turn : 0;
 }
 
 bool agw_loop_hold(struct event *ev, uint32_t wait_us)
@@ -122,6 +128,7 @@ int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_st
         cur.base = base;
         cur.start = 0;
         cur.ended = false;
+        cur.turn++;
         rc = event_base_loop(base, EVLOOP_ONCE);
         /* A turn that agw_loop_slice_check() ended is a turn like the others: the callbacks left
          * active run in the next, after a look at the sockets and the timers. */

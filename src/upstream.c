@@ -64,10 +64,13 @@ struct up_conn {
     struct agw_upstream *owner; /* the exchange it serves, or NULL while idle in the pool */
     struct event *idle_timer;   /* while idle: closes it after keepalive_ms (made the first time the
                                    connection goes to the pool) */
-    bool idle;                  /* in pool->idle (owner NULL) */
-    bool unconfirmed;           /* in pool->unconfirmed (owned): see confirm_cb() */
-    bool held;                  /* its read held back to the end of the turn: see burst() */
-    TAILQ_ENTRY(up_conn) link;  /* in pool->idle while idle, or in pool->unconfirmed */
+    bool idle : 1;              /* in pool->idle (owner NULL) */
+    bool unconfirmed : 1;       /* in pool->unconfirmed (owned): see confirm_cb() */
+    bool held : 1;              /* its read held back to the end of the turn: see burst() */
+    bool closed_seen : 1;       /* a read was reported with the backend's close: never reused */
+    bool read_full : 1;         /* its last read filled its buffer: more may wait unreported */
+    uint32_t idle_turn; /* while idle: the loop's turn it went to the pool in (wraps; 0: none) */
+    TAILQ_ENTRY(up_conn) link; /* in pool->idle while idle, or in pool->unconfirmed */
 };
 
 TAILQ_HEAD(idle_list, up_conn);
@@ -78,6 +81,10 @@ TAILQ_HEAD(linger_list, agw_upstream);
  * pool. */
 #define LINGER_MS        1000
 #define LINGER_MAX_BYTES (64 * 1024)
+
+/* For this long after a reused connection was found closed, every pooled connection is looked at
+ * (one recv(MSG_PEEK)) before it is reused: see idle_unusable(). */
+#define PEEK_STALE_MS 10000
 
 struct agw_upstream_pool {
     struct event_base *base;
@@ -93,6 +100,7 @@ struct agw_upstream_pool {
     size_t head_len;
     char *fixed; /* the fixed header lines (opts.fixed_headers), or "" */
     size_t fixed_len;
+    uint64_t peek_until_ms; /* idle_unusable() looks at every connection until then (coarse) */
     /* The host as an address, when it is one (literal_address()); addr_len 0: a name */
     struct sockaddr_storage addr;
     socklen_t addr_len;
@@ -304,10 +312,12 @@ static void idle_timer_cb(evutil_socket_t fd, short what, void *arg)
     conn_free(arg);
 }
 
+static void set_priority(struct up_conn *c, int prio);
+
 /* The exchange is done with <c> (its response complete, the connection reusable): the pool owns it
  * from now on, or it is closed when the pool is full. A plain TCP connection's read event stays
  * added while it waits, so an idle connection that speaks is noticed without one epoll_ctl() for
- * the way in and one for the way out. */
+ * the way in and one for the way out; at AGW_PRIO_IDLE, before any request reported with it. */
 static void conn_to_pool(struct up_conn *c)
 {
     struct agw_upstream_pool *pool = c->pool;
@@ -321,6 +331,7 @@ static void conn_to_pool(struct up_conn *c)
         return;
     }
     bufferevent_setcb(c->bev, idle_read_cb, NULL, idle_event_cb, c);
+    set_priority(c, AGW_PRIO_IDLE);
     if (c->rd == NULL)
         bufferevent_enable(c->bev, EV_READ);
     else if (!event_pending(c->rd, EV_READ, NULL))
@@ -332,23 +343,50 @@ static void conn_to_pool(struct up_conn *c)
     evtimer_add(c->idle_timer, &tv);
     TAILQ_INSERT_HEAD(&pool->idle, c, link);
     c->idle = true;
+    c->idle_turn = (uint32_t)agw_loop_turn();
     pool->n_idle++;
 }
 
 static void up_read_cb(struct bufferevent *bev, void *arg);
 static void up_event_cb(struct bufferevent *bev, short what, void *arg);
 
-/* Hands the most recently used idle connection (the likeliest to be still open) to <up>, or NULL.
- * A connection is looked at first: one whose backend closed it, or sent bytes after its last
- * response (which would be read as the head of the next one), is closed instead — the loop may not
- * have run since, so its read event has not told yet. */
+/* Whether an idle connection must not carry a new request: the backend sent bytes after its last
+ * response (they would be read as the head of the next one: another run's answer, or garbage), or
+ * closed it. Bytes read already are in its input; a close reported with the last read kept it
+ * out of the pool (destroy()). What came after that read is reported to the connection's read
+ * event (edge-triggered: something new) by the loop's next look at the sockets, and that event
+ * runs at AGW_PRIO_IDLE, before anything of the same look that could reuse the connection: in a
+ * turn after the one the connection went idle in, whatever reached it before the turn's look has
+ * been seen, and the connection dropped. What reached it since can only be seen with a system
+ * call, recv(MSG_PEEK), made where it is likely to find something: in the turn the connection
+ * went idle in (a backend's stray bytes follow its response at once); after a last read that
+ * filled its buffer (the rest was not reported again); over TLS (the bufferevent reads); on a
+ * thread without agw_loop_run() (tests, tools: no turns to go by); and for PEEK_STALE_MS after a
+ * reused connection was found closed (a backend that closes each connection just after its
+ * response while saying keep-alive: its close tends to come after the client's next request).
+ * Made for every reuse, that look was one system call in six of a short run's under load, and
+ * found nothing. A close that comes in the turn of the reuse costs a retry: the request, refused
+ * or answered with nothing on a reused connection, is sent again once on a fresh one
+ * (up_event_cb()), and the pool looks at every connection from then on. */
+static bool idle_unusable(struct agw_upstream_pool *pool, struct up_conn *c)
+{
+    uint64_t turn = agw_loop_turn(); /* 0 on a thread without agw_loop_run(): idle_turn is too */
+
+    if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
+        return true;
+    if (c->rd != NULL && !c->read_full && c->idle_turn != 0 && (uint32_t)turn != c->idle_turn &&
+        agw_now_ms_coarse() >= pool->peek_until_ms)
+        return false;
+    return agw_io_idle_state(bufferevent_getfd(c->bev)) != 0;
+}
+
+/* Hands the most recently used idle connection (the likeliest to be still open) to <up>, or NULL,
+ * closing those that cannot carry a request (idle_unusable()). */
 static struct up_conn *conn_from_pool(struct agw_upstream_pool *pool, struct agw_upstream *up)
 {
     struct up_conn *c;
 
-    while ((c = TAILQ_FIRST(&pool->idle)) != NULL &&
-           (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0 ||
-            agw_io_idle_state(bufferevent_getfd(c->bev)) != 0)) {
+    while ((c = TAILQ_FIRST(&pool->idle)) != NULL && idle_unusable(pool, c)) {
         agw_log_debug("upstream %s: a pooled connection spoke while idle, closed",
                       pool->url.authority);
         conn_free(c);
@@ -789,6 +827,8 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
         conn_free(c);
         return;
     }
+    if (what & EV_CLOSED) /* the end follows what is read now: no exchange after this one */
+        c->closed_seen = true;
     if (up->state == UP_ST_BODY && up->cbs.on_readable != NULL)
         up->cbs.on_readable(up->arg); /* before the input is looked at: one miss less to wait on */
     in = bufferevent_get_input(c->bev);
@@ -797,6 +837,7 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
             return;
         got = agw_io_read(fd, block, sizeof(block));
         if (got > 0) {
+            c->read_full = got == READ_MAX;
             up->last_read_ms = agw_now_ms_coarse(); /* (on every event: the cheap clock) */
             if (body_block(up, (size_t)got))        /* may free <up> */
                 after_read(c, got, what);
@@ -806,6 +847,7 @@ static void rd_cb(evutil_socket_t fd, short what, void *arg)
     } else {
         got = agw_io_read_into(in, fd, READ_MAX);
         if (got > 0) {
+            c->read_full = got == READ_MAX;
             up->last_read_ms = agw_now_ms_coarse();
             if (process_input(up)) /* may free <up> */
                 after_read(c, got, what);
@@ -948,6 +990,7 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
          * was not processed, so sending it again on a fresh connection is safe. */
         agw_log_debug("upstream %s: pooled connection was stale, reconnecting",
                       up->pool->url.authority);
+        up->pool->peek_until_ms = agw_now_ms_coarse() + PEEK_STALE_MS;
         conn_free(up->conn);
         up->conn = NULL;
         up->reused = false;
@@ -1192,7 +1235,7 @@ static void destroy(struct agw_upstream *up)
     if (up->lingering)
         TAILQ_REMOVE(&up->pool->lingering, up, linger_link);
     if (up->conn != NULL) {
-        bool reusable = up->state == UP_ST_DONE && up->resp.keep_alive &&
+        bool reusable = up->state == UP_ST_DONE && up->resp.keep_alive && !up->conn->closed_seen &&
                         evbuffer_get_length(bufferevent_get_input(up->conn->bev)) == 0 &&
                         evbuffer_get_length(bufferevent_get_output(up->conn->bev)) == 0;
         if (reusable)

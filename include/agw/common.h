@@ -26,8 +26,11 @@ enum {
  * runs only when no event of a smaller number is waiting). Everything starts at AGW_PRIO_NEW,
  * libevent's default for three levels: accepts, request heads and bodies, upstream connects, a
  * run until its first event is out. A run's upstream reads drop to AGW_PRIO_FLOWING once events
- * flow, so that streams already flowing cannot starve a new run's first event. */
-enum { AGW_PRIO_NEW = 1, AGW_PRIO_FLOWING = 2, AGW_N_PRIORITIES = 3 };
+ * flow, so that streams already flowing cannot starve a new run's first event. AGW_PRIO_IDLE is
+ * the read of an upstream connection waiting in its pool: a close or stray bytes reported in the
+ * same look at the sockets as a new request are handled before the request can take the
+ * connection (src/upstream.c, idle_unusable()). */
+enum { AGW_PRIO_IDLE = 0, AGW_PRIO_NEW = 1, AGW_PRIO_FLOWING = 2, AGW_N_PRIORITIES = 3 };
 
 #define AGW_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 /* A CPU cache line (x86-64 and most ARM cores), for prefetch hints. */

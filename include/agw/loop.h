@@ -66,6 +66,12 @@ int agw_loop_run(struct event_base *base, uint32_t window_us, struct agw_loop_st
  * no agw_loop_run() runs here. */
 uint32_t agw_loop_window_us(void);
 
+/* The number of the turn that the agw_loop_run() on this thread is in (the first is 1; they are
+ * counted over every run on the thread), 0 when no agw_loop_run() runs here. A turn looks at the
+ * sockets before it runs any callback: whatever a socket reported by a number smaller than the
+ * current one was reported to its event by the time the current turn's callbacks began. */
+uint64_t agw_loop_turn(void);
+
 /* Reads held back per turn at most; a callback that finds the list full reads at once. */
 #define AGW_LOOP_MAX_HELD 64
 

@@ -7,8 +7,8 @@
  * connects) and the printf family with inet_ntop() (FORMAT), and writes them to stderr on SIGUSR2:
  * "ALLOCATIONS <calls> LIVE <bytes> SEPARATE <mallocx calls> EPOLL_CTL <calls> IOCTL <calls>
  * SYSCALLS <all seven> BYTES <the usable sizes of every block handed out, summed> GETPEERNAME
- * <calls> FORMAT <calls, this report's own included>" (only the daemon's separate heap calls
- * mallocx(), src/mem.c). */
+ * <calls> FORMAT <calls, this report's own included> STRCASECMP <calls> PEEK <recv() calls with
+ * MSG_PEEK>" (only the daemon's separate heap calls mallocx(), src/mem.c). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -182,7 +182,7 @@ void sdallocx(void *p, size_t n, int flags)
     real(p, n, flags);
 }
 
-static unsigned long n_epoll_ctl, n_ioctl, n_syscalls;
+static unsigned long n_epoll_ctl, n_ioctl, n_syscalls, n_peek;
 
 /* In a wrapper of <name>: <real>, the next definition (libc's), and the call counted. */
 #define REAL(name)                                                                                 \
@@ -232,6 +232,8 @@ ssize_t writev(int fd, const struct iovec *iov, int n)
 ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
     REAL(recv);
+    if (flags & MSG_PEEK)
+        __atomic_fetch_add(&n_peek, 1, __ATOMIC_RELAXED);
     return real(fd, buf, len, flags);
 }
 
@@ -346,12 +348,12 @@ int strncasecmp(const char *a, const char *b, size_t n)
 
 static void dump(int sig)
 {
-    char b[240];
+    char b[320];
     int k = snprintf(b, sizeof(b),
                      "ALLOCATIONS %lu LIVE %ld SEPARATE %lu EPOLL_CTL %lu IOCTL %lu SYSCALLS %lu "
-                     "BYTES %lu GETPEERNAME %lu FORMAT %lu STRCASECMP %lu\n",
+                     "BYTES %lu GETPEERNAME %lu FORMAT %lu STRCASECMP %lu PEEK %lu\n",
                      n_alloc, live_bytes, n_separate, n_epoll_ctl, n_ioctl, n_syscalls, n_bytes,
-                     n_getpeername, n_format, n_strcasecmp);
+                     n_getpeername, n_format, n_strcasecmp, n_peek);
 
     (void)sig;
     if (write(2, b, (size_t)k) < 0)
