@@ -240,17 +240,24 @@ Test(upstream, a_clean_pooled_connection_is_reused)
     cr_assert_eq(h.n_conns, 1, "and carried the second exchange");
 }
 
+/* A stray answer after the first exchange: the second gets its own, on a new connection; <idle> is
+ * what the pool held when it asked (<why>). */
+static void stray_case(enum after after, size_t idle, const char *why)
+{
+    struct harness h = {.after = after, .stray = true};
+
+    run_two(&h);
+    cr_assert_eq(h.idle_after_first, idle, "%s", why);
+    cr_assert_str_eq(h.body[1], "{\"n\":2}",
+                     "the second exchange got its own answer, not the stray one");
+    cr_assert_eq(h.n_conns, 2, "on a new connection");
+}
+
 Test(upstream, stray_bytes_in_the_turn_the_connection_went_idle_keep_it_from_reuse)
 {
     /* Nothing has reported the stray answer when the second exchange asks the pool, in the same
      * turn: only a look at the socket finds it. */
-    struct harness h = {.after = NEXT_SAME_TURN, .stray = true};
-
-    run_two(&h);
-    cr_assert_eq(h.idle_after_first, 1, "still in the pool when the second exchange asked");
-    cr_assert_str_eq(h.body[1], "{\"n\":2}",
-                     "the second exchange got its own answer, not the stray one");
-    cr_assert_eq(h.n_conns, 2, "on a new connection");
+    stray_case(NEXT_SAME_TURN, 1, "still in the pool when the second exchange asked");
 }
 
 Test(upstream, stray_bytes_reported_with_a_new_request_are_handled_before_it)
@@ -258,13 +265,7 @@ Test(upstream, stray_bytes_reported_with_a_new_request_are_handled_before_it)
     /* The next turn's look reports the client's request first and the stray answer after it: the
      * idle connection's read runs first all the same (AGW_PRIO_IDLE) and drops it, so the request
      * finds the pool empty. */
-    struct harness h = {.after = NEXT_WITH_CLIENT, .stray = true};
-
-    run_two(&h);
-    cr_assert_eq(h.idle_after_first, 0, "dropped by its read event before the request ran");
-    cr_assert_str_eq(h.body[1], "{\"n\":2}",
-                     "the second exchange got its own answer, not the stray one");
-    cr_assert_eq(h.n_conns, 2, "on a new connection");
+    stray_case(NEXT_WITH_CLIENT, 0, "dropped by its read event before the request ran");
 }
 
 Test(upstream, a_clean_connection_is_reused_in_a_later_turn)
