@@ -124,13 +124,16 @@ ssize_t agw_io_write_copy(int fd, struct evbuffer *src, struct evbuffer *out)
     int n = len > 0 ? evbuffer_peek(src, (ev_ssize_t)len, NULL, seg, AGW_IO_MAX_PIECES) : 0;
     ssize_t w;
     size_t skip;
+    int e;
 
     if (n > AGW_IO_MAX_PIECES)
         return -1;
     for (int i = 0; i < n; i++)
         iov[i] = (struct iovec){.iov_base = seg[i].iov_base, .iov_len = seg[i].iov_len};
     w = n > 0 ? writev(fd, iov, n) : 0;
+    e = w < 0 ? errno : 0;
     skip = w > 0 ? (size_t)w : 0;
     queue_pieces(out, iov, n, &skip);
+    errno = e;
     return w > 0 ? w : 0;
 }

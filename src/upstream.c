@@ -101,6 +101,7 @@ struct agw_upstream_pool {
     char *fixed; /* the fixed header lines (opts.fixed_headers), or "" */
     size_t fixed_len;
     uint64_t peek_until_ms; /* idle_unusable() looks at every connection until then (coarse) */
+    bool late_connects;     /* a new connection was still connecting when connect() returned */
     /* The host as an address, when it is one (literal_address()); addr_len 0: a name */
     struct sockaddr_storage addr;
     socklen_t addr_len;
@@ -1023,6 +1024,35 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
 
 /* ---- exchange: life ----------------------------------------------------------------------- */
 
+/* A backend on this host has accepted by the time connect() returns (on loopback the handshake runs
+ * within the call): the request can go at once, a turn of the loop before the connection is
+ * reported up, whose callback then finds nothing left to write. Tried while it works: a connect
+ * still under way when connect() returned (the write would block) turns it off for the pool, so
+ * that a backend across a network costs one write() once, and the request waits in the output as
+ * before. A connect that failed is told by the write, which takes the error from the socket:
+ * reported as the failed connect it is. Returns false when the pool no longer tries (nothing done),
+ * true when the request is dealt with (written, the rest queued; queued whole; or failed). */
+static bool write_early(struct agw_upstream *up)
+{
+    struct agw_upstream_pool *pool = up->pool;
+    ssize_t w = agw_io_write_copy(bufferevent_getfd(up->conn->bev), up->request,
+                                  bufferevent_get_output(up->conn->bev));
+    char detail[160];
+
+    if (w < 0) /* too many pieces for one writev(): nothing done */
+        return false;
+    if (w > 0 || errno == 0)
+        return true;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        pool->late_connects = true; /* queued whole, for the bufferevent once connected */
+        return true;
+    }
+    snprintf(detail, sizeof(detail), "cannot connect to %s: %s", pool->url.authority,
+             evutil_socket_error_to_string(errno));
+    fail_later(up, AGW_UP_CONNECT, detail);
+    return true;
+}
+
 static int connect_fresh(struct agw_upstream *up)
 {
     struct agw_upstream_pool *pool = up->pool;
@@ -1076,6 +1106,8 @@ static int connect_fresh(struct agw_upstream *up)
             return 0;
         }
         bufferevent_enable(bev, EV_WRITE); /* reading starts when it is up: reader_start() */
+        if (!pool->late_connects && write_early(up))
+            return 0;
         /* The request waits in the output buffer until the connection is up. */
         evbuffer_add_buffer_reference(bufferevent_get_output(bev), up->request);
         return 0;

@@ -50,7 +50,8 @@ ssize_t agw_io_write_framed(int fd, struct evbuffer *out, const struct iovec *pr
 
 /* One writev() of <src>'s bytes, which stay in <src> (a request kept for a retry). What the socket
  * did not take is copied to the end of <out>. Returns the bytes written (0 on EAGAIN or an error:
- * everything is then queued), or -1, having done nothing, when <src> has too many segments. */
+ * everything is then queued, and errno is writev()'s; 0 for nothing to write), or -1, having done
+ * nothing, when <src> has too many segments. */
 ssize_t agw_io_write_copy(int fd, struct evbuffer *src, struct evbuffer *out);
 
 #endif

@@ -51,6 +51,10 @@ struct harness {
     struct event *next_ev;   /* starts the second exchange */
     int client[2];           /* NEXT_WITH_CLIENT: a socket pair whose readability starts it */
     size_t idle_after_first; /* the pool's idle connections when the second exchange starts */
+    bool no_pool;            /* no connection kept: each exchange on a new one */
+    bool backlog_full;       /* the backend's accept queue full (a connection waits in it) */
+    bool early[2]; /* each exchange's request was at the backend when its start returned */
+    int filler;    /* backlog_full: the connection that fills the queue */
     char error[160];
 };
 
@@ -80,19 +84,21 @@ static void backend_read_cb(evutil_socket_t fd, short what, void *arg)
         shutdown(fd, SHUT_WR);
 }
 
+/* Accepts every connection waiting (the listening socket does not block), and serves each. */
 static void backend_accept_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct harness *h = arg;
-    int c = accept(fd, NULL, NULL);
+    int c;
 
     (void)what;
-    cr_assert_geq(c, 0);
-    cr_assert_lt(h->n_conns, MAX_CONNS);
-    evutil_make_socket_nonblocking(c);
-    h->fds[h->n_conns] = c;
-    h->rds[h->n_conns] = event_new(h->base, c, EV_READ | EV_PERSIST, backend_read_cb, h);
-    event_add(h->rds[h->n_conns], NULL);
-    h->n_conns++;
+    while ((c = accept(fd, NULL, NULL)) >= 0) {
+        cr_assert_lt(h->n_conns, MAX_CONNS);
+        evutil_make_socket_nonblocking(c);
+        h->fds[h->n_conns] = c;
+        h->rds[h->n_conns] = event_new(h->base, c, EV_READ | EV_PERSIST, backend_read_cb, h);
+        event_add(h->rds[h->n_conns], NULL);
+        h->n_conns++;
+    }
 }
 
 static void start(struct harness *h);
@@ -144,11 +150,26 @@ static void on_error(void *arg, enum agw_up_failure kind, const char *detail)
 static const struct agw_upstream_callbacks cbs = {
     .on_head = on_head, .on_body = on_body, .on_done = on_done, .on_error = on_error};
 
+/* Whether a request already waits at the backend: the connections it has to accept are accepted
+ * (and served from then on), and each new one is looked at. */
+static bool request_waiting(struct harness *h)
+{
+    unsigned from = h->n_conns;
+    bool waiting = false;
+    char b;
+
+    backend_accept_cb(h->lfd, EV_READ, h);
+    for (unsigned i = from; i < h->n_conns; i++)
+        waiting |= recv(h->fds[i], &b, 1, MSG_PEEK | MSG_DONTWAIT) == 1;
+    return waiting;
+}
+
 static void start(struct harness *h)
 {
     static const struct agw_upstream_header ct = {"Content-Type", "application/json"};
 
     h->up = agw_upstream_start(h->pool, &ct, 1, "{}", 2, &cbs, h);
+    h->early[h->n_done] = request_waiting(h);
 }
 
 static void next_cb(evutil_socket_t fd, short what, void *arg)
@@ -172,7 +193,7 @@ static void run_two(struct harness *h)
                                              .first_byte_ms = 2000,
                                              .idle_ms = 2000,
                                              .max_header_bytes = 16384,
-                                             .max_idle_conns = 4,
+                                             .max_idle_conns = h->no_pool ? 0 : 4,
                                              .keepalive_ms = 10000};
     struct agw_url url = {0};
     struct timeval limit = {.tv_sec = 5, .tv_usec = 0};
@@ -185,8 +206,12 @@ static void run_two(struct harness *h)
     h->lfd = socket(AF_INET, SOCK_STREAM, 0);
     cr_assert_geq(h->lfd, 0);
     cr_assert_eq(bind(h->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    cr_assert_eq(listen(h->lfd, 8), 0);
+    cr_assert_eq(listen(h->lfd, h->backlog_full ? 0 : 8), 0);
     cr_assert_eq(getsockname(h->lfd, (struct sockaddr *)&sa, &sl), 0);
+    if (h->backlog_full) { /* one connection fills a queue of 0: the next SYN is dropped */
+        h->filler = socket(AF_INET, SOCK_STREAM, 0);
+        cr_assert_eq(connect(h->filler, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    }
     evutil_make_socket_nonblocking(h->lfd);
     h->accept_ev = event_new(h->base, h->lfd, EV_READ | EV_PERSIST, backend_accept_cb, h);
     event_add(h->accept_ev, NULL);
@@ -224,6 +249,8 @@ static void run_two(struct harness *h)
     }
     event_free(h->accept_ev);
     close(h->lfd);
+    if (h->backlog_full)
+        close(h->filler);
     event_base_free(h->base);
     cr_assert_eq(h->error[0], '\0', "an exchange failed: %s", h->error);
     cr_assert_eq(h->n_done, 2, "both exchanges ended");
@@ -289,4 +316,81 @@ Test(upstream, a_close_read_with_the_answer_keeps_the_connection_out_of_the_pool
     cr_assert_eq(h.idle_after_first, 0, "not pooled");
     cr_assert_str_eq(h.body[1], "{\"n\":2}");
     cr_assert_eq(h.n_conns, 2, "a new connection for the second exchange");
+}
+
+Test(upstream, a_request_to_a_backend_on_this_host_leaves_with_the_connect)
+{
+    /* On loopback the handshake is over when connect() returns: the request is written at once,
+     * not a turn of the loop later. */
+    struct harness h = {.after = NEXT_WITH_CLIENT, .no_pool = true};
+
+    run_two(&h);
+    cr_assert_eq(h.n_conns, 2, "two new connections");
+    cr_assert(h.early[0] && h.early[1], "each request was at the backend when its start returned");
+    cr_assert_str_eq(h.body[1], "{\"n\":2}");
+}
+
+Test(upstream, a_connect_still_under_way_queues_the_request_and_the_pool_stops_writing_early,
+     .timeout = 10)
+{
+    /* The backend's accept queue is full: the first connect's SYN is dropped and sent again a
+     * second later, so the connection is not up when connect() returns and the early write would
+     * block. The request waits in the output and goes when the connection is up; the pool stops
+     * trying, so the second connection, up at once, still gets its request only once reported up.
+     */
+    struct harness h = {.after = NEXT_WITH_CLIENT, .no_pool = true, .backlog_full = true};
+
+    run_two(&h);
+    cr_assert_eq(h.n_conns, 3, "the filler and two new connections");
+    cr_assert(!h.early[0], "the first request could not leave with the connect");
+    cr_assert(!h.early[1], "the pool no longer writes early");
+    cr_assert_str_eq(h.body[0], "{\"n\":1}");
+    cr_assert_str_eq(h.body[1], "{\"n\":2}");
+}
+
+static void refused_error(void *arg, enum agw_up_failure kind, const char *detail)
+{
+    struct harness *h = arg;
+
+    snprintf(h->error, sizeof(h->error), "%s: %s", agw_up_failure_name(kind), detail);
+    event_base_loopexit(h->base, NULL);
+}
+
+Test(upstream, a_refused_connect_is_told_as_a_failed_connect)
+{
+    /* The early write meets the refusal (it takes the socket's error): still a failed connect. */
+    static const struct agw_upstream_header ct = {"Content-Type", "application/json"};
+    const struct agw_upstream_callbacks refused_cbs = {
+        .on_head = on_head, .on_body = on_body, .on_done = on_done, .on_error = refused_error};
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t sl = sizeof(sa);
+    struct agw_upstream_pool_options opts = {.connect_ms = 2000,
+                                             .first_byte_ms = 2000,
+                                             .max_header_bytes = 16384,
+                                             .keepalive_ms = 10000};
+    struct harness h = {0};
+    struct agw_url url = {0};
+    struct timeval limit = {.tv_sec = 5, .tv_usec = 0};
+    char text[64], err[128], expect[96];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct agw_upstream *up;
+
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0); /* a port nobody listens on */
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    snprintf(text, sizeof(text), "http://127.0.0.1:%u/agent", (unsigned)ntohs(sa.sin_port));
+    cr_assert_eq(agw_url_parse(text, &url, err, sizeof(err)), 0, "%s", err);
+    h.base = agw_loop_new();
+    h.pool = agw_upstream_pool_new(h.base, NULL, &url, &opts);
+    agw_url_clear(&url);
+    up = agw_upstream_start(h.pool, &ct, 1, "{}", 2, &refused_cbs, &h);
+    event_base_loopexit(h.base, &limit);
+    agw_loop_run(h.base, 100, NULL);
+    agw_upstream_close(up);
+    agw_upstream_pool_free(h.pool);
+    event_base_free(h.base);
+    close(fd);
+    snprintf(expect, sizeof(expect), "connect: cannot connect to 127.0.0.1:%u: Connection refused",
+             (unsigned)ntohs(sa.sin_port));
+    cr_assert_str_eq(h.error, expect);
 }
