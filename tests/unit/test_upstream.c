@@ -55,6 +55,7 @@ struct harness {
     bool backlog_full;       /* the backend's accept queue full (a connection waits in it) */
     bool early[2]; /* each exchange's request was at the backend when its start returned */
     int filler;    /* backlog_full: the connection that fills the queue */
+    uint64_t turn_done, turn_next; /* agw_loop_turn() when the first ended, the second asked */
     char error[160];
 };
 
@@ -125,6 +126,8 @@ static void on_done(void *arg)
 
     agw_upstream_close(h->up); /* the connection goes back to the pool, in this turn */
     h->up = NULL;
+    if (h->n_done == 0)
+        h->turn_done = agw_loop_turn();
     if (++h->n_done == 2) {
         event_base_loopexit(h->base, NULL);
         return;
@@ -181,6 +184,7 @@ static void next_cb(evutil_socket_t fd, short what, void *arg)
     if (fd >= 0 && read(fd, &x, 1) != 1)
         return;
     h->idle_after_first = agw_upstream_pool_idle(h->pool);
+    h->turn_next = agw_loop_turn();
     start(h);
 }
 
@@ -274,6 +278,11 @@ static void stray_case(enum after after, size_t idle, const char *why)
     struct harness h = {.after = after, .stray = true};
 
     run_two(&h);
+    /* A turn can end early (its callbacks past AGW_LOOP_SLICE_US: a slow or loaded machine, a
+     * sanitized build): the second exchange then asks in the next turn, whose look reported the
+     * stray bytes, and the idle connection's read has dropped it first. */
+    if (after == NEXT_SAME_TURN && h.turn_next != h.turn_done)
+        idle = 0;
     cr_assert_eq(h.idle_after_first, idle, "%s", why);
     cr_assert_str_eq(h.body[1], "{\"n\":2}",
                      "the second exchange got its own answer, not the stray one");
