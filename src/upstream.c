@@ -100,7 +100,8 @@ struct agw_upstream_pool {
     size_t head_len;
     char *fixed; /* the fixed header lines (opts.fixed_headers), or "" */
     size_t fixed_len;
-    uint64_t peek_until_ms; /* idle_unusable() looks at every connection until then (coarse) */
+    uint64_t peek_until_ms; /* idle_unusable() looks at every connection until then (coarse; 0:
+                               never set, no clock read on reuse) */
     bool late_connects;     /* a new connection was still connecting when connect() returned */
     /* The host as an address, when it is one (literal_address()); addr_len 0: a name */
     struct sockaddr_storage addr;
@@ -376,7 +377,7 @@ static bool idle_unusable(struct agw_upstream_pool *pool, struct up_conn *c)
     if (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0)
         return true;
     if (c->rd != NULL && !c->read_full && c->idle_turn != 0 && (uint32_t)turn != c->idle_turn &&
-        agw_now_ms_coarse() >= pool->peek_until_ms)
+        (pool->peek_until_ms == 0 || agw_now_ms_coarse() >= pool->peek_until_ms))
         return false;
     return agw_io_idle_state(bufferevent_getfd(c->bev)) != 0;
 }
@@ -1030,8 +1031,9 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg)
  * still under way when connect() returned (the write would block) turns it off for the pool, so
  * that a backend across a network costs one write() once, and the request waits in the output as
  * before. A connect that failed is told by the write, which takes the error from the socket:
- * reported as the failed connect it is. Returns false when the pool no longer tries (nothing done),
- * true when the request is dealt with (written, the rest queued; queued whole; or failed). */
+ * reported as the failed connect it is. Returns false, having done nothing, when the request is
+ * in too many pieces for one writev(); true when it is dealt with (written, the rest queued;
+ * queued whole; or failed). */
 static bool write_early(struct agw_upstream *up)
 {
     struct agw_upstream_pool *pool = up->pool;
